@@ -1,0 +1,37 @@
+# Developer entry points. Everything runs in a local virtualenv, .venv, made on first use.
+#   make test    install lazygrad with its test extras and run the test suite
+#   make demo    train the digits example (extra/train_digits.py)
+#   make bench   run the core benchmarks (extra/bench/bench_core.py)
+#   make clean   remove the virtualenv, build outputs and tool caches
+
+PYTHON ?= python3
+VENV := .venv
+VENV_PYTHON := $(VENV)/bin/python
+VENV_PIP := $(VENV)/bin/pip
+
+.PHONY: venv test demo bench clean
+
+venv: $(VENV_PYTHON)
+
+$(VENV_PYTHON):
+	$(PYTHON) -m venv $(VENV)
+
+test: venv
+	$(VENV_PIP) install -q -e '.[test]'
+	$(VENV_PYTHON) -m pytest -q test
+
+demo: venv
+	@if [ ! -f extra/train_digits.py ]; then \
+		echo "the demo is not built yet: extra/train_digits.py does not exist"; \
+		exit 1; \
+	fi
+	$(VENV_PIP) install -q -e '.[examples]'
+	$(VENV_PYTHON) extra/train_digits.py
+
+bench: venv
+	$(VENV_PIP) install -q -e .
+	$(VENV_PYTHON) extra/bench/bench_core.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

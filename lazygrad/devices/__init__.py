@@ -1,0 +1,35 @@
+"""Devices: where buffers live and kernels run. `get_device("CPU")` returns the one instance.
+
+A compiled device has `alloc`, `compile_cached(source) -> binary` and `load(name, binary, n)`;
+the NPY device instead has `run_graph(outputs)` and interprets the lazy graph with numpy.
+"""
+from __future__ import annotations
+
+from lazygrad.knobs import DEVICE_NAMES
+
+_INSTANCES: dict[str, object] = {}
+
+
+def canonical_device(name: str | None) -> str:
+    """'cpu' -> 'CPU'; None -> the default device (DEV); an unknown name says which exist."""
+    from lazygrad.knobs import knobs
+    text = (name or knobs.dev).upper()
+    base = text.split(":")[0]
+    if base not in DEVICE_NAMES:
+        raise ValueError(f"unknown device {name!r}; valid devices are: {', '.join(DEVICE_NAMES)}")
+    return text[:-2] if text.endswith(":0") else text
+
+
+def get_device(name: str):
+    if name not in _INSTANCES:
+        base = name.split(":")[0]
+        if base == "CPU":
+            from lazygrad.devices.cpu import CPUDevice
+            _INSTANCES[name] = CPUDevice()
+        elif base == "NPY":
+            from lazygrad.devices.npy import NPYDevice
+            _INSTANCES[name] = NPYDevice()
+        else:
+            raise RuntimeError(f"device {name} is not available in this build of lazygrad yet; "
+                               "use CPU or NPY")
+    return _INSTANCES[name]

@@ -1,0 +1,120 @@
+"""The CPU device: C source -> shared object (system C compiler, disk-cached) -> ctypes call.
+
+The compiler is `$CC` if set, else the first of gcc, clang, cc found on PATH. Flags keep numpy's
+results: no -ffast-math; -fno-math-errno only stops libm from setting errno (so sqrt vectorizes),
+-fwrapv makes integer overflow wrap as numpy's does, -ffp-contract=off keeps a*b+c rounded twice.
+OpenMP spreads big kernels over every core; a compiler without OpenMP still works, single-threaded.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+
+from lazygrad.devices.buffer import Buffer, HostAllocator
+from lazygrad.diskcache import cache_get, cache_key, cache_put
+from lazygrad.dtype import DType
+from lazygrad.knobs import knobs
+from lazygrad.stats import stats
+
+BASE_FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fwrapv", "-ffp-contract=off",
+              "-fno-strict-aliasing", "-w"]
+OPENMP_FLAGS = ["-fopenmp"]
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+class Compiler:
+    """The system C compiler, found once per process (or per distinct CC setting)."""
+
+    def __init__(self, requested: str):
+        candidates = [requested] if requested else ["gcc", "clang", "cc"]
+        path = next((found for name in candidates if (found := shutil.which(name))), None)
+        if path is None:
+            tried = f"CC={requested!r}" if requested else "gcc, clang, cc"
+            raise RuntimeError(f"no C compiler found (tried {tried}); install one (e.g. apt-get install gcc) "
+                               "or set CC=/path/to/compiler")
+        self.path = path
+        version = subprocess.run([path, "--version"], capture_output=True, text=True)
+        self.version = version.stdout.splitlines()[0] if version.stdout else path
+        self.openmp = True
+
+    def flags(self) -> list[str]:
+        return BASE_FLAGS + (OPENMP_FLAGS if self.openmp else [])
+
+    def compile(self, source: str, extra: list[str] | None = None) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="lazygrad-") as workdir:
+            output = os.path.join(workdir, "kernel.so")
+            result = self._run(source, output, extra)
+            if result.returncode != 0 and self.openmp and "omp" in result.stderr.lower():
+                self.openmp = False  # e.g. clang without libomp: fall back to one thread
+                result = self._run(source, output, extra)
+            if result.returncode != 0:
+                raise CompileError(f"{self.path} failed to compile a kernel:\n{result.stderr}\n--- source ---\n{source}")
+            with open(output, "rb") as handle:
+                return handle.read()
+
+    def _run(self, source: str, output: str, extra: list[str] | None):
+        command = [self.path, *self.flags(), *(extra or []), "-x", "c", "-", "-o", output]
+        return subprocess.run(command, input=source, capture_output=True, text=True)
+
+    def assembly(self, source: str) -> str:
+        command = [self.path, *[flag for flag in self.flags() if flag != "-shared"], "-S", "-x", "c", "-", "-o", "-"]
+        return subprocess.run(command, input=source, capture_output=True, text=True).stdout
+
+
+class CPUProgram:
+    """A loaded kernel: call it with buffers (output first)."""
+
+    def __init__(self, name: str, binary: bytes, argument_count: int):
+        with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as handle:
+            handle.write(binary)
+            path = handle.name
+        try:
+            self.library = ctypes.CDLL(path)
+        finally:
+            os.unlink(path)  # the mapping stays valid after the file is gone
+        self.function = self.library[name]
+        self.function.argtypes = [ctypes.c_void_p] * argument_count
+        self.function.restype = None
+
+    def __call__(self, *buffers: Buffer) -> None:
+        self.function(*[buffer.pointer for buffer in buffers])
+
+
+class CPUDevice:
+    name = "CPU"
+
+    def __init__(self):
+        self.allocator = HostAllocator()
+        self._compilers: dict[str, Compiler] = {}
+
+    @property
+    def compiler(self) -> Compiler:
+        requested = knobs.cc
+        if requested not in self._compilers:
+            self._compilers[requested] = Compiler(requested)
+        return self._compilers[requested]
+
+    def alloc(self, dtype: DType, size: int) -> Buffer:
+        return Buffer(self.name, dtype, size, self.allocator)
+
+    def compile_cached(self, source: str) -> bytes:
+        compiler = self.compiler
+        key = cache_key(self.name, platform.machine(), compiler.path, compiler.version, tuple(compiler.flags()), source)
+        binary = cache_get("compile_cpu", key)
+        if binary is not None:
+            stats.cache_hits += 1
+            return binary
+        binary = compiler.compile(source)
+        stats.compiles += 1
+        cache_put("compile_cpu", key, binary)
+        return binary
+
+    def load(self, name: str, binary: bytes, argument_count: int) -> CPUProgram:
+        return CPUProgram(name, binary, argument_count)

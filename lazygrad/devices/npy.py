@@ -1,0 +1,70 @@
+"""The NPY device: runs the lazy graph op by op with numpy. No codegen; the oracle for every device.
+
+Each op's meaning comes from its `ref` in the op table; movement ops map to numpy's own
+reshape/transpose/broadcast/pad/slice/flip, so this device shares no view or index code with the
+compiled devices and can catch their mistakes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lazygrad.devices.buffer import Buffer, HostAllocator
+from lazygrad.dtype import DType
+from lazygrad.lazy import LazyBuffer, walk
+from lazygrad.ops import OPS, REDUCE, UNARY, BINARY, TERNARY
+
+
+def _movement(op: str, value: np.ndarray, arg) -> np.ndarray:
+    if op == "RESHAPE":
+        return value.reshape(arg)
+    if op == "PERMUTE":
+        return value.transpose(arg)
+    if op == "EXPAND":
+        return np.broadcast_to(value, arg)
+    if op == "PAD":
+        return np.pad(value, arg)
+    if op == "SHRINK":
+        return value[tuple(slice(start, end) for start, end in arg)]
+    if op == "FLIP":
+        return np.flip(value, arg)
+    raise AssertionError(f"not a movement op: {op}")
+
+
+def evaluate(node: LazyBuffer, values: dict[int, np.ndarray]) -> np.ndarray:
+    """The value of one node, given the values of its sources."""
+    if node.realized:
+        return node.buffer.array.reshape(node.shape)
+    srcs = [values[id(src)] for src in node.srcs]
+    if node.op == "CONST":
+        return np.full(node.shape, node.arg, dtype=node.dtype.np)
+    if node.op in ("CONTIGUOUS", "COPY"):
+        return np.ascontiguousarray(srcs[0])
+    opdef = OPS[node.op]
+    with np.errstate(all="ignore"):
+        if opdef.kind in (UNARY, BINARY, TERNARY):
+            result = opdef.ref(*srcs, node.arg) if node.op in ("CAST", "BITCAST") else opdef.ref(*srcs)
+        elif opdef.kind == REDUCE:
+            result = opdef.ref(srcs[0], node.arg)
+        else:
+            result = _movement(node.op, srcs[0], node.arg)
+    return np.asarray(result).astype(node.dtype.np, copy=False)
+
+
+class NPYDevice:
+    name = "NPY"
+
+    def __init__(self):
+        self.allocator = HostAllocator()
+
+    def alloc(self, dtype: DType, size: int) -> Buffer:
+        return Buffer(self.name, dtype, size, self.allocator)
+
+    def run_graph(self, outputs: list[LazyBuffer]) -> None:
+        """Compute and realize every output."""
+        values: dict[int, np.ndarray] = {}
+        for node in walk(outputs):
+            values[id(node)] = evaluate(node, values)
+        for node in outputs:
+            if not node.realized:
+                value = values[id(node)]
+                node.mark_realized(self.alloc(node.dtype, value.size).copyin(np.ascontiguousarray(value)))

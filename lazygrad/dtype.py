@@ -1,0 +1,153 @@
+"""Data types and PyTorch's type promotion rules; a foundation every other layer uses.
+
+A DType names an element type once: its numpy equivalent (for the NPY device and for moving
+data in and out), its C name (for renderers) and its category (bool < integer < floating).
+
+Promotion follows PyTorch (see `result_type`):
+  * Between tensors of the same rank class, the result is the smallest type that holds both
+    (uint8 + int8 -> int16, int32 + float16 -> float16, bool + anything -> the other).
+  * Python scalars and 0-d tensors only take part when they are of a higher category than the
+    dimensioned tensors: `int8_tensor + 1000` stays int8, `int8_tensor + 2.5` becomes float32
+    (the default float), `bool_tensor + 1` becomes int64.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=True)
+class DType:
+    name: str
+    itemsize: int
+    category: int  # 0 bool, 1 integer, 2 floating
+    np_type: type
+    c_name: str
+
+    @property
+    def is_float(self) -> bool:
+        return self.category == 2
+
+    @property
+    def is_int(self) -> bool:
+        return self.category == 1
+
+    @property
+    def is_bool(self) -> bool:
+        return self.category == 0
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self.category == 1 and np.dtype(self.np_type).kind == "u"
+
+    @property
+    def np(self) -> np.dtype:
+        return np.dtype(self.np_type)
+
+    def __repr__(self) -> str:
+        return f"dtypes.{self.name}"
+
+
+class dtypes:
+    """The dtypes lazygrad supports, as `dtypes.float32` etc."""
+    bool = DType("bool", 1, 0, np.bool_, "bool")
+    uint8 = DType("uint8", 1, 1, np.uint8, "unsigned char")
+    int8 = DType("int8", 1, 1, np.int8, "signed char")
+    int16 = DType("int16", 2, 1, np.int16, "short")
+    int32 = DType("int32", 4, 1, np.int32, "int")
+    int64 = DType("int64", 8, 1, np.int64, "long long")
+    float16 = DType("float16", 2, 2, np.float16, "_Float16")
+    float32 = DType("float32", 4, 2, np.float32, "float")
+    float64 = DType("float64", 8, 2, np.float64, "double")
+
+    default_float = float32
+    default_int = int64
+
+    @staticmethod
+    def all() -> tuple[DType, ...]:
+        return ALL_DTYPES
+
+    @staticmethod
+    def from_any(value) -> DType:
+        """A DType from a DType, a name ('float32'), a numpy dtype or a Python type."""
+        if isinstance(value, DType):
+            return value
+        if value is float:
+            return dtypes.default_float
+        if value is int:
+            return dtypes.default_int
+        if value is bool:
+            return dtypes.bool
+        if isinstance(value, str) and value in DTYPES_BY_NAME:
+            return DTYPES_BY_NAME[value]
+        try:
+            np_dtype = np.dtype(value)
+        except TypeError:
+            np_dtype = None
+        if np_dtype is not None and np_dtype in DTYPES_BY_NUMPY:
+            return DTYPES_BY_NUMPY[np_dtype]
+        valid = ", ".join(d.name for d in ALL_DTYPES)
+        raise TypeError(f"unknown dtype {value!r}; valid dtypes are: {valid}")
+
+
+ALL_DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
+              dtypes.float16, dtypes.float32, dtypes.float64)
+DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES}
+DTYPES_BY_NUMPY = {np.dtype(d.np_type): d for d in ALL_DTYPES}
+
+
+def promote_types(a: DType, b: DType) -> DType:
+    """The smallest dtype both a and b convert to without losing their category."""
+    if a == b:
+        return a
+    if a.category != b.category:
+        return a if a.category > b.category else b
+    if a.is_float:
+        return a if a.itemsize >= b.itemsize else b
+    # Two integer types: numpy's table agrees with PyTorch here (uint8 + int8 -> int16), except
+    # that uint64 does not exist for us, so int64 is the ceiling.
+    result = DTYPES_BY_NUMPY.get(np.promote_types(a.np, b.np))
+    return result if result is not None else dtypes.int64
+
+
+def scalar_dtype(value) -> DType:
+    """The dtype a Python scalar takes when it meets a tensor."""
+    if isinstance(value, (bool, np.bool_)):
+        return dtypes.bool
+    if isinstance(value, (int, np.integer)):
+        return dtypes.default_int
+    if isinstance(value, (float, np.floating)):
+        return dtypes.default_float
+    raise TypeError(f"expected a Python scalar (bool, int, float), got {type(value).__name__}")
+
+
+def _combine_categories(higher: DType | None, lower: DType | None) -> DType | None:
+    """Merge a higher-priority result with a lower-priority one, as PyTorch does."""
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    if higher.is_float:
+        return higher
+    if higher.is_bool or lower.is_float:
+        return promote_types(higher, lower)
+    return higher
+
+
+def result_type(dimensioned: list[DType], zero_dim: list[DType], scalars: list[DType]) -> DType:
+    """PyTorch's result type for operands grouped by priority: tensors with dims, 0-d tensors, scalars."""
+    def fold(group: list[DType]) -> DType | None:
+        result = None
+        for dtype in group:
+            result = dtype if result is None else promote_types(result, dtype)
+        return result
+    combined = _combine_categories(fold(dimensioned), _combine_categories(fold(zero_dim), fold(scalars)))
+    if combined is None:
+        raise ValueError("result_type needs at least one operand")
+    return combined
+
+
+def least_float(dtype: DType) -> DType:
+    """The dtype a float-only op (exp, sqrt, true division) returns for an input of `dtype`."""
+    return dtype if dtype.is_float else dtypes.default_float

@@ -1,0 +1,168 @@
+"""The lazy graph: immutable, hash-consed nodes recording what to compute, not computing it.
+
+A `LazyBuffer` is one op applied to source nodes, with the dtype, shape and device of its result.
+Building the same op on the same sources twice returns the same node, so shared work is found
+without any analysis. Movement ops are nodes too; the scheduler folds chains of them into views.
+
+When the engine realizes a node it attaches the device buffer and forgets the sources (`realized`),
+so a training loop does not keep every past step's graph alive.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+from lazygrad.dtype import DType
+from lazygrad.ops import OPS, MOVEMENT, REDUCE
+
+_CONSED: "weakref.WeakValueDictionary[tuple, LazyBuffer]" = weakref.WeakValueDictionary()
+
+
+class LazyBuffer:
+    __slots__ = ("op", "srcs", "arg", "dtype", "shape", "device", "buffer", "_key", "__weakref__")
+
+    def __init__(self, op: str, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str):
+        self.op, self.srcs, self.arg = op, srcs, arg
+        self.dtype, self.shape, self.device = dtype, shape, device
+        self.buffer = None  # the device Buffer once realized
+        self._key = None
+
+    @staticmethod
+    def create(op: str, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
+        key = (op, srcs, arg, dtype, shape, device)
+        try:
+            existing = _CONSED.get(key)
+        except TypeError:  # an unhashable arg is a bug in the caller
+            raise TypeError(f"{op}: argument {arg!r} must be hashable")
+        if existing is not None and existing.buffer is None:
+            return existing
+        node = LazyBuffer(op, srcs, arg, dtype, shape, device)
+        node._key = key
+        _CONSED[key] = node
+        return node
+
+    @staticmethod
+    def from_buffer(buffer, shape: tuple[int, ...]) -> "LazyBuffer":
+        node = LazyBuffer("BUFFER", (), None, buffer.dtype, tuple(shape), buffer.device)
+        node.buffer = buffer
+        return node
+
+    @staticmethod
+    def const(value, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
+        """A constant broadcast to `shape` (a view of a single value, never materialized)."""
+        value = dtype.np_type(value).item()
+        scalar = LazyBuffer.create("CONST", (), value, dtype, (), device)
+        return scalar.reshape((1,) * len(shape)).expand(tuple(shape)) if shape else scalar
+
+    @property
+    def realized(self) -> bool:
+        return self.buffer is not None
+
+    def mark_realized(self, buffer) -> None:
+        """Attach the computed buffer and drop the graph below this node."""
+        self.buffer = buffer
+        self.srcs = ()
+        if self._key is not None and _CONSED.get(self._key) is self:
+            del _CONSED[self._key]
+        self._key = None
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        state = "realized" if self.realized else f"{len(self.srcs)} srcs"
+        return f"<LazyBuffer {self.op} {self.dtype.name}{list(self.shape)} {self.device} {state}>"
+
+    # ---- elementwise and reduce ----------------------------------------------------------------
+
+    def alu(self, op: str, *others: "LazyBuffer", arg=None) -> "LazyBuffer":
+        opdef = OPS[op]
+        srcs = (self,) + others
+        dtype = opdef.out_dtype([s.dtype for s in srcs], arg) if opdef.out_dtype else srcs[-1].dtype
+        return LazyBuffer.create(op, srcs, arg, dtype, self.shape, self.device)
+
+    def reduce(self, op: str, axes: tuple[int, ...]) -> "LazyBuffer":
+        assert OPS[op].kind == REDUCE
+        axes = tuple(sorted(axis for axis in set(axes) if self.shape[axis] != 1))
+        if not axes:
+            return self
+        new_shape = tuple(1 if axis in axes else size for axis, size in enumerate(self.shape))
+        return LazyBuffer.create(op, (self,), axes, self.dtype, new_shape, self.device)
+
+    def cast(self, dtype: DType, bitcast: bool = False) -> "LazyBuffer":
+        if dtype == self.dtype:
+            return self
+        return self.alu("BITCAST" if bitcast else "CAST", arg=dtype)
+
+    # ---- movement: views, never copies --------------------------------------------------------
+
+    def _movement(self, op: str, arg, new_shape: tuple[int, ...]) -> "LazyBuffer":
+        assert OPS[op].kind == MOVEMENT
+        return LazyBuffer.create(op, (self,), arg, self.dtype, new_shape, self.device)
+
+    def reshape(self, shape: tuple[int, ...]) -> "LazyBuffer":
+        shape = tuple(shape)
+        if shape == self.shape:
+            return self
+        return self._movement("RESHAPE", shape, shape)
+
+    def permute(self, order: tuple[int, ...]) -> "LazyBuffer":
+        order = tuple(order)
+        if order == tuple(range(len(order))):
+            return self
+        return self._movement("PERMUTE", order, tuple(self.shape[axis] for axis in order))
+
+    def expand(self, shape: tuple[int, ...]) -> "LazyBuffer":
+        shape = tuple(shape)
+        if shape == self.shape:
+            return self
+        return self._movement("EXPAND", shape, shape)
+
+    def pad(self, padding: tuple[tuple[int, int], ...]) -> "LazyBuffer":
+        padding = tuple((int(lo), int(hi)) for lo, hi in padding)
+        if all(lo == 0 and hi == 0 for lo, hi in padding):
+            return self
+        shape = tuple(size + lo + hi for size, (lo, hi) in zip(self.shape, padding))
+        return self._movement("PAD", padding, shape)
+
+    def shrink(self, bounds: tuple[tuple[int, int], ...]) -> "LazyBuffer":
+        bounds = tuple((int(start), int(end)) for start, end in bounds)
+        if all(start == 0 and end == size for (start, end), size in zip(bounds, self.shape)):
+            return self
+        return self._movement("SHRINK", bounds, tuple(end - start for start, end in bounds))
+
+    def flip(self, axes: tuple[int, ...]) -> "LazyBuffer":
+        axes = tuple(sorted(axis for axis in set(axes) if self.shape[axis] > 1))
+        if not axes:
+            return self
+        return self._movement("FLIP", axes, self.shape)
+
+    # ---- sources and sinks --------------------------------------------------------------------
+
+    def contiguous(self) -> "LazyBuffer":
+        return LazyBuffer.create("CONTIGUOUS", (self,), None, self.dtype, self.shape, self.device)
+
+    def copy_to(self, device: str) -> "LazyBuffer":
+        if device == self.device:
+            return self
+        return LazyBuffer.create("COPY", (self,), None, self.dtype, self.shape, device)
+
+
+def walk(roots: list[LazyBuffer]) -> list[LazyBuffer]:
+    """Every unrealized node reachable from roots, sources before users (realized nodes are leaves)."""
+    order, seen = [], set()
+    stack = [(root, False) for root in reversed(roots)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        if not node.realized:
+            for src in reversed(node.srcs):
+                if id(src) not in seen:
+                    stack.append((src, False))
+    return order

@@ -1,0 +1,198 @@
+"""The op table: one OpDef per primitive, with everything the rest of lazygrad needs to know about it.
+
+For each op: its kind and arity, the dtype it produces, its numpy reference (what the NPY device
+runs and what tests compare against), its gradient rule written with Tensor operations (so the
+backward pass stays lazy and fuses), the identity of reduces, and how it renders in C-family
+source. Dialects (C, OpenCL, CUDA) take the C-family rendering unless they override it.
+
+Gradient rules are called as `grad(g, out, srcs, arg)` and return one gradient (or None) per source.
+`NOT_DIFFERENTIABLE` marks ops that have no gradient, so a missing rule is always a visible choice.
+
+Render templates are format strings: `{0}`, `{1}`, `{2}` are the operands (already names, so they
+may be repeated), `{f}` is the C math-function suffix of the operand type ("f" below double),
+`{ctype}` is the C type of the result. A dict keyed by "float" / "int" / "bool" picks a template
+by the operand's category.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from lazygrad.dtype import DType, dtypes
+
+UNARY, BINARY, TERNARY, REDUCE, MOVEMENT, SOURCE = "unary", "binary", "ternary", "reduce", "movement", "source"
+NOT_DIFFERENTIABLE = "not differentiable"
+LN2 = math.log(2)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: str
+    arity: int
+    ref: Callable | None = None            # numpy reference; movement and source ops are run by the NPY device
+    grad: Callable | str | None = None     # grad(g, out, srcs, arg) -> tuple, or NOT_DIFFERENTIABLE
+    out_dtype: Callable[[list[DType], object], DType] | None = None  # default: dtype of the last operand
+    render: dict = field(default_factory=dict)  # dialect -> template; "c" is the C-family default
+    float_only: bool = False               # the Tensor layer casts integer inputs to float first
+    keeps_zero: bool = False               # op(0, ...) == 0, so padding may be pushed through it
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _bool_out(dtypes_in, arg) -> DType:
+    return dtypes.bool
+
+
+def _arg_dtype(dtypes_in, arg) -> DType:
+    return arg
+
+
+def _int_safe_divisor(b):
+    return np.where(b == 0, 1, b)
+
+
+def _div_ref(a, b):
+    """C division: true division for floats; truncation for integers, with x/0 = 0 (numpy's choice)."""
+    if a.dtype.kind == "f":
+        return np.divide(a, b)
+    safe = _int_safe_divisor(b)
+    quotient = np.floor_divide(a, safe)
+    rounds_down = (np.remainder(a, safe) != 0) & ((a < 0) != (safe < 0))
+    quotient = np.where(rounds_down, quotient + 1, quotient).astype(a.dtype)
+    return np.where(b == 0, np.zeros_like(a), quotient)
+
+
+def _mod_ref(a, b):
+    """C remainder (sign of the dividend); x % 0 = 0 for integers."""
+    if a.dtype.kind == "f":
+        return np.fmod(a, b)
+    return np.where(b == 0, np.zeros_like(a), np.fmod(a, _int_safe_divisor(b)).astype(a.dtype))
+
+
+def _max_grad(g, out, srcs, arg):
+    x, y = srcs
+    # Ties share the gradient equally, as PyTorch's maximum does.
+    share_x = (x > y).cast(g.dtype) + (x == y).cast(g.dtype) * 0.5
+    return (g * share_x, g * (1 - share_x))
+
+
+def _reduce_max_grad(g, out, srcs, arg):
+    (x,) = srcs
+    is_max = (x == out.expand(x.shape)).cast(g.dtype)
+    count = is_max.sum(axis=arg, keepdim=True)
+    return ((g / count).expand(x.shape) * is_max,)
+
+
+def _permute_grad(g, out, srcs, arg):
+    inverse = tuple(sorted(range(len(arg)), key=lambda axis: arg[axis]))
+    return (g.permute(inverse),)
+
+
+def _expand_grad(g, out, srcs, arg):
+    (x,) = srcs
+    axes = tuple(i for i, (before, after) in enumerate(zip(x.shape, arg)) if before != after)
+    return (g.sum(axis=axes, keepdim=True) if axes else g,)
+
+
+def _pad_grad(g, out, srcs, arg):
+    (x,) = srcs
+    return (g.shrink(tuple((lo, lo + size) for (lo, _), size in zip(arg, x.shape))),)
+
+
+def _shrink_grad(g, out, srcs, arg):
+    (x,) = srcs
+    return (g.pad(tuple((start, size - end) for (start, end), size in zip(arg, x.shape))),)
+
+
+def _unary(name, ref, grad, c, float_only=True, keeps_zero=False):
+    return OpDef(name, UNARY, 1, ref=ref, grad=grad, render={"c": c}, float_only=float_only,
+                 keeps_zero=keeps_zero)
+
+
+def _binary(name, ref, grad, c, out_dtype=None, keeps_zero=True):
+    return OpDef(name, BINARY, 2, ref=ref, grad=grad, render={"c": c}, out_dtype=out_dtype,
+                 keeps_zero=keeps_zero)
+
+
+_DEFS = [
+    # elementwise, one operand
+    _unary("NEG", np.negative, lambda g, out, srcs, arg: (-g,), "(-{0})", float_only=False, keeps_zero=True),
+    _unary("RECIP", np.reciprocal, lambda g, out, srcs, arg: (-g * out * out,), "(1/{0})"),
+    _unary("SQRT", np.sqrt, lambda g, out, srcs, arg: (g / (out * 2),), "sqrt{f}({0})", keeps_zero=True),
+    _unary("EXP2", np.exp2, lambda g, out, srcs, arg: (g * out * LN2,), "lg_exp2{f}({0})"),
+    _unary("LOG2", np.log2, lambda g, out, srcs, arg: (g / (srcs[0] * LN2),), "lg_log2{f}({0})"),
+    _unary("SIN", np.sin, lambda g, out, srcs, arg: (g * (math.pi / 2 - srcs[0]).sin(),), "sin{f}({0})",
+           keeps_zero=True),
+    OpDef("CAST", UNARY, 1, ref=lambda x, dtype: x.astype(dtype.np),
+          grad=lambda g, out, srcs, arg: (g.cast(srcs[0].dtype),),
+          out_dtype=_arg_dtype, render={"c": "(({ctype})({0}))"}, keeps_zero=True),
+    OpDef("BITCAST", UNARY, 1, ref=lambda x, dtype: x.view(dtype.np), grad=NOT_DIFFERENTIABLE,
+          out_dtype=_arg_dtype, render={"c": "lg_bitcast({ctype}, {0})"}, keeps_zero=True),
+    # elementwise, two operands
+    _binary("ADD", np.add, lambda g, out, srcs, arg: (g, g), "({0}+{1})"),
+    _binary("MUL", np.multiply, lambda g, out, srcs, arg: (g * srcs[1], g * srcs[0]), "({0}*{1})"),
+    _binary("DIV", _div_ref,
+            lambda g, out, srcs, arg: (g / srcs[1], -g * srcs[0] / (srcs[1] * srcs[1])),
+            {"float": "({0}/{1})", "int": "({1}==0 ? 0 : {1}==-1 ? -{0} : {0}/{1})"}, keeps_zero=False),
+    _binary("MOD", _mod_ref, NOT_DIFFERENTIABLE,
+            {"float": "fmod{f}({0}, {1})", "int": "({1}==0 || {1}==-1 ? 0 : {0}%{1})"}, keeps_zero=False),
+    # NaN propagates through MAX, as in numpy.maximum.
+    _binary("MAX", np.maximum, _max_grad, {"float": "(({0}>{1} || {0}!={0}) ? {0} : {1})",
+                                           "int": "({0}>{1} ? {0} : {1})", "bool": "({0}|{1})"}),
+    _binary("CMPLT", np.less, NOT_DIFFERENTIABLE, "({0}<{1})", out_dtype=_bool_out),
+    _binary("CMPNE", np.not_equal, NOT_DIFFERENTIABLE, "({0}!={1})", out_dtype=_bool_out),
+    _binary("AND", np.bitwise_and, NOT_DIFFERENTIABLE, "({0}&{1})"),
+    _binary("OR", np.bitwise_or, NOT_DIFFERENTIABLE, "({0}|{1})"),
+    _binary("XOR", np.bitwise_xor, NOT_DIFFERENTIABLE, "({0}^{1})"),
+    _binary("SHL", np.left_shift, NOT_DIFFERENTIABLE, "({0}<<{1})"),
+    _binary("SHR", np.right_shift, NOT_DIFFERENTIABLE, "({0}>>{1})"),
+    # elementwise, three operands: WHERE(condition, if_true, if_false)
+    OpDef("WHERE", TERNARY, 3, ref=np.where,
+          grad=lambda g, out, srcs, arg: (None, srcs[0].where(g, 0), srcs[0].where(0, g)),
+          render={"c": "({0} ? {1} : {2})"}, keeps_zero=True),
+    # reduces over the axes in `arg`, keeping them as size 1
+    OpDef("SUM", REDUCE, 1, ref=lambda x, axes: np.sum(x, axis=axes, keepdims=True, dtype=x.dtype),
+          grad=lambda g, out, srcs, arg: (g.expand(srcs[0].shape),), render={"c": "({0}+{1})"}),
+    OpDef("PROD", REDUCE, 1, ref=lambda x, axes: np.prod(x, axis=axes, keepdims=True, dtype=x.dtype),
+          grad=lambda g, out, srcs, arg: ((g * out).expand(srcs[0].shape) / srcs[0],),
+          render={"c": "({0}*{1})"}),
+    OpDef("MAX_REDUCE", REDUCE, 1,
+          ref=lambda x, axes: np.max(x, axis=axes, keepdims=True, initial=reduce_identity("MAX_REDUCE", x.dtype)),
+          grad=_reduce_max_grad, render={"c": {"float": "(({1}>{0} || {1}!={1}) ? {1} : {0})",
+                                                "int": "({1}>{0} ? {1} : {0})", "bool": "({0}|{1})"}}),
+    # movement: views, never a copy
+    OpDef("RESHAPE", MOVEMENT, 1, grad=lambda g, out, srcs, arg: (g.reshape(srcs[0].shape),)),
+    OpDef("PERMUTE", MOVEMENT, 1, grad=_permute_grad),
+    OpDef("EXPAND", MOVEMENT, 1, grad=_expand_grad),
+    OpDef("PAD", MOVEMENT, 1, grad=_pad_grad),
+    OpDef("SHRINK", MOVEMENT, 1, grad=_shrink_grad),
+    OpDef("FLIP", MOVEMENT, 1, grad=lambda g, out, srcs, arg: (g.flip(arg),)),
+    # sources and sinks
+    OpDef("CONST", SOURCE, 0, grad=NOT_DIFFERENTIABLE),
+    OpDef("BUFFER", SOURCE, 0, grad=NOT_DIFFERENTIABLE),
+    OpDef("COPY", SOURCE, 1, grad=lambda g, out, srcs, arg: (g.to(srcs[0].device),)),
+    OpDef("CONTIGUOUS", SOURCE, 1, grad=lambda g, out, srcs, arg: (g,)),
+    OpDef("ASSIGN", SOURCE, 2, grad=NOT_DIFFERENTIABLE),
+]
+
+OPS: dict[str, OpDef] = {op.name: op for op in _DEFS}
+ELEMENTWISE = {name for name, op in OPS.items() if op.kind in (UNARY, BINARY, TERNARY)}
+
+
+def reduce_identity(op_name: str, dtype) -> object:
+    """The value a reduce starts from (and returns for an empty input)."""
+    np_dtype = np.dtype(dtype.np_type) if isinstance(dtype, DType) else np.dtype(dtype)
+    if op_name == "SUM":
+        return np_dtype.type(0)
+    if op_name == "PROD":
+        return np_dtype.type(1)
+    if np_dtype.kind == "f":
+        return np_dtype.type(-np.inf)
+    if np_dtype.kind == "b":
+        return np.bool_(False)
+    return np.iinfo(np_dtype).min

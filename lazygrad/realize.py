@@ -1,0 +1,132 @@
+"""The engine: realizes lazy nodes by scheduling, rendering, compiling (cached) and running kernels.
+
+    realize([node, ...])
+      schedule -> [ScheduleItem]            schedule/fuse.py
+      for each kernel: linearize + render   renderer/
+                       compile (disk cache) devices/<dev>.py
+                       run, time, count     here (DEBUG output and lazygrad.stats)
+
+The NPY device skips all of that and interprets the graph with numpy.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+from lazygrad.devices import get_device
+from lazygrad.knobs import knobs
+from lazygrad.lazy import LazyBuffer, walk
+from lazygrad.renderer.c import CRenderer
+from lazygrad.renderer.linearize import linearize
+from lazygrad.schedule.fuse import ScheduleItem, create_schedule
+from lazygrad.schedule.kernel import Kernel
+from lazygrad.stats import stats
+
+RENDERERS = {"CPU": CRenderer()}
+
+
+@dataclass
+class CompiledKernel:
+    name: str
+    source: str
+    program: object
+    global_size: tuple[int, ...]
+    flops: int
+
+
+_PROGRAMS: dict[tuple[str, Kernel], CompiledKernel] = {}
+
+
+def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
+    """The runnable program for a kernel, from memory, the disk cache or the compiler."""
+    key = (device_name, kernel)
+    if key in _PROGRAMS:
+        return _PROGRAMS[key]
+    device = get_device(device_name)
+    renderer = RENDERERS[device_name.split(":")[0]]
+    program = linearize(kernel, renderer)
+    source = renderer.render_program(program)
+    if knobs.debug >= 3:
+        print(f"kernel {program.name}: full shape {kernel.full_shape}, reduce axes {kernel.reduce_axes}, "
+              f"parallel={program.parallel}\n{kernel.ast}", file=sys.stderr)
+    if knobs.debug >= 4:
+        print(source, file=sys.stderr)
+    if knobs.debug >= 6:
+        print(device.compiler.assembly(source), file=sys.stderr)
+    binary = device.compile_cached(source)
+    compiled = CompiledKernel(program.name, source, device.load(program.name, binary, len(program.params)),
+                              tuple(loop.size for loop in program.global_loops), kernel.count_flops())
+    _PROGRAMS[key] = compiled
+    return compiled
+
+
+def _run_item(item: ScheduleItem) -> float:
+    """Run one schedule item and realize its output; returns seconds spent on the device."""
+    output = item.outputs[0]
+    device = get_device(output.device)
+    buffer = device.alloc(output.dtype, output.numel())
+    if item.kernel is None:  # a copy between devices
+        buffer.copyin(item.inputs[0].buffer.array)
+        output.mark_realized(buffer)
+        return 0.0
+    if output.numel() == 0:
+        output.mark_realized(buffer)
+        return 0.0
+    compiled = get_program(output.device, item.kernel)
+    inputs = [node.buffer for node in item.inputs]
+    start = time.perf_counter()
+    compiled.program(buffer, *inputs)
+    elapsed = time.perf_counter() - start
+    moved = buffer.nbytes + sum(source.nbytes for source in inputs)
+    stats.kernels += 1
+    stats.flops += compiled.flops
+    stats.bytes += moved
+    if knobs.debug >= 2:
+        print(f"  {compiled.name:<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
+              f"{compiled.flops / elapsed / 1e9:8.2f} GFLOP/s {moved / elapsed / 1e9:8.2f} GB/s", file=sys.stderr)
+    output.mark_realized(buffer)
+    return elapsed
+
+
+def _realize_copy_sources(outputs: list[LazyBuffer]) -> None:
+    """A copy reads a buffer on another device: realize that buffer there first."""
+    for node in walk(outputs):
+        if node.op == "COPY" and not node.realized and not node.srcs[0].realized:
+            realize([node.srcs[0]])
+
+
+def realize(outputs: list[LazyBuffer]) -> None:
+    """Compute every node in outputs (those already realized are skipped)."""
+    pending = [node for node in outputs if not node.realized]
+    if not pending:
+        return
+    _realize_copy_sources(pending)
+    by_device: dict[str, list[LazyBuffer]] = {}
+    for node in pending:
+        by_device.setdefault(node.device, []).append(node)
+    for device_name, nodes in by_device.items():
+        if knobs.graph:
+            from lazygrad.graph import write_graph
+            write_graph(nodes)
+        device = get_device(device_name)
+        if hasattr(device, "run_graph"):
+            device.run_graph(nodes)
+            continue
+        schedule = create_schedule(nodes)
+        if knobs.debug >= 5:
+            for node in walk(nodes):
+                print(f"  lazy: {node}", file=sys.stderr)
+            for item in schedule:
+                print(f"  schedule: {item.kernel.name if item.kernel else 'COPY'} -> {item.outputs[0]}", file=sys.stderr)
+        start = time.perf_counter()
+        device_time = sum(_run_item(item) for item in schedule)
+        if knobs.debug >= 1 and schedule:
+            total = time.perf_counter() - start
+            print(f"realized {len(schedule)} kernel(s) on {device_name}: {device_time * 1e3:.3f} ms on device, "
+                  f"{total * 1e3:.3f} ms in total", file=sys.stderr)
+
+
+def total_elements(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)

@@ -1,0 +1,101 @@
+"""The C dialect: a loop program becomes one C function for the CPU device.
+
+Global loops run in parallel with OpenMP when the kernel is large; the innermost loop is left
+simple (restrict pointers, no calls into libm for exp2) so the C compiler vectorizes it, and
+float sums are marked as `omp simd` reductions so they vectorize without -ffast-math.
+"""
+from __future__ import annotations
+
+from lazygrad.ops import reduce_identity
+from lazygrad.renderer.cstyle import CStyleRenderer
+from lazygrad.renderer.linearize import LoopProgram
+
+# Each helper is emitted only when the kernel body uses it.
+HELPERS = {
+    "lg_bitcast": "#define lg_bitcast(T, x) ({ __typeof__(x) lg_src_ = (x); T lg_dst_; "
+                  "__builtin_memcpy(&lg_dst_, &lg_src_, sizeof(lg_dst_)); lg_dst_; })",
+    "lg_floordiv": "static inline long lg_floordiv(long a, long b) "
+                   "{ long q = a / b; return q - ((a % b != 0) && ((a < 0) != (b < 0))); }",
+    "lg_floormod": "static inline long lg_floormod(long a, long b) "
+                   "{ long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }",
+    "lg_exp2f": """\
+/* 2^x in float, branch-free so loops calling it vectorize. x = n + f with n = rint(x), |f| <= 1/2;
+   2^f is a degree-7 Taylor polynomial (truncation error ~5e-9). 2^n is applied as two exact
+   power-of-two factors so results reach the subnormal range and overflow cleanly to inf.
+   NaN passes every comparison as false, so it flows through to a NaN result. */
+static inline float lg_exp2f(float x) {
+  float clamped = x > 130.0f ? 130.0f : (x < -160.0f ? -160.0f : x);
+  float n = __builtin_rintf(clamped);
+  float f = clamped - n;
+  float p = 1.5252733804059840e-05f;
+  p = p * f + 1.5403530393381606e-04f;
+  p = p * f + 1.3333558146428443e-03f;
+  p = p * f + 9.6181291076284772e-03f;
+  p = p * f + 5.5504108664821580e-02f;
+  p = p * f + 2.4022650695910071e-01f;
+  p = p * f + 6.9314718055994531e-01f;
+  p = p * f + 1.0f;
+  int whole = (int)(n == n ? n : 0.0f);
+  int half = whole / 2;
+  int low_bits = (half + 127) << 23, high_bits = (whole - half + 127) << 23;
+  float low, high;
+  __builtin_memcpy(&low, &low_bits, 4);
+  __builtin_memcpy(&high, &high_bits, 4);
+  return p * low * high;
+}""",
+    "lg_exp2(": "static inline double lg_exp2(double x) { return exp2(x); }",
+    "lg_log2f": "static inline float lg_log2f(float x) { return log2f(x); }",
+    "lg_log2(": "static inline double lg_log2(double x) { return log2(x); }",
+}
+
+
+class CRenderer(CStyleRenderer):
+    dialect = "c"
+
+    def render_program(self, program: LoopProgram) -> str:
+        params = []
+        for name, dtype, is_output in program.params:
+            qualifier = "" if is_output else "const "
+            params.append(f"{qualifier}{self.type_name(dtype)}* restrict {name}")
+        lines = [f"void {program.name}({', '.join(params)}) {{"]
+        depth = 1
+
+        def line(text: str) -> None:
+            lines.append("  " * depth + text)
+
+        for number, loop in enumerate(program.global_loops):
+            if number == 0 and program.parallel:
+                line("#pragma omp parallel for")
+            line(f"for (long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
+            depth += 1
+        if program.accumulator is not None:
+            accumulator, op, dtype, value = program.accumulator
+            line(f"{self.type_name(dtype)} {accumulator} = {self.render_identity(op, dtype)};")
+            for number, loop in enumerate(program.reduce_loops):
+                if number == len(program.reduce_loops) - 1 and op in ("SUM", "PROD"):
+                    line(f"#pragma omp simd reduction({'+' if op == 'SUM' else '*'}:{accumulator})")
+                line(f"for (long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
+                depth += 1
+            for statement in program.inner:
+                line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
+            line(f"{accumulator} = {self.render_accumulate(op, dtype, accumulator, value)};")
+            for _ in program.reduce_loops:
+                depth -= 1
+                line("}")
+        for statement in program.outer:
+            line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
+        param, index, value = program.store
+        line(f"{param}[{index}] = {value};")
+        while depth > 1:
+            depth -= 1
+            line("}")
+        lines.append("}")
+        body = "\n".join(lines)
+        helpers = [text for marker, text in HELPERS.items() if marker in body]
+        header = ["#include <math.h>", "#include <stdbool.h>"] + helpers
+        return "\n".join(header) + "\n\n" + body + "\n"
+
+    def render_identity(self, op: str, dtype) -> str:
+        return self.render_const(reduce_identity(op, dtype), dtype)
+
+

@@ -1,0 +1,91 @@
+"""Expression syntax shared by the C-family dialects (C, OpenCL, CUDA).
+
+`linearize` asks a renderer for the text of each load, constant and op; this class answers from
+the op table's C-family templates. A dialect subclasses it and overrides only what differs
+(type names, math helpers, how a kernel is declared and its loops are laid out).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lazygrad.dtype import DType, dtypes
+from lazygrad.ops import OPS
+
+
+def _category(dtype: DType) -> str:
+    return "float" if dtype.is_float else ("bool" if dtype.is_bool else "int")
+
+
+class CStyleRenderer:
+    dialect = "c"
+    type_names: dict[DType, str] = {}
+
+    def type_name(self, dtype: DType) -> str:
+        return self.type_names.get(dtype, dtype.c_name)
+
+    # ---- index arithmetic (Lin.render calls these for possibly negative operands) ----------
+
+    @staticmethod
+    def floordiv(text: str, divisor: int) -> str:
+        return f"lg_floordiv({text}, {divisor})"
+
+    @staticmethod
+    def floormod(text: str, divisor: int) -> str:
+        return f"lg_floormod({text}, {divisor})"
+
+    # ---- expressions --------------------------------------------------------------------------
+
+    def render_const(self, value, dtype: DType) -> str:
+        if dtype.is_bool:
+            return "1" if value else "0"
+        if dtype.is_int:
+            value = int(value)
+            if value == np.iinfo(dtype.np).min:
+                return f"({value + 1}-1)"
+            return f"{value}ll" if dtype == dtypes.int64 else str(value)
+        value = float(value)
+        if math.isnan(value):
+            text = "NAN"
+        elif math.isinf(value):
+            text = "INFINITY" if value > 0 else "(-INFINITY)"
+        elif dtype == dtypes.float32:
+            text = str(np.float32(value))
+            text = (text if "." in text or "e" in text else text + ".0") + "f"
+        else:
+            text = repr(value)
+        return text if dtype != dtypes.float16 else f"(({self.type_name(dtype)}){text})"
+
+    def render_load(self, param: str, dtype: DType, index: str, valid) -> str:
+        if valid is True:
+            return f"{param}[{index}]"
+        if valid is False:
+            return self.render_const(0, dtype)
+        return f"(({valid}) ? {param}[{index}] : {self.render_const(0, dtype)})"
+
+    def render_masked(self, value: str, dtype: DType, valid) -> str:
+        if valid is True:
+            return value
+        if valid is False:
+            return self.render_const(0, dtype)
+        return f"(({valid}) ? {value} : {self.render_const(0, dtype)})"
+
+    def template(self, op: str, operand_dtype: DType) -> str:
+        render = OPS[op].render
+        template = render.get(self.dialect, render["c"])
+        if isinstance(template, dict):
+            category = _category(operand_dtype)
+            template = template.get(category, template.get("int") if category == "bool" else None)
+            if template is None:
+                raise TypeError(f"{op} is not defined for {operand_dtype.name}")
+        return template
+
+    def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
+        operand_dtype = src_dtypes[-1] if src_dtypes else dtype
+        suffix = "" if operand_dtype == dtypes.float64 else "f"
+        return self.template(op, operand_dtype).format(*operands, f=suffix, ctype=self.type_name(dtype))
+
+    def render_accumulate(self, op: str, dtype: DType, accumulator: str, value: str) -> str:
+        return self.template(op, dtype).format(accumulator, value, f="" if dtype == dtypes.float64 else "f",
+                                               ctype=self.type_name(dtype))

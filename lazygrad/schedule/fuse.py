@@ -1,0 +1,193 @@
+"""Graph -> kernels: fusion decides where kernels begin and end, and what gets materialized.
+
+The contract (docs/architecture.md):
+  * elementwise ops and movement ops never start a kernel of their own: they are inlined into
+    every kernel that uses them (recomputed, never stored);
+  * a reduce joins the kernel of its user when the path between them is elementwise ops and
+    reshapes only, and that kernel has no other reduce; otherwise it is stored;
+  * a computed value read through an EXPAND inside a reduce is stored first, so it is computed
+    once instead of once per broadcast copy (matmul of a computed operand);
+  * the user's outputs, CONTIGUOUS and device copies are always materialized.
+
+`create_schedule` returns ScheduleItems in an order where every input exists before it is read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lazygrad.dtype import dtypes
+from lazygrad.lazy import LazyBuffer, walk
+from lazygrad.ops import OPS, ELEMENTWISE, MOVEMENT, REDUCE
+from lazygrad.schedule.kernel import Kernel, KernelNode
+from lazygrad.shape.view import ShapeTracker
+
+
+@dataclass
+class ScheduleItem:
+    """One step of a schedule: a kernel to run (or a device copy when `kernel` is None)."""
+    kernel: Kernel | None
+    outputs: list[LazyBuffer]
+    inputs: list[LazyBuffer]
+
+
+def _is_reduce(node: LazyBuffer) -> bool:
+    return OPS[node.op].kind == REDUCE
+
+
+class _FusionPlan:
+    """Finds the set of nodes to materialize, by growing it until every kernel obeys the contract."""
+
+    def __init__(self, outputs: list[LazyBuffer], nodes: list[LazyBuffer]):
+        self.materialized: set[int] = {id(node) for node in outputs if not node.realized}
+        for node in nodes:
+            if node.realized:
+                continue
+            if node.op in ("CONTIGUOUS", "COPY"):
+                self.materialized.add(id(node))
+            if node.op == "COPY" and not node.srcs[0].realized:
+                self.materialized.add(id(node.srcs[0]))
+        self.nodes = nodes
+        while self._one_pass():
+            pass
+
+    def is_leaf(self, node: LazyBuffer) -> bool:
+        return node.realized or id(node) in self.materialized
+
+    def reads_memory(self, node: LazyBuffer) -> bool:
+        """True when computing node inline would read some buffer (so it is not free to repeat)."""
+        stack, seen = [node], set()
+        while stack:
+            current = stack.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            if current is not node and self.is_leaf(current):
+                return True
+            stack.extend(current.srcs)
+        return False
+
+    def roots(self) -> list[LazyBuffer]:
+        return [node for node in self.nodes if not node.realized and id(node) in self.materialized]
+
+    def _one_pass(self) -> bool:
+        """Walk every kernel's region once; materialize what breaks the contract. True if it grew."""
+        self.reduce_of_root: dict[int, LazyBuffer] = {}
+        owner: dict[int, int] = {}
+        grew = False
+        for root in self.roots():
+            if root.op == "COPY":
+                continue
+            seen: set[tuple] = set()
+            start = root.srcs[0] if root.op == "CONTIGUOUS" else root
+            if start is not root and self.is_leaf(start):
+                continue
+            stack = [(start, True, False, False)]
+            if _is_reduce(start):
+                self.reduce_of_root[id(root)] = start
+                owner[id(start)] = id(root)
+                stack = [(start.srcs[0], False, True, False)]
+            while stack:
+                node, reshapes_only, under_reduce, through_expand = state = stack.pop()
+                if (id(node), state[1:]) in seen or node.op == "CONST":
+                    continue
+                seen.add((id(node), state[1:]))
+                if node is not start and self.is_leaf(node):
+                    continue
+                if node is not start and _is_reduce(node):
+                    fusable = reshapes_only and not under_reduce
+                    if fusable:
+                        claimed = self.reduce_of_root.setdefault(id(root), node)
+                        fusable = claimed is node and owner.setdefault(id(node), id(root)) == id(root)
+                    if not fusable:
+                        self.materialized.add(id(node))
+                        grew = True
+                        continue
+                    stack.append((node.srcs[0], False, True, False))
+                    continue
+                if node is not start and under_reduce and through_expand and node.op in ELEMENTWISE \
+                        and self.reads_memory(node):
+                    self.materialized.add(id(node))
+                    grew = True
+                    continue
+                if OPS[node.op].kind == MOVEMENT:
+                    stack.append((node.srcs[0], reshapes_only and node.op == "RESHAPE", under_reduce,
+                                  through_expand or node.op == "EXPAND"))
+                else:
+                    stack.extend((src, reshapes_only, under_reduce, through_expand) for src in node.srcs)
+        return grew
+
+
+class _KernelBuilder:
+    """Builds the AST of one kernel, pushing movement ops down to the loads as views."""
+
+    def __init__(self, root: LazyBuffer, plan: _FusionPlan):
+        self.root, self.plan = root, plan
+        self.inputs: list[LazyBuffer] = []
+        self.memo: dict[tuple, KernelNode] = {}
+        self.reduce = plan.reduce_of_root.get(id(root))
+
+    def build(self) -> tuple[Kernel, list[LazyBuffer]]:
+        root = self.root
+        value_node, top = (root.srcs[0], False) if root.op == "CONTIGUOUS" else (root, True)
+        if self.reduce is not None:
+            full_shape, axes, out_shape = self.reduce.srcs[0].shape, self.reduce.arg, self.reduce.shape
+        else:
+            full_shape, axes, out_shape = root.shape, (), root.shape
+        pending = (("RESHAPE", out_shape),) if root.shape != out_shape else ()
+        value = self.node(value_node, pending, top=top)
+        store_view = ShapeTracker.from_shape(root.shape).reshape(out_shape)
+        ast = KernelNode("STORE", root.dtype, (value,), (0, store_view))
+        dtypes = (root.dtype,) + tuple(buffer.dtype for buffer in self.inputs)
+        return Kernel(ast, tuple(full_shape), tuple(axes), dtypes), self.inputs
+
+    def _view(self, shape, pending) -> ShapeTracker:
+        tracker = ShapeTracker.from_shape(shape)
+        for op, arg in reversed(pending):
+            tracker = tracker.apply(op, arg)
+        return tracker
+
+    def node(self, node: LazyBuffer, pending: tuple, top: bool = False) -> KernelNode:
+        key = (id(node), pending)
+        if key not in self.memo:
+            self.memo[key] = self._make(node, pending, top)
+        return self.memo[key]
+
+    def _make(self, node: LazyBuffer, pending: tuple, top: bool) -> KernelNode:
+        if not top and self.plan.is_leaf(node):
+            if node not in self.inputs:
+                self.inputs.append(node)
+            number = 1 + self.inputs.index(node)
+            return KernelNode("LOAD", node.dtype, (), (number, self._view(node.shape, pending)))
+        if node.op == "CONST":
+            tracker = self._view(node.shape, pending)
+            has_mask = any(view.mask is not None for view in tracker.views)
+            return KernelNode("CONST", node.dtype, (), (node.arg, tracker if has_mask else None))
+        kind = OPS[node.op].kind
+        if kind == MOVEMENT:
+            return self.node(node.srcs[0], pending + ((node.op, node.arg),))
+        if kind == REDUCE:
+            assert node is self.reduce and all(op == "RESHAPE" for op, _ in pending), "fusion plan broken"
+            return KernelNode(node.op, node.dtype, (self.node(node.srcs[0], ()),), node.arg)
+        srcs = tuple(self.node(src, pending) for src in node.srcs)
+        result = KernelNode(node.op, node.dtype, srcs, node.arg)
+        if not OPS[node.op].keeps_zero and any(op == "PAD" for op, _ in pending):
+            tracker = self._view(node.shape, pending)
+            if any(view.mask is not None for view in tracker.views):
+                valid = KernelNode("VALID", dtypes.bool, (), tracker)
+                zero = KernelNode("CONST", node.dtype, (), (node.dtype.np_type(0).item(), None))
+                result = KernelNode("WHERE", node.dtype, (valid, result, zero))
+        return result
+
+
+def create_schedule(outputs: list[LazyBuffer]) -> list[ScheduleItem]:
+    """The kernels (and copies) that realize `outputs`, in dependency order."""
+    nodes = walk(outputs)
+    plan = _FusionPlan(outputs, nodes)
+    items = []
+    for root in plan.roots():
+        if root.op == "COPY":
+            items.append(ScheduleItem(None, [root], [root.srcs[0]]))
+            continue
+        kernel, inputs = _KernelBuilder(root, plan).build()
+        items.append(ScheduleItem(kernel, [root], inputs))
+    return items

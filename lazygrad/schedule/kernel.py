@@ -1,0 +1,90 @@
+"""What one kernel computes: an AST of loads, constants and ops, stored through a view.
+
+The scheduler (fuse.py) builds these from the lazy graph; renderers turn them into source. A
+kernel knows nothing about LazyBuffers: its inputs are numbered buffer parameters (0 is the
+output) and every memory access carries the ShapeTracker that says how it is indexed.
+
+Node ops:
+  LOAD   arg=(buffer number, ShapeTracker)       a value read from an input buffer
+  CONST  arg=(value, ShapeTracker or None)      a constant; the tracker carries a pad mask, if any
+  VALID  arg=ShapeTracker                        True where the tracker's mask admits the position
+  STORE  arg=(0, ShapeTracker), srcs=(value,)    the kernel's single output
+  SUM / PROD / MAX_REDUCE  arg=axes              a reduce over axes of the kernel's full shape
+  any elementwise op of the op table, arg as in the lazy graph (CAST's target dtype)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from lazygrad.dtype import DType
+from lazygrad.ops import OPS, REDUCE
+
+
+@dataclass(frozen=True)
+class KernelNode:
+    op: str
+    dtype: DType
+    srcs: tuple["KernelNode", ...] = ()
+    arg: object = None
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.op, self.dtype, self.srcs, self.arg)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @property
+    def is_reduce(self) -> bool:
+        return self.op in OPS and OPS[self.op].kind == REDUCE
+
+    def walk(self) -> list["KernelNode"]:
+        """Every node once, sources before users."""
+        order, seen = [], set()
+        stack = [(self, False)]
+        while stack:
+            node, sources_done = stack.pop()
+            if sources_done:
+                order.append(node)
+            elif node not in seen:
+                seen.add(node)
+                stack.append((node, True))
+                stack.extend((src, False) for src in reversed(node.srcs) if src not in seen)
+        return order
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """STORE(ast) over an iteration space of `full_shape`; `reduce_axes` are reduced in the loop."""
+    ast: KernelNode
+    full_shape: tuple[int, ...]
+    reduce_axes: tuple[int, ...]
+    buffer_dtypes: tuple[DType, ...]   # parameter 0 is the output
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return tuple(1 if axis in self.reduce_axes else size for axis, size in enumerate(self.full_shape))
+
+    @property
+    def name(self) -> str:
+        prefix = "r" if self.reduce_axes else "E"
+        dims = [str(size) for axis, size in enumerate(self.full_shape) if axis not in self.reduce_axes]
+        reduced = [str(self.full_shape[axis]) for axis in self.reduce_axes]
+        return "_".join([prefix] + (dims or ["1"]) + (["r" + "x".join(reduced)] if reduced else []))
+
+    def count_flops(self) -> int:
+        """Arithmetic ops per kernel run (each elementwise op and reduce step counted once)."""
+        total = 0
+        output_size = math.prod(self.output_shape)
+        full_size = math.prod(self.full_shape)
+        reduce_nodes = [node for node in self.ast.walk() if node.is_reduce]
+        inside = set()
+        for reduce_node in reduce_nodes:
+            inside.update(reduce_node.srcs[0].walk())
+        for node in self.ast.walk():
+            if node.op in OPS and OPS[node.op].kind != REDUCE and node.op not in ("CAST", "BITCAST"):
+                total += full_size if node in inside else output_size
+            elif node.is_reduce:
+                total += full_size
+        return total

@@ -1,0 +1,172 @@
+"""Integer index expressions with known bounds, simplified as they are built; used to render views.
+
+A view turns loop variables into a memory index and a validity condition. Written naively those
+are long chains of `*`, `//` and `%`; knowing each variable's range lets most of it fold away:
+`(i*4 + j) // 4` is `i` when `0 <= j < 4`, and `(i*4 + j) % 4` is `j`.
+
+Everything is a `Lin`: a constant plus integer multiples of atoms, where an atom is a loop
+variable, a floor division or a floor modulo by a positive constant. Division and modulo follow
+Python's floor semantics; renderers emit plain `/` and `%` only where the operand is provably
+non-negative (where C's truncation agrees).
+"""
+from __future__ import annotations
+
+
+class Atom:
+    """A variable, or `inner // divisor`, or `inner % divisor`."""
+    __slots__ = ("kind", "name", "inner", "divisor", "min", "max", "_key")
+
+    def __init__(self, kind: str, name: str = "", inner: "Lin | None" = None, divisor: int = 1,
+                 lo: int = 0, hi: int = 0):
+        self.kind, self.name, self.inner, self.divisor = kind, name, inner, divisor
+        self.min, self.max = lo, hi
+        self._key = (kind, name, inner.key if inner is not None else None, divisor)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Atom) and self._key == other._key
+
+    def render(self, renderer) -> str:
+        if self.kind == "var":
+            return self.name
+        inner = self.inner.render(renderer)
+        if len(self.inner.terms) + (self.inner.const != 0) > 1:
+            inner = f"({inner})"
+        non_negative = self.inner.min >= 0
+        if self.kind == "div":
+            return f"({inner}/{self.divisor})" if non_negative else renderer.floordiv(inner, self.divisor)
+        return f"({inner}%{self.divisor})" if non_negative else renderer.floormod(inner, self.divisor)
+
+
+class Lin:
+    """`const + sum(coefficient * atom)`, immutable."""
+    __slots__ = ("terms", "const", "min", "max", "key")
+
+    def __init__(self, terms: dict, const: int):
+        self.terms = {atom: coeff for atom, coeff in terms.items() if coeff != 0}
+        self.const = const
+        self.min = const + sum(coeff * (atom.min if coeff > 0 else atom.max) for atom, coeff in self.terms.items())
+        self.max = const + sum(coeff * (atom.max if coeff > 0 else atom.min) for atom, coeff in self.terms.items())
+        self.key = (tuple(sorted(((atom._key, coeff) for atom, coeff in self.terms.items()), key=repr)), const)
+
+    @staticmethod
+    def of(value: "Lin | int") -> "Lin":
+        return value if isinstance(value, Lin) else Lin({}, int(value))
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def __add__(self, other: "Lin | int") -> "Lin":
+        other = Lin.of(other)
+        terms = dict(self.terms)
+        for atom, coeff in other.terms.items():
+            terms[atom] = terms.get(atom, 0) + coeff
+        return Lin(terms, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __mul__(self, factor: int) -> "Lin":
+        assert isinstance(factor, int), "index expressions only scale by integers"
+        return Lin({atom: coeff * factor for atom, coeff in self.terms.items()}, self.const * factor)
+
+    __rmul__ = __mul__
+
+    def __sub__(self, other: "Lin | int") -> "Lin":
+        return self + Lin.of(other) * -1
+
+    def __floordiv__(self, divisor: int) -> "Lin":
+        assert divisor > 0
+        if divisor == 1:
+            return self
+        if 0 <= self.min and self.max < divisor:
+            return Lin.of(0)
+        # (divisor*q + r) // divisor == q + r // divisor for every integer r (floor semantics)
+        quotient, rest = self._split_multiples(divisor)
+        if 0 <= rest.min and rest.max < divisor:
+            return quotient
+        if len(rest.terms) == 1 and rest.const == 0:
+            (atom, coeff), = rest.terms.items()
+            if atom.kind == "div" and coeff == 1:
+                return quotient + Lin({Atom("div", inner=atom.inner, divisor=atom.divisor * divisor,
+                                            lo=atom.inner.min // (atom.divisor * divisor),
+                                            hi=atom.inner.max // (atom.divisor * divisor)): 1}, 0)
+        return quotient + Lin({Atom("div", inner=rest, divisor=divisor, lo=rest.min // divisor,
+                                    hi=rest.max // divisor): 1}, 0)
+
+    def __mod__(self, divisor: int) -> "Lin":
+        assert divisor > 0
+        if divisor == 1:
+            return Lin.of(0)
+        if 0 <= self.min and self.max < divisor:
+            return self
+        # (divisor*q + r) % divisor == r % divisor
+        _, rest = self._split_multiples(divisor)
+        if rest.is_const:
+            return Lin.of(rest.const % divisor)
+        if 0 <= rest.min and rest.max < divisor:
+            return rest
+        if len(rest.terms) == 1 and rest.const == 0:
+            (atom, coeff), = rest.terms.items()
+            if atom.kind == "mod" and coeff == 1 and atom.divisor % divisor == 0:
+                return atom.inner % divisor
+        lo, hi = (rest.min, rest.max) if rest.min >= 0 and rest.max < divisor else (0, divisor - 1)
+        return Lin({Atom("mod", inner=rest, divisor=divisor, lo=lo, hi=hi): 1}, 0)
+
+    def _split_multiples(self, divisor: int) -> tuple["Lin", "Lin"]:
+        """Split into (the part divisible by divisor, divided by it) and the remainder part."""
+        quotient_terms, rest_terms = {}, {}
+        for atom, coeff in self.terms.items():
+            if coeff % divisor == 0:
+                quotient_terms[atom] = coeff // divisor
+            else:
+                rest_terms[atom] = coeff
+        const_quotient, const_rest = divmod(self.const, divisor)
+        return Lin(quotient_terms, const_quotient), Lin(rest_terms, const_rest)
+
+    def render(self, renderer=None) -> str:
+        renderer = renderer or _PLAIN
+        parts = []
+        for atom, coeff in sorted(self.terms.items(), key=lambda item: -abs(item[1])):
+            text = atom.render(renderer)
+            parts.append(text if coeff == 1 else f"{text}*{coeff}")
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return "+".join(parts).replace("+-", "-")
+
+    def __repr__(self) -> str:
+        return f"<{self.render()} in [{self.min}, {self.max}]>"
+
+
+class _PlainFloor:
+    """Floor division and modulo in C syntax; dialects may override."""
+    @staticmethod
+    def floordiv(text: str, divisor: int) -> str:
+        return f"lg_floordiv({text}, {divisor})"
+
+    @staticmethod
+    def floormod(text: str, divisor: int) -> str:
+        return f"lg_floormod({text}, {divisor})"
+
+
+_PLAIN = _PlainFloor()
+
+
+def var(name: str, lo: int, hi: int) -> Lin:
+    """A loop variable ranging over [lo, hi] inclusive."""
+    return Lin({Atom("var", name=name, lo=lo, hi=hi): 1}, 0)
+
+
+def render_condition(conditions: list[tuple[Lin, int, int]]) -> str | bool:
+    """Render `lo <= expr < hi` for each entry; True/False when decided by the bounds alone."""
+    parts = []
+    for expr, lo, hi in conditions:
+        if expr.max < lo or expr.min >= hi or lo >= hi:
+            return False
+        if expr.min < lo:
+            parts.append(f"({expr.render()}>={lo})")
+        if expr.max >= hi:
+            parts.append(f"({expr.render()}<{hi})")
+    return "&&".join(parts) if parts else True

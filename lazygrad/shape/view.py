@@ -1,0 +1,220 @@
+"""Views: how a movement op changes the way a buffer is read, without copying it.
+
+A `View` maps an index in its shape to a memory offset: `offset + sum(index[d] * strides[d])`,
+valid only where every `mask[d][0] <= index[d] < mask[d][1]` (outside the mask the value is 0,
+which is how PAD works). A `ShapeTracker` is a stack of views for reshapes that one view cannot
+express (a reshape of a transposed or padded view): the last view is what the kernel indexes,
+and each earlier view reads the flat index the next one produces.
+
+The scheduler applies every movement op of a fused chain to a ShapeTracker; renderers ask it for
+an index expression and a validity condition over their loop variables (`index_and_valid`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lazygrad.shape.symbolic import Lin
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running if size != 1 else 0)
+        running *= size
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class View:
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+    mask: tuple[tuple[int, int], ...] | None = None
+
+    @staticmethod
+    def contiguous(shape: tuple[int, ...]) -> "View":
+        return View(tuple(shape), contiguous_strides(tuple(shape)))
+
+    @property
+    def is_contiguous(self) -> bool:
+        return self.offset == 0 and self.mask is None and self.strides == contiguous_strides(self.shape)
+
+    @property
+    def is_empty_mask(self) -> bool:
+        return self.mask is not None and any(lo >= hi for lo, hi in self.mask)
+
+    def _canonical(self, shape, strides, offset, mask) -> "View":
+        """Drop strides of size-1 dims and masks that cover everything."""
+        strides = tuple(0 if size == 1 else stride for size, stride in zip(shape, strides))
+        if mask is not None:
+            if any(lo >= hi for lo, hi in mask):
+                mask = tuple((0, 0) for _ in shape)
+                strides, offset = tuple(0 for _ in shape), 0
+            elif all(lo == 0 and hi == size for (lo, hi), size in zip(mask, shape)):
+                mask = None
+        return View(tuple(shape), strides, offset, mask)
+
+    def permute(self, order: tuple[int, ...]) -> "View":
+        mask = tuple(self.mask[axis] for axis in order) if self.mask else None
+        return self._canonical(tuple(self.shape[axis] for axis in order),
+                               tuple(self.strides[axis] for axis in order), self.offset, mask)
+
+    def expand(self, new_shape: tuple[int, ...]) -> "View":
+        strides = tuple(stride if old == new else 0
+                        for old, new, stride in zip(self.shape, new_shape, self.strides))
+        mask = None
+        if self.mask is not None:
+            mask = tuple(m if old == new else ((0, new) if m[1] > m[0] else (0, 0))
+                         for m, old, new in zip(self.mask, self.shape, new_shape))
+        return self._canonical(new_shape, strides, self.offset, mask)
+
+    def pad(self, padding: tuple[tuple[int, int], ...]) -> "View":
+        offset = self.offset - sum(lo * stride for (lo, _), stride in zip(padding, self.strides))
+        old_mask = self.mask or tuple((0, size) for size in self.shape)
+        mask = tuple((lo + mlo, lo + mhi) for (lo, _), (mlo, mhi) in zip(padding, old_mask))
+        shape = tuple(size + lo + hi for size, (lo, hi) in zip(self.shape, padding))
+        return self._canonical(shape, self.strides, offset, mask)
+
+    def shrink(self, bounds: tuple[tuple[int, int], ...]) -> "View":
+        offset = self.offset + sum(start * stride for (start, _), stride in zip(bounds, self.strides))
+        mask = None
+        if self.mask is not None:
+            mask = tuple((min(max(mlo - start, 0), end - start), min(max(mhi - start, 0), end - start))
+                         for (start, end), (mlo, mhi) in zip(bounds, self.mask))
+        shape = tuple(end - start for start, end in bounds)
+        return self._canonical(shape, self.strides, offset, mask)
+
+    def flip(self, axes: tuple[int, ...]) -> "View":
+        strides, offset, mask = list(self.strides), self.offset, list(self.mask) if self.mask else None
+        for axis in axes:
+            size = self.shape[axis]
+            if size == 0:
+                continue
+            offset += (size - 1) * strides[axis]
+            strides[axis] = -strides[axis]
+            if mask is not None:
+                lo, hi = mask[axis]
+                mask[axis] = (size - hi, size - lo)
+        return self._canonical(self.shape, tuple(strides), offset, tuple(mask) if mask else None)
+
+    def reshape(self, new_shape: tuple[int, ...]) -> "View | None":
+        """The same data seen in new_shape as one view, or None when that needs a second view."""
+        new_shape = tuple(new_shape)
+        if new_shape == self.shape:
+            return self
+        if 0 in self.shape or self.is_empty_mask:
+            mask = tuple((0, 0) for _ in new_shape) if self.is_empty_mask else None
+            return View(new_shape, tuple(0 for _ in new_shape), 0, mask)
+        if self.is_contiguous:
+            return View.contiguous(new_shape)
+        # Group the old dims (size 1 dims dropped) into runs that are contiguous with each other;
+        # a masked dim is a run of its own. Every new dim must then split exactly one run.
+        old = [(size, stride, self.mask[axis] if self.mask else (0, size))
+               for axis, (size, stride) in enumerate(zip(self.shape, self.strides)) if size != 1]
+        runs: list[list] = []  # each: [size, inner stride, mask or None]
+        for size, stride, (lo, hi) in old:
+            masked = (lo, hi) != (0, size)
+            if runs and not masked and runs[-1][2] is None and runs[-1][1] == stride * size:
+                runs[-1][0] *= size
+                runs[-1][1] = stride
+            else:
+                runs.append([size, stride, (lo, hi) if masked else None])
+        new_strides, new_mask = [], []
+        run_index, remaining = 0, None
+        for size in new_shape:
+            if size == 1:
+                new_strides.append(0)
+                new_mask.append((0, 1))
+                continue
+            if run_index >= len(runs):
+                return None
+            run_size, run_stride, run_mask = runs[run_index]
+            if remaining is None:
+                remaining = run_size
+            if remaining % size != 0 or (run_mask is not None and size != run_size):
+                return None
+            remaining //= size
+            new_strides.append(run_stride * remaining)
+            new_mask.append(run_mask if run_mask is not None else (0, size))
+            if remaining == 1:
+                run_index, remaining = run_index + 1, None
+        if run_index != len(runs):
+            return None
+        mask = tuple(new_mask) if self.mask is not None else None
+        return self._canonical(new_shape, tuple(new_strides), self.offset, mask)
+
+    def index_and_valid(self, indices: list[Lin]) -> tuple[Lin, list[tuple[Lin, int, int]]]:
+        """The memory offset for per-dim indices, and the conditions under which it is valid."""
+        offset = Lin.of(self.offset)
+        for index, stride in zip(indices, self.strides):
+            if stride:
+                offset = offset + index * stride
+        conditions = []
+        if self.mask is not None:
+            for index, (lo, hi), size in zip(indices, self.mask, self.shape):
+                if (lo, hi) != (0, size):
+                    conditions.append((index, lo, hi))
+        return offset, conditions
+
+
+def unravel(flat: Lin, shape: tuple[int, ...]) -> list[Lin]:
+    """Per-dim indices of a row-major flat index."""
+    indices = []
+    for axis in range(len(shape)):
+        inner = math.prod(shape[axis + 1:])
+        index = flat // inner if inner else Lin.of(0)
+        indices.append(index % shape[axis] if axis > 0 and shape[axis] else index)
+    return indices
+
+
+@dataclass(frozen=True)
+class ShapeTracker:
+    views: tuple[View, ...]
+
+    @staticmethod
+    def from_shape(shape: tuple[int, ...]) -> "ShapeTracker":
+        return ShapeTracker((View.contiguous(tuple(shape)),))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.views[-1].shape
+
+    @property
+    def is_contiguous(self) -> bool:
+        return len(self.views) == 1 and self.views[0].is_contiguous
+
+    def _replace_last(self, view: View) -> "ShapeTracker":
+        return ShapeTracker(self.views[:-1] + (view,))
+
+    def permute(self, order) -> "ShapeTracker":
+        return self._replace_last(self.views[-1].permute(tuple(order)))
+
+    def expand(self, new_shape) -> "ShapeTracker":
+        return self._replace_last(self.views[-1].expand(tuple(new_shape)))
+
+    def pad(self, padding) -> "ShapeTracker":
+        return self._replace_last(self.views[-1].pad(tuple(padding)))
+
+    def shrink(self, bounds) -> "ShapeTracker":
+        return self._replace_last(self.views[-1].shrink(tuple(bounds)))
+
+    def flip(self, axes) -> "ShapeTracker":
+        return self._replace_last(self.views[-1].flip(tuple(axes)))
+
+    def reshape(self, new_shape) -> "ShapeTracker":
+        view = self.views[-1].reshape(tuple(new_shape))
+        if view is not None:
+            return self._replace_last(view)
+        return ShapeTracker(self.views + (View.contiguous(tuple(new_shape)),))
+
+    def apply(self, op: str, arg) -> "ShapeTracker":
+        """Apply a movement op by its op-table name."""
+        return getattr(self, op.lower())(arg)
+
+    def index_and_valid(self, indices: list[Lin]) -> tuple[Lin, list[tuple[Lin, int, int]]]:
+        offset, conditions = self.views[-1].index_and_valid(indices)
+        for view in reversed(self.views[:-1]):
+            inner_offset, inner_conditions = view.index_and_valid(unravel(offset, view.shape))
+            offset, conditions = inner_offset, conditions + inner_conditions
+        return offset, conditions

@@ -1,0 +1,18 @@
+"""Packaging for lazygrad; extras: test, opencl (PoCL on machines without a GPU), cuda, examples."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="lazygrad",
+    version="0.1.0",
+    description="A lazy tensor library that fuses ops into kernels, renders C, compiles and caches them",
+    packages=find_packages(exclude=["test", "test.*", "tests", "tests.*"]),
+    python_requires=">=3.10",
+    install_requires=["numpy"],
+    extras_require={
+        "test": ["pytest", "hypothesis", "pytest-xdist"],
+        "opencl": ["pyopencl", "pocl-binary-distribution"],
+        "cuda": ["cupy-cuda12x"],
+        "examples": ["scikit-learn", "matplotlib", "tqdm", "safetensors"],
+    },
+)
