@@ -5,8 +5,8 @@ The contract (docs/architecture.md):
     every kernel that uses them (recomputed, never stored);
   * a reduce joins the kernel of its user when the path between them is elementwise ops and
     reshapes only, and that kernel has no other reduce; otherwise it is stored;
-  * a computed value read through an EXPAND inside a reduce is stored first, so it is computed
-    once instead of once per broadcast copy (matmul of a computed operand);
+  * a computed value read through an EXPAND inside a reduce is stored first when recomputing it
+    for every broadcast copy would cost more than storing it (`worth_storing`);
   * the user's outputs, CONTIGUOUS and device copies are always materialized.
 
 `create_schedule` returns ScheduleItems in an order where every input exists before it is read.
@@ -20,6 +20,10 @@ from lazygrad.lazy import LazyBuffer, walk
 from lazygrad.ops import OPS, ELEMENTWISE, MOVEMENT, REDUCE
 from lazygrad.schedule.kernel import Kernel, KernelNode
 from lazygrad.shape.view import ShapeTracker
+
+
+EXPENSIVE_OPS = {"EXP2", "LOG2", "SIN", "SQRT", "RECIP", "DIV", "MOD"}
+EXPENSIVE_OP_COST = 4
 
 
 @dataclass
@@ -53,18 +57,22 @@ class _FusionPlan:
     def is_leaf(self, node: LazyBuffer) -> bool:
         return node.realized or id(node) in self.materialized
 
-    def reads_memory(self, node: LazyBuffer) -> bool:
-        """True when computing node inline would read some buffer (so it is not free to repeat)."""
-        stack, seen = [node], set()
+    def worth_storing(self, node: LazyBuffer) -> bool:
+        """Whether a value read through an EXPAND costs more to recompute per copy than to store once:
+        it reads two or more buffers, or does more than a few cheap ops."""
+        stack, seen, buffers, cost = [node], set(), 0, 0
         while stack:
             current = stack.pop()
             if id(current) in seen:
                 continue
             seen.add(id(current))
             if current is not node and self.is_leaf(current):
-                return True
+                buffers += 1
+                continue
+            if current.op in ELEMENTWISE:
+                cost += EXPENSIVE_OP_COST if current.op in EXPENSIVE_OPS else 1
             stack.extend(current.srcs)
-        return False
+        return buffers >= 2 or cost > 4
 
     def roots(self) -> list[LazyBuffer]:
         return [node for node in self.nodes if not node.realized and id(node) in self.materialized]
@@ -105,7 +113,7 @@ class _FusionPlan:
                     stack.append((node.srcs[0], False, True, False))
                     continue
                 if node is not start and under_reduce and through_expand and node.op in ELEMENTWISE \
-                        and self.reads_memory(node):
+                        and self.worth_storing(node):
                     self.materialized.add(id(node))
                     grew = True
                     continue

@@ -28,6 +28,12 @@ class Atom:
     def __eq__(self, other) -> bool:
         return isinstance(other, Atom) and self._key == other._key
 
+    def evaluate(self, values: dict[str, int]) -> int:
+        if self.kind == "var":
+            return values[self.name]
+        inner = self.inner.evaluate(values)
+        return inner // self.divisor if self.kind == "div" else inner % self.divisor
+
     def render(self, renderer) -> str:
         if self.kind == "var":
             return self.name
@@ -125,6 +131,10 @@ class Lin:
                 rest_terms[atom] = coeff
         const_quotient, const_rest = divmod(self.const, divisor)
         return Lin(quotient_terms, const_quotient), Lin(rest_terms, const_rest)
+
+    def evaluate(self, values: dict[str, int]) -> int:
+        """The value for given variable values (used by tests and debugging)."""
+        return self.const + sum(coeff * atom.evaluate(values) for atom, coeff in self.terms.items())
 
     def render(self, renderer=None) -> str:
         renderer = renderer or _PLAIN

@@ -1,0 +1,130 @@
+"""The fusion contract, pinned by counting the kernels common patterns launch (and checking values)."""
+import numpy as np
+import pytest
+
+from lazygrad import Tensor, stats
+
+
+def kernels_for(build) -> tuple[int, np.ndarray]:
+    stats.reset()
+    result = build().realize()
+    return stats.kernels, result.numpy()
+
+
+@pytest.fixture
+def inputs():
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((32, 48)).astype(np.float32) for _ in range(3)]
+    tensors = [Tensor(array) for array in arrays]
+    return arrays, tensors
+
+
+def test_ten_op_elementwise_chain_on_three_inputs_is_one_kernel(inputs):
+    (a, b, c), (ta, tb, tc) = inputs
+
+    def chain(x, y, z, lib):
+        out = x * y + z                       # 2
+        out = lib.maximum(out, 0) * 0.5 - x   # 5
+        out = lib.exp(out) + y * y            # 8
+        return lib.sqrt(out) / (z * z + 1)    # 12
+
+    count, value = kernels_for(lambda: chain(ta, tb, tc, _TensorLib))
+    assert count == 1
+    np.testing.assert_allclose(value, chain(a, b, c, np), rtol=1e-5, atol=1e-6)
+
+
+class _TensorLib:
+    maximum = staticmethod(lambda x, y: x.maximum(y))
+    exp = staticmethod(lambda x: x.exp())
+    sqrt = staticmethod(lambda x: x.sqrt())
+
+
+def test_reduce_fuses_with_its_elementwise_input(inputs):
+    (a, b, _), (ta, tb, _) = inputs
+    count, value = kernels_for(lambda: (ta * tb).sum(1))
+    assert count == 1
+    np.testing.assert_allclose(value, (a * b).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_reduce_fuses_with_elementwise_output():
+    x = np.random.default_rng(1).standard_normal((16, 20)).astype(np.float32)
+    count, value = kernels_for(lambda: (Tensor(x) * 2).sum(1).relu())
+    assert count == 1
+    np.testing.assert_allclose(value, np.maximum((x * 2).sum(1), 0), rtol=1e-5, atol=1e-5)
+
+
+def test_linear_bias_relu_is_one_kernel():
+    rng = np.random.default_rng(2)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in [(8, 32), (32, 16), (16,)])
+    count, value = kernels_for(lambda: (Tensor(x) @ Tensor(w) + Tensor(b)).relu())
+    assert count == 1
+    np.testing.assert_allclose(value, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-5)
+
+
+def test_softmax_from_primitives_takes_at_most_three_kernels(inputs):
+    (a, _, _), (ta, _, _) = inputs
+
+    def softmax():
+        e = (ta - ta.max(axis=1, keepdim=True)).exp()
+        return e / e.sum(axis=1, keepdim=True)
+    count, value = kernels_for(softmax)
+    assert count <= 3
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(value, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_layernorm_takes_at_most_three_kernels(inputs):
+    (a, _, _), (ta, _, _) = inputs
+
+    def layernorm():
+        centered = ta - ta.mean(1, keepdim=True)
+        return centered / ((centered * centered).mean(1, keepdim=True) + 1e-5).sqrt()
+    count, value = kernels_for(layernorm)
+    assert count <= 3
+    centered = a - a.mean(1, keepdims=True)
+    expected = centered / np.sqrt((centered ** 2).mean(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_movement_chains_add_no_kernel(inputs):
+    (a, b, _), (ta, tb, _) = inputs
+    count, value = kernels_for(
+        lambda: (ta.permute(1, 0).pad(((1, 1), (2, 2))).shrink(((0, 40), (1, 30))).flip(0) + 1)
+        .reshape(20, 2, 29).expand(3, 20, 2, 29))
+    assert count == 1
+    expected = np.flip(np.pad(a.T, ((1, 1), (2, 2)))[0:40, 1:30], 0) + 1
+    np.testing.assert_allclose(value, np.broadcast_to(expected.reshape(20, 2, 29), (3, 20, 2, 29)))
+
+
+def test_realizing_a_view_of_a_realized_buffer_is_one_copy_kernel(inputs):
+    (a, _, _), (ta, _, _) = inputs
+    count, value = kernels_for(lambda: ta.T[::2])
+    assert count == 1
+    np.testing.assert_array_equal(value, a.T[::2])
+
+
+def test_a_reduce_feeding_another_reduce_is_stored_once(inputs):
+    (a, b, _), (ta, tb, _) = inputs
+    count, value = kernels_for(lambda: (ta @ tb.T).sum(axis=1, keepdim=True))
+    assert count == 2
+    np.testing.assert_allclose(value, (a @ b.T).sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-4)
+
+
+def test_shared_reduce_used_by_two_outputs_is_computed_once(inputs):
+    (a, _, _), (ta, _, _) = inputs
+    total = ta.sum(1, keepdim=True)
+    stats.reset()
+    first, second = total + ta, total * ta
+    first.realize(second)
+    assert stats.kernels == 3  # the sum, then one kernel per output
+    np.testing.assert_allclose(first.numpy(), a.sum(1, keepdims=True) + a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(second.numpy(), a.sum(1, keepdims=True) * a, rtol=1e-5, atol=1e-5)
+
+
+def test_schedule_is_deterministic(inputs):
+    from lazygrad.schedule.fuse import create_schedule
+    _, (ta, tb, tc) = inputs
+    graph = ((ta @ tb.T).relu().sum(0) + tc.max()).lazydata
+    first = [item.kernel for item in create_schedule([graph])]
+    second = [item.kernel for item in create_schedule([graph])]
+    assert first == second and len(first) == 3

@@ -1,0 +1,57 @@
+"""The op table is complete: every primitive has a reference, a gradient choice and a rendering."""
+import numpy as np
+import pytest
+
+from lazygrad.dtype import dtypes
+from lazygrad.ops import OPS, ELEMENTWISE, REDUCE, reduce_identity
+from lazygrad.ops.table import NOT_DIFFERENTIABLE
+from lazygrad.renderer.c import CRenderer
+
+RENDERERS = [CRenderer()]
+ARCHITECTURE_OPS = ["NEG", "RECIP", "SQRT", "EXP2", "LOG2", "SIN", "CAST", "BITCAST", "ADD", "MUL", "DIV", "MOD",
+                    "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL", "SHR", "WHERE", "SUM", "MAX_REDUCE", "PROD",
+                    "RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP", "CONST", "BUFFER", "COPY",
+                    "CONTIGUOUS", "ASSIGN"]
+
+
+def test_the_vocabulary_is_exactly_the_documented_one():
+    assert sorted(OPS) == sorted(ARCHITECTURE_OPS)
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_op_has_a_gradient_rule_or_says_it_has_none(name):
+    grad = OPS[name].grad
+    assert callable(grad) or grad == NOT_DIFFERENTIABLE, f"{name} has no gradient rule"
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE) + sorted(n for n, op in OPS.items() if op.kind == REDUCE))
+def test_every_computing_op_has_a_numpy_reference(name):
+    assert callable(OPS[name].ref), f"{name} has no numpy reference"
+
+
+@pytest.mark.parametrize("renderer", RENDERERS, ids=lambda r: r.dialect)
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE))
+def test_every_elementwise_op_renders_on_every_renderer(renderer, name):
+    opdef = OPS[name]
+    dtype = dtypes.int32 if name in ("AND", "OR", "XOR", "SHL", "SHR") else dtypes.float32
+    src_dtypes = [dtypes.bool, dtype, dtype] if name == "WHERE" else [dtype] * opdef.arity
+    text = renderer.render_op(name, src_dtypes, dtype, [f"x{i}" for i in range(opdef.arity)])
+    for i in range(opdef.arity):
+        assert f"x{i}" in text
+
+
+@pytest.mark.parametrize("renderer", RENDERERS, ids=lambda r: r.dialect)
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.kind == REDUCE))
+def test_every_reduce_renders_its_accumulation(renderer, name):
+    for dtype in (dtypes.float32, dtypes.int32, dtypes.bool):
+        text = renderer.render_accumulate(name, dtype, "acc", "value")
+        assert "acc" in text and "value" in text
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.kind == REDUCE))
+def test_reduce_identity_is_neutral(name):
+    values = np.array([3, -2, 5], dtype=np.int32)
+    identity = reduce_identity(name, dtypes.int32)
+    reference = OPS[name].ref
+    with_identity = reference(np.append(values, identity), (0,))
+    np.testing.assert_array_equal(with_identity, reference(values, (0,)))

@@ -1,0 +1,124 @@
+"""Views and index math: a ShapeTracker's index expression must read what numpy's view reads."""
+import itertools
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from lazygrad.shape.symbolic import Lin, render_condition, var
+from lazygrad.shape.view import ShapeTracker, View
+
+
+def read_through(tracker: ShapeTracker, data: np.ndarray) -> np.ndarray:
+    """Evaluate the tracker's index and mask at every position, reading a flat array."""
+    names = [f"i{axis}" for axis in range(len(tracker.shape))]
+    indices = [var(name, 0, max(size - 1, 0)) for name, size in zip(names, tracker.shape)]
+    offset, conditions = tracker.index_and_valid(indices)
+    out = np.zeros(tracker.shape, dtype=data.dtype)
+    for position in itertools.product(*[range(size) for size in tracker.shape]):
+        values = dict(zip(names, position))
+        if all(lo <= expr.evaluate(values) < hi for expr, lo, hi in conditions):
+            out[position] = data[offset.evaluate(values)]
+    return out
+
+
+def numpy_movement(array: np.ndarray, op: str, arg) -> np.ndarray:
+    if op == "reshape":
+        return array.reshape(arg)
+    if op == "permute":
+        return array.transpose(arg)
+    if op == "expand":
+        return np.broadcast_to(array, arg)
+    if op == "pad":
+        return np.pad(array, arg)
+    if op == "shrink":
+        return array[tuple(slice(a, b) for a, b in arg)]
+    return np.flip(array, arg)
+
+
+@st.composite
+def movement_chains(draw):
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    ops = []
+    current = shape
+    for _ in range(draw(st.integers(1, 6))):
+        op = draw(st.sampled_from(["reshape", "permute", "expand", "pad", "shrink", "flip"]))
+        if op == "reshape":
+            size = int(np.prod(current))
+            factors = [d for d in range(1, size + 1) if size % d == 0]
+            first = draw(st.sampled_from(factors))
+            arg = (first, size // first) if draw(st.booleans()) else (size,)
+        elif op == "permute":
+            arg = tuple(draw(st.permutations(range(len(current)))))
+        elif op == "expand":
+            if 1 not in current:
+                arg = (2,) + current
+                ops.append(("reshape", (1,) + current))
+                current = (1,) + current
+            arg = tuple(3 if size == 1 else size for size in current)
+        elif op == "pad":
+            arg = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in current)
+        elif op == "shrink":
+            arg = []
+            for size in current:
+                start = draw(st.integers(0, size - 1))
+                arg.append((start, draw(st.integers(start + 1, size))))
+            arg = tuple(arg)
+        else:
+            arg = tuple(sorted(draw(st.sets(st.integers(0, len(current) - 1), min_size=1))))
+        ops.append((op, arg))
+        current = numpy_movement(np.zeros(current), op, arg).shape
+    return shape, ops
+
+
+@settings(max_examples=300, deadline=None)
+@given(movement_chains())
+def test_tracker_reads_what_numpy_views_read(chain):
+    shape, ops = chain
+    data = np.arange(1, int(np.prod(shape)) + 1, dtype=np.int64)
+    expected = data.reshape(shape)
+    tracker = ShapeTracker.from_shape(shape)
+    for op, arg in ops:
+        expected = numpy_movement(expected, op, arg)
+        tracker = tracker.apply(op.upper(), arg)
+    np.testing.assert_array_equal(read_through(tracker, data), expected)
+
+
+def test_reshape_of_a_contiguous_view_needs_no_second_view():
+    tracker = ShapeTracker.from_shape((4, 6)).reshape((2, 2, 3, 2)).reshape((24,))
+    assert len(tracker.views) == 1 and tracker.is_contiguous
+
+
+def test_reshape_of_a_transposed_view_stacks_a_view():
+    tracker = ShapeTracker.from_shape((4, 6)).permute((1, 0)).reshape((24,))
+    assert len(tracker.views) == 2
+
+
+def test_splitting_a_transposed_dim_keeps_one_view():
+    view = View.contiguous((4, 6)).permute((1, 0)).reshape((2, 3, 4))
+    assert view is not None and view.strides == (3, 1, 6)
+
+
+def test_floor_division_and_modulo_fold_with_bounds():
+    i, j = var("i", 0, 9), var("j", 0, 3)
+    assert ((i * 4 + j) // 4).key == i.key
+    assert ((i * 4 + j) % 4).key == j.key
+    assert (j // 4).key == Lin.of(0).key
+    assert ((i * 4 + j) * 2 // 8).key == i.key
+
+
+def test_possibly_negative_division_renders_with_floor_semantics():
+    i = var("i", 0, 9)
+    shifted = (i - 3) // 4           # the constant is moved out, so C's / is safe here
+    assert "lg_floordiv" not in shifted.render()
+    negated = (i * -1 + 1) // 4      # a negative coefficient can make the operand negative
+    assert "lg_floordiv" in negated.render()
+    for value in range(10):
+        assert shifted.evaluate({"i": value}) == (value - 3) // 4
+        assert negated.evaluate({"i": value}) == (1 - value) // 4
+
+
+def test_conditions_decided_by_bounds_render_as_constants():
+    i = var("i", 0, 9)
+    assert render_condition([(i, 0, 10)]) is True
+    assert render_condition([(i, 10, 12)]) is False
+    assert render_condition([(i, 2, 10)]) == "(i>=2)"
