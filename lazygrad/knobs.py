@@ -116,7 +116,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("DISABLE_CACHE", "disable_cache", "bool", parse_bool, "0",
          "neither read nor write the disk cache"),
     Knob("CC", "cc", "str", parse_text, "",
-         "C compiler for the CPU device (empty: auto-detect clang, gcc, cc)"),
+         "C compiler for the CPU device (empty: the first of gcc, clang, cc on PATH)"),
 )
 
 KNOB_NAMES: tuple[str, ...] = tuple(knob.env for knob in KNOBS)

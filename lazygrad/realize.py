@@ -10,7 +10,6 @@ The NPY device skips all of that and interprets the graph with numpy.
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from lazygrad.lazy import LazyBuffer, walk
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.linearize import linearize
 from lazygrad.schedule.fuse import ScheduleItem, create_schedule
-from lazygrad.schedule.kernel import Kernel
+from lazygrad.schedule.kernel import Kernel, format_ast
 from lazygrad.stats import stats
 
 RENDERERS = {"CPU": CRenderer()}
@@ -36,21 +35,24 @@ class CompiledKernel:
     flops: int
 
 
-_PROGRAMS: dict[tuple[str, Kernel], CompiledKernel] = {}
+_PROGRAMS: dict[tuple[str, Kernel, bool], CompiledKernel] = {}
 
 
 def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
     """The runnable program for a kernel, from memory, the disk cache or the compiler."""
-    key = (device_name, kernel)
+    key = (device_name, kernel, knobs.noopt)
     if key in _PROGRAMS:
         return _PROGRAMS[key]
     device = get_device(device_name)
     renderer = RENDERERS[device_name.split(":")[0]]
-    program = linearize(kernel, renderer)
+    program = linearize(kernel, renderer, optimize=not knobs.noopt)
     source = renderer.render_program(program)
     if knobs.debug >= 3:
-        print(f"kernel {program.name}: full shape {kernel.full_shape}, reduce axes {kernel.reduce_axes}, "
-              f"parallel={program.parallel}\n{kernel.ast}", file=sys.stderr)
+        print(f"kernel {program.name}: full shape {kernel.full_shape}, reduce axes {kernel.reduce_axes}\n"
+              f"{format_ast(kernel.ast)}\n"
+              f"loops: global {[(loop.var, loop.size) for loop in program.global_loops]}, "
+              f"reduce {[(loop.var, loop.size) for loop in program.reduce_loops]}, "
+              f"parallel={program.parallel}", file=sys.stderr)
     if knobs.debug >= 4:
         print(source, file=sys.stderr)
     if knobs.debug >= 6:
@@ -85,7 +87,7 @@ def _run_item(item: ScheduleItem) -> float:
     stats.bytes += moved
     if knobs.debug >= 2:
         print(f"  {compiled.name:<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
-              f"{compiled.flops / elapsed / 1e9:8.2f} GFLOP/s {moved / elapsed / 1e9:8.2f} GB/s", file=sys.stderr)
+              f"{compiled.flops / max(elapsed, 1e-9) / 1e9:8.2f} GFLOP/s {moved / max(elapsed, 1e-9) / 1e9:8.2f} GB/s", file=sys.stderr)
     output.mark_realized(buffer)
     return elapsed
 
@@ -126,7 +128,3 @@ def realize(outputs: list[LazyBuffer]) -> None:
             total = time.perf_counter() - start
             print(f"realized {len(schedule)} kernel(s) on {device_name}: {device_time * 1e3:.3f} ms on device, "
                   f"{total * 1e3:.3f} ms in total", file=sys.stderr)
-
-
-def total_elements(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)

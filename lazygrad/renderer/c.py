@@ -72,7 +72,7 @@ class CRenderer(CStyleRenderer):
             accumulator, op, dtype, value = program.accumulator
             line(f"{self.type_name(dtype)} {accumulator} = {self.render_identity(op, dtype)};")
             for number, loop in enumerate(program.reduce_loops):
-                if number == len(program.reduce_loops) - 1 and op in ("SUM", "PROD"):
+                if program.vectorize and number == len(program.reduce_loops) - 1 and op in ("SUM", "PROD"):
                     line(f"#pragma omp simd reduction({'+' if op == 'SUM' else '*'}:{accumulator})")
                 line(f"for (long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
                 depth += 1

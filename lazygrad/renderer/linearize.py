@@ -8,7 +8,7 @@ dialect files only supply syntax. Views become index expressions here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from lazygrad.dtype import DType
 from lazygrad.ops import OPS
@@ -42,8 +42,8 @@ class LoopProgram:
     outer: list[Statement]                       # after the reduce, per output element
     store: tuple[str, str, str]                  # (param name, index text, value name)
     full_shape: tuple[int, ...] = ()
-    parallel: bool = False
-    notes: list[str] = field(default_factory=list)
+    parallel: bool = False       # split the outer loop over CPU cores
+    vectorize: bool = False      # mark the innermost reduce loop as a SIMD reduction
 
 
 def _trackers(ast: KernelNode) -> set[ShapeTracker]:
@@ -112,10 +112,14 @@ class _Namer:
         return f"{prefix}{self.count - 1}"
 
 
-def linearize(kernel: Kernel, renderer, parallel_threshold: int = 1 << 15) -> LoopProgram:
-    """The loop program of a kernel; `renderer` supplies the text of each expression."""
+def linearize(kernel: Kernel, renderer, optimize: bool = True, parallel_threshold: int = 1 << 15) -> LoopProgram:
+    """The loop program of a kernel; `renderer` supplies the text of each expression.
+
+    With optimize=False (NOOPT=1) the loop nest is the plain one: one loop per dim, one thread,
+    no vectorization hints."""
     name = kernel.name
-    kernel = merge_dims(kernel)
+    if optimize:
+        kernel = merge_dims(kernel)
     full_shape, axes = kernel.full_shape, set(kernel.reduce_axes)
     full_indices: list[Lin] = []
     global_loops, reduce_loops = [], []
@@ -184,4 +188,5 @@ def linearize(kernel: Kernel, renderer, parallel_threshold: int = 1 << 15) -> Lo
     store_index, _ = index_text(kernel.ast.arg[1])
     return LoopProgram(name, params, global_loops, reduce_loops, inner, accumulator, outer,
                        (params[0][0], store_index, names[value]), full_shape,
-                       parallel=math.prod(full_shape) >= parallel_threshold and bool(global_loops))
+                       parallel=optimize and math.prod(full_shape) >= parallel_threshold and bool(global_loops),
+                       vectorize=optimize)

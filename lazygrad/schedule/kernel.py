@@ -54,6 +54,46 @@ class KernelNode:
         return order
 
 
+def _describe_arg(node: KernelNode) -> str:
+    if node.op in ("LOAD", "STORE"):
+        number, tracker = node.arg
+        return f"data{number} " + " -> ".join(_describe_view(view) for view in tracker.views)
+    if node.op == "CONST":
+        value, tracker = node.arg
+        return repr(value) + ("" if tracker is None else " masked " + _describe_view(tracker.views[-1]))
+    if node.op == "VALID":
+        return _describe_view(node.arg.views[-1])
+    return "" if node.arg is None else repr(node.arg)
+
+
+def _describe_view(view) -> str:
+    text = f"shape={view.shape} strides={view.strides}"
+    if view.offset:
+        text += f" offset={view.offset}"
+    if view.mask is not None:
+        text += f" mask={view.mask}"
+    return text
+
+
+def format_ast(root: KernelNode) -> str:
+    """One line per node, sources indented under users; a shared node is printed once and named."""
+    names = {node: f"n{index}" for index, node in enumerate(root.walk())}
+    printed: set[KernelNode] = set()
+    lines = []
+
+    def show(node: KernelNode, depth: int) -> None:
+        label = f"{'  ' * depth}{names[node]} {node.op} {node.dtype.name} {_describe_arg(node)}".rstrip()
+        if node in printed:
+            lines.append(f"{'  ' * depth}{names[node]} (see above)")
+            return
+        printed.add(node)
+        lines.append(label)
+        for src in node.srcs:
+            show(src, depth + 1)
+    show(root, 0)
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Kernel:
     """STORE(ast) over an iteration space of `full_shape`; `reduce_axes` are reduced in the loop."""
