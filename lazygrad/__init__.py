@@ -2,6 +2,6 @@
 from lazygrad.dtype import dtypes
 from lazygrad.knobs import Context
 from lazygrad.stats import stats
-from lazygrad.tensor import Tensor, manual_seed
+from lazygrad.tensor import Tensor, manual_seed, no_grad
 
-__all__ = ["Tensor", "dtypes", "Context", "stats", "manual_seed"]
+__all__ = ["Tensor", "dtypes", "Context", "stats", "manual_seed", "no_grad"]

@@ -14,6 +14,7 @@ import numpy as np
 from lazygrad.devices import canonical_device, get_device
 from lazygrad.dtype import DType, dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
+from lazygrad.ops import OPS, REDUCE, UNARY, BINARY, TERNARY
 from lazygrad.realize import realize
 
 _rng = np.random.default_rng(0)
@@ -56,22 +57,47 @@ def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(result)
 
 
-class Tensor:
-    __slots__ = ("lazydata",)
-    __hash__ = object.__hash__  # == builds a comparison, so hashing stays by identity
+class no_grad:
+    """`with no_grad():` builds no backward graph inside the block (also usable as a decorator)."""
 
-    def __init__(self, data, dtype=None, device: str | None = None):
-        device = canonical_device(device)
-        dtype = dtypes.from_any(dtype) if dtype is not None else None
+    def __enter__(self):
+        self.previous = Tensor.grad_enabled
+        Tensor.grad_enabled = False
+
+    def __exit__(self, *exc_info):
+        Tensor.grad_enabled = self.previous
+
+    def __call__(self, function):
+        def wrapper(*args, **kwargs):
+            with no_grad():
+                return function(*args, **kwargs)
+        return wrapper
+
+
+class Tensor:
+    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx")
+    __hash__ = object.__hash__  # == builds a comparison, so hashing stays by identity
+    grad_enabled = True         # False inside `with no_grad():`
+
+    def __init__(self, data, dtype=None, device: str | None = None, requires_grad: bool = False):
+        self.grad: Tensor | None = None
+        self._ctx: tuple | None = None  # (op, source tensors, arg) of the primitive that made this tensor
+        self.requires_grad = False
         if isinstance(data, LazyBuffer):
-            self.lazydata = data if dtype is None else data.cast(dtype)
-            return
+            self.lazydata = data if dtype is None else data.cast(dtypes.from_any(dtype))
+        else:
+            self.lazydata = self._lazy_from_data(data, dtype, canonical_device(device))
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @staticmethod
+    def _lazy_from_data(data, dtype, device: str) -> LazyBuffer:
+        dtype = dtypes.from_any(dtype) if dtype is not None else None
         if isinstance(data, Tensor):
             data = data.numpy()
         if isinstance(data, (bool, int, float, np.generic)) and not isinstance(data, np.ndarray):
             dtype = dtype or (dtypes.from_any(data.dtype) if isinstance(data, np.generic) else scalar_dtype(data))
-            self.lazydata = LazyBuffer.const(data, dtype, (), device)
-            return
+            return LazyBuffer.const(data, dtype, (), device)
         if isinstance(data, np.ndarray):
             array = data
             if dtype is None:
@@ -87,7 +113,86 @@ class Tensor:
                     raise TypeError(f"cannot build a Tensor from elements of type {array.dtype}")
         array = np.ascontiguousarray(array, dtype=dtype.np)
         buffer = get_device(device).alloc(dtype, array.size).copyin(array)
-        self.lazydata = LazyBuffer.from_buffer(buffer, array.shape)
+        return LazyBuffer.from_buffer(buffer, array.shape)
+
+    def _apply(self, op: str, *others: "Tensor", arg=None) -> "Tensor":
+        """Apply one primitive of the op table, recording it for backward when a source needs grads."""
+        kind = OPS[op].kind
+        if kind in (UNARY, BINARY, TERNARY):
+            lazy = self.lazydata.alu(op, *[other.lazydata for other in others], arg=arg)
+        elif kind == REDUCE:
+            lazy = self.lazydata.reduce(op, arg)
+        elif op == "CONTIGUOUS":
+            lazy = self.lazydata.contiguous()
+        elif op == "COPY":
+            lazy = self.lazydata.copy_to(arg)
+        else:
+            lazy = getattr(self.lazydata, op.lower())(arg)
+        out = Tensor(lazy)
+        if Tensor.grad_enabled and (self.requires_grad or any(other.requires_grad for other in others)):
+            out.requires_grad = True
+            out._ctx = (op, (self,) + others, arg)
+        return out
+
+    # ---- autograd -----------------------------------------------------------------------------
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if requires_grad and not self.dtype.is_float:
+            raise TypeError(f"only floating point tensors can require gradients, got {self.dtype.name}")
+        self.requires_grad = requires_grad
+        return self
+
+    def detach(self) -> "Tensor":
+        """The same value, cut from the backward graph."""
+        return Tensor(self.lazydata)
+
+    def _backward_order(self) -> list["Tensor"]:
+        """Tensors with a recorded op, each after everything it was computed from."""
+        order, seen = [], set()
+        stack = [(self, False)]
+        while stack:
+            tensor, sources_done = stack.pop()
+            if sources_done:
+                order.append(tensor)
+                continue
+            if id(tensor) in seen or tensor._ctx is None:
+                continue
+            seen.add(id(tensor))
+            stack.append((tensor, True))
+            stack.extend((source, False) for source in tensor._ctx[1] if source.requires_grad)
+        return order
+
+    def backward(self, gradient: "Tensor | None" = None) -> None:
+        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad (lazily)."""
+        if not self.requires_grad:
+            raise RuntimeError("backward: this tensor does not require grad and has no grad_fn")
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError(f"backward: grad can be implicitly created only for scalar outputs, "
+                                   f"got shape {self.shape}; pass gradient=")
+            gradient = Tensor.full(self.shape, 1.0, self.dtype, self.device)
+        elif gradient.shape != self.shape:
+            raise ValueError(f"backward: gradient of shape {gradient.shape} does not match output {self.shape}")
+        grads = {id(self): gradient.detach()}
+        with no_grad():
+            for tensor in reversed(self._backward_order()):
+                grad = grads.pop(id(tensor), None)
+                if grad is None:
+                    continue
+                op, sources, arg = tensor._ctx
+                rule = OPS[op].grad
+                if not callable(rule):
+                    raise RuntimeError(f"backward: {op} is not differentiable")
+                source_grads = rule(grad, tensor.detach(), [source.detach() for source in sources], arg)
+                for source, source_grad in zip(sources, source_grads):
+                    if source_grad is None or not source.requires_grad:
+                        continue
+                    if source._ctx is None:  # a leaf: accumulate, as PyTorch does
+                        source.grad = source_grad if source.grad is None else source.grad + source_grad
+                    elif id(source) in grads:
+                        grads[id(source)] = grads[id(source)] + source_grad
+                    else:
+                        grads[id(source)] = source_grad
 
     # ---- properties ---------------------------------------------------------------------------
 
@@ -147,7 +252,7 @@ class Tensor:
         return self.numpy().tolist()
 
     def to(self, device: str) -> "Tensor":
-        return Tensor(self.lazydata.copy_to(canonical_device(device)))
+        return self._apply("COPY", arg=canonical_device(device))
 
     def __bool__(self) -> bool:
         return bool(self.item())
@@ -199,13 +304,14 @@ class Tensor:
     # ---- type conversion ----------------------------------------------------------------------
 
     def cast(self, dtype) -> "Tensor":
-        return Tensor(self.lazydata.cast(dtypes.from_any(dtype)))
+        dtype = dtypes.from_any(dtype)
+        return self if dtype == self.dtype else self._apply("CAST", arg=dtype)
 
     def bitcast(self, dtype) -> "Tensor":
         dtype = dtypes.from_any(dtype)
         if dtype.itemsize != self.dtype.itemsize:
             raise TypeError(f"bitcast: {self.dtype.name} and {dtype.name} differ in size")
-        return Tensor(self.lazydata.cast(dtype, bitcast=True))
+        return self if dtype == self.dtype else self._apply("BITCAST", arg=dtype)
 
     def float(self) -> "Tensor":
         return self.cast(dtypes.float32)
@@ -255,11 +361,11 @@ class Tensor:
         if self.shape == shape:
             return self
         padded = self.reshape((1,) * (len(shape) - self.ndim) + self.shape)
-        return Tensor(padded.lazydata.expand(shape))
+        return padded._apply("EXPAND", arg=shape)
 
     def _binary(self, op: str, other, reverse: bool = False, name: str = "") -> "Tensor":
         x, y = self._operands(other, name or op.lower(), reverse)
-        return Tensor(x.lazydata.alu(op, y.lazydata))
+        return x._apply(op, y)
 
     def add(self, other, reverse=False):
         return self._binary("ADD", other, reverse, "add")
@@ -271,13 +377,13 @@ class Tensor:
         x, y = self._operands(other, "sub", reverse)
         if x.dtype == dtypes.bool:
             raise TypeError("sub: subtracting bool tensors is not supported; use logical_xor or cast first")
-        return Tensor(x.lazydata.alu("ADD", y.lazydata.alu("NEG")))
+        return x._apply("ADD", y._apply("NEG"))
 
     def div(self, other, reverse=False):
         """True division: integer inputs give the default float dtype."""
         x, y = self._operands(other, "div", reverse)
         x, y = x._to_float(), y._to_float()
-        return Tensor(x.lazydata.alu("DIV", y.lazydata))
+        return x._apply("DIV", y)
 
     def floordiv(self, other, reverse=False):
         x, y = self._operands(other, "floordiv", reverse)
@@ -285,8 +391,8 @@ class Tensor:
             return (x.div(y)).floor()
         if x.dtype.is_bool:
             raise TypeError("floordiv: not supported for bool tensors")
-        quotient = Tensor(x.lazydata.alu("DIV", y.lazydata))
-        remainder = Tensor(x.lazydata.alu("MOD", y.lazydata))
+        quotient = x._apply("DIV", y)
+        remainder = x._apply("MOD", y)
         rounds_toward_zero = (remainder != 0).logical_and((remainder < 0) != (y < 0))
         return quotient - rounds_toward_zero.cast(x.dtype)
 
@@ -295,7 +401,7 @@ class Tensor:
         x, y = self._operands(other, "remainder", reverse)
         if x.dtype.is_bool:
             raise TypeError("remainder: not supported for bool tensors")
-        remainder = Tensor(x.lazydata.alu("MOD", y.lazydata))
+        remainder = x._apply("MOD", y)
         wrong_sign = (remainder != 0).logical_and((remainder < 0) != (y < 0))
         return wrong_sign.where(remainder + y, remainder)
 
@@ -355,7 +461,7 @@ class Tensor:
         x, y = self._operands(other, name)
         if x.dtype.is_float:
             raise TypeError(f"{name}: not supported for {x.dtype.name} tensors (bool and integer only)")
-        return Tensor(x.lazydata.alu(op, y.lazydata))
+        return x._apply(op, y)
 
     def __and__(self, other): return self._bitwise("AND", other, "bitwise_and")
     def __or__(self, other): return self._bitwise("OR", other, "bitwise_or")
@@ -371,7 +477,7 @@ class Tensor:
         return self ^ (True if self.dtype.is_bool else -1)
 
     def logical_not(self) -> "Tensor":
-        return Tensor(self.bool().lazydata.alu("XOR", LazyBuffer.const(True, dtypes.bool, self.shape, self.device)))
+        return self.bool()._apply("XOR", Tensor.full(self.shape, True, dtypes.bool, self.device))
 
     def logical_and(self, other) -> "Tensor":
         return self.bool()._bitwise("AND", other.bool() if isinstance(other, Tensor) else bool(other), "logical_and")
@@ -394,17 +500,17 @@ class Tensor:
         x, y = if_true._operands(if_false, "where")
         shape = broadcast_shapes("where", condition.shape, x.shape)
         condition, x, y = condition._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
-        return Tensor(condition.lazydata.alu("WHERE", x.lazydata, y.lazydata))
+        return condition._apply("WHERE", x, y)
 
     # ---- elementwise functions ----------------------------------------------------------------
 
     def _unary_float(self, op: str) -> "Tensor":
-        return Tensor(self._to_float().lazydata.alu(op))
+        return self._to_float()._apply(op)
 
     def neg(self) -> "Tensor":
         if self.dtype.is_bool:
             raise TypeError("neg: negating a bool tensor is not supported; use logical_not()")
-        return Tensor(self.lazydata.alu("NEG"))
+        return self._apply("NEG")
 
     def exp2(self): return self._unary_float("EXP2")
     def log2(self): return self._unary_float("LOG2")
@@ -433,7 +539,7 @@ class Tensor:
     def trunc(self) -> "Tensor":
         if not self.dtype.is_float:
             return self
-        return self - Tensor(self.lazydata.alu("MOD", LazyBuffer.const(1, self.dtype, self.shape, self.device)))
+        return self - self._apply("MOD", self._const_like(1))
 
     def floor(self) -> "Tensor":
         truncated = self.trunc()
@@ -470,7 +576,7 @@ class Tensor:
         axes = self._reduce_axes(axis, name)
         if self.ndim == 0:
             return self
-        reduced = Tensor(self.lazydata.reduce(op, axes))
+        reduced = self._apply(op, arg=axes)
         if keepdim:
             return reduced
         return reduced.reshape(tuple(size for a, size in enumerate(self.shape) if a not in axes))
@@ -529,7 +635,7 @@ class Tensor:
         if any(size < 0 for size in shape) or math.prod(shape) != self.numel():
             raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
                              f"into shape {shape}")
-        return Tensor(self.lazydata.reshape(shape))
+        return self if shape == self.shape else self._apply("RESHAPE", arg=shape)
 
     view = reshape
 
@@ -538,7 +644,7 @@ class Tensor:
         normalized = tuple(_normalize_axis(axis, self.ndim, "permute") for axis in order)
         if sorted(normalized) != list(range(self.ndim)):
             raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dims of shape {self.shape}")
-        return Tensor(self.lazydata.permute(normalized))
+        return self._apply("PERMUTE", arg=normalized)
 
     def transpose(self, dim0: int = -2, dim1: int = -1) -> "Tensor":
         if self.ndim < 2 and dim0 in (-2, 0) and dim1 in (-1, 0):
@@ -578,10 +684,10 @@ class Tensor:
         if any(lo < 0 or hi < 0 for lo, hi in pairs):  # negative padding crops
             result = result.shrink(tuple((-min(lo, 0), size + min(hi, 0)) for (lo, hi), size in zip(pairs, self.shape)))
             pairs = [(max(lo, 0), max(hi, 0)) for lo, hi in pairs]
-        padded = Tensor(result.lazydata.pad(tuple(pairs)))
+        padded = result._apply("PAD", arg=tuple(pairs))
         if value == 0:
             return padded
-        inside = Tensor(LazyBuffer.const(True, dtypes.bool, result.shape, self.device).pad(tuple(pairs)))
+        inside = Tensor.full(result.shape, True, dtypes.bool, self.device)._apply("PAD", arg=tuple(pairs))
         return inside.where(padded, value)
 
     def shrink(self, bounds) -> "Tensor":
@@ -589,14 +695,14 @@ class Tensor:
         for (start, end), size in zip(bounds, self.shape):
             if not 0 <= start <= end <= size:
                 raise ValueError(f"shrink: bounds {bounds} do not fit shape {self.shape}")
-        return Tensor(self.lazydata.shrink(bounds))
+        return self._apply("SHRINK", arg=bounds)
 
     def flip(self, *axis) -> "Tensor":
         axis = tuple(axis[0]) if len(axis) == 1 and isinstance(axis[0], (tuple, list)) else tuple(axis)
-        return Tensor(self.lazydata.flip(tuple(_normalize_axis(a, self.ndim, "flip") for a in axis)))
+        return self._apply("FLIP", arg=tuple(_normalize_axis(a, self.ndim, "flip") for a in axis))
 
     def contiguous(self) -> "Tensor":
-        return Tensor(self.lazydata.contiguous())
+        return self._apply("CONTIGUOUS")
 
     def squeeze(self, dim=None) -> "Tensor":
         if dim is None:

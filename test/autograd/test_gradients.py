@@ -1,0 +1,138 @@
+"""Gradients of every differentiable primitive (and common compositions) against central finite
+differences in float64, on CPU and NPY."""
+import numpy as np
+import pytest
+
+from lazygrad import Tensor, no_grad
+
+DEVICES = ["CPU", "NPY"]
+
+
+def numeric_gradient(function, arrays, index, device, eps=1e-6):
+    grad = np.zeros_like(arrays[index])
+    for position in np.ndindex(arrays[index].shape):
+        values = []
+        for sign in (1, -1):
+            shifted = [array.copy() for array in arrays]
+            shifted[index][position] += sign * eps
+            with no_grad():
+                values.append(function(*[Tensor(a, device=device) for a in shifted]).item())
+        grad[position] = (values[0] - values[1]) / (2 * eps)
+    return grad
+
+
+def check_gradients(function, *arrays, device):
+    tensors = [Tensor(array, device=device, requires_grad=True) for array in arrays]
+    function(*tensors).backward()
+    for index, tensor in enumerate(tensors):
+        expected = numeric_gradient(function, arrays, index, device)
+        assert tensor.grad is not None, f"input {index} got no gradient"
+        np.testing.assert_allclose(tensor.grad.numpy(), expected, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"gradient of input {index}")
+
+
+rng = np.random.default_rng(0)
+
+
+def positive(*shape):
+    return rng.uniform(0.5, 2.0, shape)
+
+
+def signed(*shape):
+    values = rng.uniform(-2.0, 2.0, shape)
+    return np.where(np.abs(values) < 0.2, 0.7, values)  # away from kinks at 0
+
+
+CASES = {
+    "neg": (lambda x: (-x).sum(), [signed(3, 2)]),
+    "reciprocal": (lambda x: x.reciprocal().sum(), [positive(3, 2)]),
+    "sqrt": (lambda x: x.sqrt().sum(), [positive(4)]),
+    "exp2": (lambda x: x.exp2().sum(), [signed(4)]),
+    "log2": (lambda x: x.log2().sum(), [positive(4)]),
+    "sin": (lambda x: x.sin().sum(), [signed(4)]),
+    "exp_log": (lambda x: (x.exp() + x.log()).sum(), [positive(2, 3)]),
+    "add_broadcast": (lambda x, y: (x + y).square().sum(), [signed(2, 3), signed(3)]),
+    "mul_broadcast": (lambda x, y: (x * y).sum(), [signed(2, 1, 3), signed(4, 1)]),
+    "div": (lambda x, y: (x / y).sum(), [signed(2, 3), positive(2, 3)]),
+    "maximum": (lambda x, y: x.maximum(y).sum(), [signed(5), signed(5)]),
+    "minimum": (lambda x, y: x.minimum(y).sum(), [signed(5), signed(5)]),
+    "where": (lambda x, y: (x > 0).where(x * 2, y * y).sum(), [signed(6), signed(6)]),
+    "sum_axis": (lambda x: (x.sum(1) ** 2).sum(), [signed(3, 4)]),
+    "max_axis": (lambda x: (x.max(0) * 3).sum(), [signed(3, 4)]),
+    "prod_axis": (lambda x: x.prod(1).sum(), [positive(2, 3)]),
+    "mean_keepdim": (lambda x: (x - x.mean(1, keepdim=True)).square().sum(), [signed(3, 4)]),
+    "reshape_permute": (lambda x: (x.reshape(3, 4).permute(1, 0) * Tensor(np.arange(12.0).reshape(4, 3), device=x.device)).sum(), [signed(2, 6)]),
+    "expand": (lambda x: (x.expand(3, 4) * Tensor(np.arange(12.0).reshape(3, 4), device=x.device)).sum(), [signed(1, 4)]),
+    "pad_shrink": (lambda x: (x.pad(((1, 2), (0, 1))).exp()[1:4, 0:3] * 2).sum(), [signed(3, 3)]),
+    "flip_slice": (lambda x: (x.flip(0)[::2] * Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], device=x.device)).sum(), [signed(4, 3)]),
+    "getitem": (lambda x: (x[1, ::-1] * x[0]).sum(), [signed(2, 3)]),
+    "matmul": (lambda x, w: (x @ w).relu().sum(), [signed(3, 4), signed(4, 2)]),
+    "batched_matmul": (lambda x, w: (x @ w).square().sum(), [signed(2, 2, 3), signed(3, 2)]),
+    "softmax": (lambda x: ((x - x.max(1, keepdim=True)).exp() / (x - x.max(1, keepdim=True)).exp().sum(1, keepdim=True) * Tensor(np.arange(8.0).reshape(2, 4), device=x.device)).sum(), [signed(2, 4)]),
+    "sigmoid_tanh": (lambda x: (x.sigmoid() + x.tanh()).sum(), [signed(5)]),
+    "pow_float": (lambda x: (x ** 1.5).sum(), [positive(4)]),
+    "contiguous": (lambda x: (x.T.contiguous() * Tensor(np.arange(6.0).reshape(3, 2), device=x.device)).sum(), [signed(2, 3)]),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_matches_finite_differences(name, device):
+    function, arrays = CASES[name]
+    check_gradients(function, *arrays, device=device)
+
+
+def test_gradient_through_a_cast_comes_back_in_the_source_dtype():
+    x = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    (x.float() * Tensor(np.array([1.0, 2.0, 3.0], dtype=np.float32))).sum().backward()
+    assert x.grad.dtype == x.dtype
+    np.testing.assert_allclose(x.grad.numpy(), [1.0, 2.0, 3.0])
+
+
+def test_gradients_accumulate_until_zeroed():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (x * 3).sum().backward()
+    (x * 3).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [6.0, 6.0])
+    x.grad = None
+    (x * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+
+
+def test_no_grad_builds_no_backward_graph():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    with no_grad():
+        y = x * 2
+    assert not y.requires_grad
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        y.sum().backward()
+
+
+def test_detach_cuts_the_graph():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (x.detach() * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [1.0, 2.0])
+
+
+def test_backward_of_a_non_scalar_needs_a_gradient():
+    x = Tensor(np.ones(3), requires_grad=True)
+    with pytest.raises(RuntimeError, match="scalar outputs"):
+        (x * 2).backward()
+    (x * 2).backward(Tensor(np.array([1.0, 0.0, 2.0])))
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 0.0, 4.0])
+
+
+def test_integer_tensors_cannot_require_grad():
+    with pytest.raises(TypeError, match="floating point"):
+        Tensor([1, 2], requires_grad=True)
+
+
+def test_backward_stays_lazy_and_fuses():
+    from lazygrad import stats
+    x = Tensor(np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32), requires_grad=True)
+    w = Tensor(np.random.default_rng(2).standard_normal((8, 4)).astype(np.float32), requires_grad=True)
+    stats.reset()
+    (x @ w).relu().sum().backward()
+    assert stats.kernels == 0
+    x.grad.realize(w.grad)
+    assert stats.kernels <= 4

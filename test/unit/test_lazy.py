@@ -1,0 +1,60 @@
+"""The lazy graph: nothing runs before a value is needed, nodes are shared, old graphs are freed."""
+import gc
+import weakref
+
+import numpy as np
+
+from lazygrad import Tensor, stats
+from lazygrad.lazy import LazyBuffer
+
+
+def test_building_ops_runs_nothing():
+    x = Tensor(np.ones((4, 4), dtype=np.float32))
+    stats.reset()
+    y = ((x * 2 + 1).exp().sum(0) @ x).relu()
+    assert stats.kernels == 0 and not y.lazydata.realized
+    y.numpy()
+    assert stats.kernels > 0
+
+
+def test_identical_ops_on_identical_sources_are_one_node():
+    x = Tensor(np.ones(3, dtype=np.float32))
+    assert (x * 2 + 1).lazydata is (x * 2 + 1).lazydata
+    assert (x * 2).lazydata is not (x * 3).lazydata
+
+
+def test_a_realized_tensor_keeps_its_buffer_and_drops_its_graph():
+    x = Tensor(np.ones(3, dtype=np.float32))
+    intermediate = x * 2
+    watcher = weakref.ref(intermediate.lazydata)
+    y = intermediate + 1
+    del intermediate
+    y.realize()
+    gc.collect()
+    assert watcher() is None
+    assert y.lazydata.op == "BUFFER" and y.lazydata.srcs == ()
+    np.testing.assert_array_equal(y.numpy(), [3, 3, 3])
+
+
+def test_realize_returns_the_tensor_so_calls_chain():
+    x = Tensor([1.0, 2.0])
+    assert x.realize() is x
+    assert (x + 1).realize().tolist() == [2.0, 3.0]
+
+
+def test_constants_take_no_memory_until_used():
+    full = Tensor.full((1000, 1000), 3.0)
+    assert full.lazydata.op == "EXPAND"
+    node = full.lazydata
+    while node.srcs:
+        node = node.srcs[0]
+    assert node.op == "CONST" and node.shape == ()
+
+
+def test_movement_ops_are_nodes_not_copies():
+    x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    stats.reset()
+    view = x.T.reshape(6)[::2].flip(0)
+    assert stats.kernels == 0
+    assert isinstance(view.lazydata, LazyBuffer) and view.lazydata.op in ("FLIP", "RESHAPE", "SHRINK")
+    np.testing.assert_array_equal(view.numpy(), np.arange(6).reshape(2, 3).T.reshape(6)[::2][::-1])
