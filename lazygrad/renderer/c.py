@@ -6,9 +6,11 @@ float sums are marked as `omp simd` reductions so they vectorize without -ffast-
 """
 from __future__ import annotations
 
+import math
+
 from lazygrad.ops import reduce_identity
 from lazygrad.renderer.cstyle import CStyleRenderer
-from lazygrad.renderer.linearize import LoopProgram
+from lazygrad.renderer.linearize import LoopProgram, accumulator_index
 
 # Each helper is emitted only when the kernel body uses it.
 HELPERS = {
@@ -68,27 +70,49 @@ class CRenderer(CStyleRenderer):
                 line("#pragma omp parallel for")
             line(f"for (long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
             depth += 1
-        if program.accumulator is not None:
-            accumulator, op, dtype, value = program.accumulator
-            line(f"{self.type_name(dtype)} {accumulator} = {self.render_identity(op, dtype)};")
-            for number, loop in enumerate(program.reduce_loops):
-                if program.vectorize and number == len(program.reduce_loops) - 1 and op in ("SUM", "PROD"):
-                    line(f"#pragma omp simd reduction({'+' if op == 'SUM' else '*'}:{accumulator})")
+        def open_loops(loops, simd_pragma: str | None = None) -> None:
+            nonlocal depth
+            for number, loop in enumerate(loops):
+                if simd_pragma and number == len(loops) - 1:
+                    line(simd_pragma)
                 line(f"for (long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
                 depth += 1
-            for statement in program.inner:
-                line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
-            line(f"{accumulator} = {self.render_accumulate(op, dtype, accumulator, value)};")
-            for _ in program.reduce_loops:
+
+        def close_loops(loops) -> None:
+            nonlocal depth
+            for _ in loops:
                 depth -= 1
                 line("}")
+
+        inner_loops = program.inner_loops
+        if program.accumulator is not None:
+            accumulator, op, dtype, value = program.accumulator
+            identity = self.render_identity(op, dtype)
+            if inner_loops:  # one accumulator per inner output, kept in an L1-sized array
+                size = math.prod(loop.size for loop in inner_loops)
+                line(f"{self.type_name(dtype)} {accumulator}[{size}];")
+                line(f"for (long a = 0; a < {size}; a++) {accumulator}[a] = {identity};")
+                target = f"{accumulator}[{accumulator_index(inner_loops)}]"
+                open_loops(program.reduce_loops)
+                open_loops(inner_loops, "#pragma omp simd" if program.vectorize else None)
+            else:
+                line(f"{self.type_name(dtype)} {accumulator} = {identity};")
+                target = accumulator
+                vectorizable = program.vectorize and op in ("SUM", "PROD")
+                simd = f"#pragma omp simd reduction({'+' if op == 'SUM' else '*'}:{accumulator})" if vectorizable else None
+                open_loops(program.reduce_loops, simd)
+            for statement in program.inner:
+                line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
+            line(f"{target} = {self.render_accumulate(op, dtype, target, value)};")
+            close_loops(inner_loops)
+            close_loops(program.reduce_loops)
+        open_loops(inner_loops)
         for statement in program.outer:
             line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
         param, index, value = program.store
         line(f"{param}[{index}] = {value};")
-        while depth > 1:
-            depth -= 1
-            line("}")
+        close_loops(inner_loops)
+        close_loops(program.global_loops)
         lines.append("}")
         body = "\n".join(lines)
         helpers = [text for marker, text in HELPERS.items() if marker in body]

@@ -8,7 +8,7 @@ dialect files only supply syntax. Views become index expressions here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lazygrad.dtype import DType
 from lazygrad.ops import OPS
@@ -42,8 +42,20 @@ class LoopProgram:
     outer: list[Statement]                       # after the reduce, per output element
     store: tuple[str, str, str]                  # (param name, index text, value name)
     full_shape: tuple[int, ...] = ()
+    inner_loops: list[Loop] = field(default_factory=list)  # output loops run inside the reduce, one
+    #                                                        accumulator each (an array, see accumulator_index)
     parallel: bool = False       # split the outer loop over CPU cores
     vectorize: bool = False      # mark the innermost reduce loop as a SIMD reduction
+
+
+def accumulator_index(inner_loops: list[Loop]) -> str:
+    """The row-major position of the current inner-loop iteration in the accumulator array."""
+    index = Lin.of(0)
+    stride = 1
+    for loop in reversed(inner_loops):
+        index = index + var(loop.var, 0, loop.size - 1) * stride
+        stride *= loop.size
+    return index.render()
 
 
 def _trackers(ast: KernelNode) -> set[ShapeTracker]:
@@ -74,33 +86,87 @@ def _reshape_ast(ast: KernelNode, mapping: dict[ShapeTracker, ShapeTracker]) -> 
     return rebuilt[ast]
 
 
+def reshape_kernel(kernel: Kernel, new_full: tuple[int, ...], new_axes: set[int]) -> Kernel | None:
+    """The kernel over a reshaped iteration space, or None if some view would need a second view."""
+    out_shape = kernel.output_shape
+    new_out = tuple(1 if axis in new_axes else size for axis, size in enumerate(new_full))
+    mapping = {}
+    for tracker in _trackers(kernel.ast):
+        assert tracker.shape in (kernel.full_shape, out_shape)
+        reshaped = tracker.reshape(new_full if tracker.shape == kernel.full_shape else new_out)
+        if len(reshaped.views) != len(tracker.views):
+            return None
+        mapping[tracker] = reshaped
+    return Kernel(_reshape_ast(kernel.ast, mapping), tuple(new_full), tuple(sorted(new_axes)), kernel.buffer_dtypes)
+
+
 def merge_dims(kernel: Kernel) -> Kernel:
     """Merge adjacent loop dims of the same kind wherever every view reshapes without a new view."""
-    ast, shape, axes = kernel.ast, list(kernel.full_shape), set(kernel.reduce_axes)
     dim = 0
-    while dim < len(shape) - 1:
-        if (dim in axes) != (dim + 1 in axes):
+    while dim < len(kernel.full_shape) - 1:
+        shape, axes = list(kernel.full_shape), set(kernel.reduce_axes)
+        merged = None
+        if (dim in axes) == (dim + 1 in axes):
+            new_full = tuple(shape[:dim] + [shape[dim] * shape[dim + 1]] + shape[dim + 2:])
+            new_axes = {axis if axis <= dim else axis - 1 for axis in axes}
+            merged = reshape_kernel(kernel, new_full, new_axes)
+        if merged is None:
             dim += 1
-            continue
-        new_full = shape[:dim] + [shape[dim] * shape[dim + 1]] + shape[dim + 2:]
-        new_out = [1 if axis in axes else size for axis, size in enumerate(shape)]
-        new_out = new_out[:dim] + [new_out[dim] * new_out[dim + 1]] + new_out[dim + 2:]
-        out_shape = tuple(1 if axis in axes else size for axis, size in enumerate(shape))
-        mapping = {}
-        for tracker in _trackers(ast):
-            target = new_full if tracker.shape == tuple(shape) else new_out
-            assert tracker.shape in (tuple(shape), out_shape)
-            reshaped = tracker.reshape(tuple(target))
-            if len(reshaped.views) != len(tracker.views):
-                break
-            mapping[tracker] = reshaped
         else:
-            ast = _reshape_ast(ast, mapping)
-            shape = new_full
-            axes = {axis if axis <= dim else axis - 1 for axis in axes}
+            kernel = merged
+    return kernel
+
+
+def split_dim(kernel: Kernel, dim: int, inner: int) -> Kernel | None:
+    """Split loop dim into (size // inner, inner), both of the same kind."""
+    shape, axes = list(kernel.full_shape), set(kernel.reduce_axes)
+    new_full = tuple(shape[:dim] + [shape[dim] // inner, inner] + shape[dim + 1:])
+    new_axes = {axis if axis < dim else axis + 1 for axis in axes} | ({dim} if dim in axes else set())
+    return reshape_kernel(kernel, new_full, new_axes)
+
+
+def _load_strides(kernel: Kernel, nodes) -> list[dict[int, int]]:
+    """For each single-view load over the full shape: its memory stride along each loop dim."""
+    probe = [var(f"p{a}", 0, max(size - 1, 0)) if size > 1 else Lin.of(0) for a, size in enumerate(kernel.full_shape)]
+    strides = []
+    for node in nodes:
+        if node.op != "LOAD" or node.arg[1].shape != kernel.full_shape or len(node.arg[1].views) != 1:
             continue
-        dim += 1
-    return Kernel(ast, tuple(shape), tuple(sorted(axes)), kernel.buffer_dtypes)
+        offset, _ = node.arg[1].index_and_valid(probe)
+        strides.append({int(atom.name[1:]): coeff for atom, coeff in offset.terms.items() if atom.kind == "var"})
+    return strides
+
+
+ACCUMULATOR_LIMIT = 8192  # elements of a per-thread accumulator array (32 KiB of float32: L1-sized)
+
+
+def choose_inner_axes(kernel: Kernel) -> tuple[Kernel, list[int]]:
+    """For a reduce whose inner loop strides through memory (matmul's B, column sums), move the
+    output axis that is contiguous in memory inside the reduce loop, with one accumulator per
+    output: the loads then run along rows and vectorize. A few rows of the axis before it join, so
+    each loaded row is reused from L1 (a register-and-cache tile, without packing)."""
+    if not kernel.reduce_axes:
+        return kernel, []
+    reduce_node = next(node for node in kernel.ast.walk() if node.is_reduce)
+    globals_ = [axis for axis, size in enumerate(kernel.full_shape) if axis not in kernel.reduce_axes and size > 1]
+    if not globals_ or kernel.full_shape[globals_[-1]] > ACCUMULATOR_LIMIT:
+        return kernel, []
+    last, reduce_axis = globals_[-1], max(kernel.reduce_axes)
+    strided = [strides for strides in _load_strides(kernel, reduce_node.srcs[0].walk())
+               if strides.get(reduce_axis, 0) not in (0, 1) and strides.get(last) == 1]
+    if not strided:
+        return kernel, []
+    inner = [last]
+    if len(globals_) >= 2:
+        row_axis = globals_[-2]
+        for rows in (8, 4, 2):
+            fits = rows * kernel.full_shape[last] <= ACCUMULATOR_LIMIT
+            if fits and kernel.full_shape[row_axis] % rows == 0 and kernel.full_shape[row_axis] > rows:
+                split = split_dim(kernel, row_axis, rows)
+                if split is not None:
+                    kernel, inner = split, [row_axis + 1, last + 1]
+                break
+    return kernel, inner
 
 
 class _Namer:
@@ -118,18 +184,21 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, parallel_threshol
     With optimize=False (NOOPT=1) the loop nest is the plain one: one loop per dim, one thread,
     no vectorization hints."""
     name = kernel.name
+    inner_axes: list[int] = []
     if optimize:
         kernel = merge_dims(kernel)
+        kernel, inner_axes = choose_inner_axes(kernel)
     full_shape, axes = kernel.full_shape, set(kernel.reduce_axes)
     full_indices: list[Lin] = []
-    global_loops, reduce_loops = [], []
+    global_loops, reduce_loops, inner_loops = [], [], []
     for axis, size in enumerate(full_shape):
         if size == 1:
             full_indices.append(Lin.of(0))
             continue
         loop_var = f"{'r' if axis in axes else 'i'}{axis}"
         full_indices.append(var(loop_var, 0, max(size - 1, 0)))
-        (reduce_loops if axis in axes else global_loops).append(Loop(loop_var, size, axis in axes))
+        loops = reduce_loops if axis in axes else (inner_loops if axis in inner_axes else global_loops)
+        loops.append(Loop(loop_var, size, axis in axes))
     out_indices = [Lin.of(0) if axis in axes else index for axis, index in enumerate(full_indices)]
     out_shape = kernel.output_shape
 
@@ -179,7 +248,7 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, parallel_threshol
             emit(node, inner)
         accumulator_name = namer.next("acc")
         accumulator = (accumulator_name, reduce_node.op, reduce_node.dtype, names[reduce_node.srcs[0]])
-        names[reduce_node] = accumulator_name
+        names[reduce_node] = accumulator_name + (f"[{accumulator_index(inner_loops)}]" if inner_loops else "")
         inside.add(reduce_node)
     outer: list[Statement] = []
     for node in value.walk():
@@ -187,6 +256,6 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, parallel_threshol
             emit(node, outer)
     store_index, _ = index_text(kernel.ast.arg[1])
     return LoopProgram(name, params, global_loops, reduce_loops, inner, accumulator, outer,
-                       (params[0][0], store_index, names[value]), full_shape,
+                       (params[0][0], store_index, names[value]), full_shape, inner_loops,
                        parallel=optimize and math.prod(full_shape) >= parallel_threshold and bool(global_loops),
                        vectorize=optimize)

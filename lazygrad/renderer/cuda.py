@@ -1,0 +1,159 @@
+"""The CUDA dialect: a loop program becomes one `extern "C" __global__` function for the CUDA device.
+
+Expression syntax comes from CStyleRenderer and the op table; this file supplies what differs:
+
+- The global loops become one flat 1-D launch over the product of their sizes, `BLOCK` threads per
+  block: each thread computes `gid`, returns when `gid` is past the end, and recovers every loop
+  variable from `gid` with `/` and `%`. Reduce loops stay plain `for` loops with the accumulator in
+  a register.
+- float16 is `__half` in memory (`#include <cuda_fp16.h>`, only when used). In registers it is a
+  `float` rounded to half after every op (`lg_half`), which is what numpy computes and avoids the
+  overload ambiguities of `__half` arithmetic with ints; a float16 sum or product accumulates in
+  float and is rounded once at the end, as numpy's are.
+- Math helpers in CUDA syntax; a bitcast copies the bytes (`lg_bitcast(T, x)`, a template around
+  memcpy that the compiler turns into a register move, like `__float_as_int`).
+
+The first line says how to launch the kernel, `// launch: grid=<blocks> block=<threads>`; the CUDA
+device reads it. `compile_to_ptx` in devices/cuda.py compiles this source without a GPU.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lazygrad.dtype import DType, dtypes
+from lazygrad.ops import reduce_identity
+from lazygrad.renderer.cstyle import CStyleRenderer
+from lazygrad.renderer.linearize import LoopProgram
+from lazygrad.renderer.opencl import without_accumulator_arrays
+
+BLOCK = 256
+
+# Each helper is emitted only when the kernel uses it (the key is looked for in the kernel text).
+HELPERS = {
+    "INFINITY": "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif",
+    "NAN": "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif",
+    "lg_half(": "__device__ inline float lg_half(float x) { return __half2float(__float2half_rn(x)); }",
+    "lg_half_from_double(": "__device__ inline float lg_half_from_double(double x) "
+                            "{ return __half2float(__double2half(x)); }",
+    "lg_bitcast": "template <typename T, typename F> __device__ inline T lg_bitcast_(F x) "
+                  "{ static_assert(sizeof(T) == sizeof(F), \"bitcast needs equal sizes\"); "
+                  "T y; memcpy(&y, &x, sizeof(T)); return y; }\n"
+                  "#define lg_bitcast(T, x) lg_bitcast_<T>(x)",
+    "lg_floordiv(": "__device__ inline long long lg_floordiv(long long a, long long b) "
+                    "{ long long q = a / b; return q - ((a % b != 0) && ((a < 0) != (b < 0))); }",
+    "lg_floormod(": "__device__ inline long long lg_floormod(long long a, long long b) "
+                    "{ long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }",
+    "lg_exp2f(": "__device__ inline float lg_exp2f(float x) { return exp2f(x); }",
+    "lg_exp2(": "__device__ inline double lg_exp2(double x) { return exp2(x); }",
+    "lg_log2f(": "__device__ inline float lg_log2f(float x) { return log2f(x); }",
+    "lg_log2(": "__device__ inline double lg_log2(double x) { return log2(x); }",
+}
+
+# float16 ops whose float result is already a float16 value, so it needs no rounding.
+EXACT_IN_HALF = {"NEG", "MAX", "WHERE", "MOD", "CAST", "BITCAST"}
+
+
+class CUDARenderer(CStyleRenderer):
+    dialect = "cuda"
+    # Types of values in registers (the rest are the C names).
+    type_names = {dtypes.float16: "float"}
+    # Types of buffer elements in memory, where they differ from the register type.
+    storage_names = {dtypes.float16: "__half"}
+
+    def storage_name(self, dtype: DType) -> str:
+        return self.storage_names.get(dtype, self.type_name(dtype))
+
+    # ---- expressions --------------------------------------------------------------------------
+
+    def render_const(self, value, dtype: DType) -> str:
+        if dtype == dtypes.float16:
+            return super().render_const(float(np.float16(value)), dtypes.float32)
+        return super().render_const(value, dtype)
+
+    def render_load(self, param: str, dtype: DType, index: str, valid) -> str:
+        if dtype != dtypes.float16 or valid is False:
+            return super().render_load(param, dtype, index, valid)
+        load = f"__half2float({param}[{index}])"
+        return load if valid is True else f"(({valid}) ? {load} : 0.0f)"
+
+    def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
+        if op == "BITCAST" and dtypes.float16 in (src_dtypes[0], dtype):
+            if src_dtypes[0] == dtype:
+                return operands[0]
+            if src_dtypes[0] == dtypes.float16:
+                return f"lg_bitcast({self.type_name(dtype)}, __float2half_rn({operands[0]}))"
+            return f"__half2float(lg_bitcast(__half, {operands[0]}))"
+        if op == "CAST" and dtype == dtypes.float16:
+            if src_dtypes[0] == dtypes.float64:
+                return f"lg_half_from_double({operands[0]})"
+            return f"lg_half((float)({operands[0]}))"
+        text = super().render_op(op, src_dtypes, dtype, operands)
+        if dtype == dtypes.float16 and op not in EXACT_IN_HALF:
+            return f"lg_half({text})"
+        return text
+
+    def render_identity(self, op: str, dtype: DType) -> str:
+        return self.render_const(reduce_identity(op, dtype), dtype)
+
+    def render_store(self, param: str, dtype: DType, index: str, value: str) -> str:
+        if dtype == dtypes.float16:
+            return f"{param}[{index}] = __float2half_rn({value});"
+        return f"{param}[{index}] = {value};"
+
+    # ---- the kernel ---------------------------------------------------------------------------
+
+    def render_parts(self, program: LoopProgram) -> tuple[str, list[str], str]:
+        """(launch line, helpers and includes, kernel function): render_program joins them.
+
+        Helpers are the same text in every kernel, so several kernels can share one file."""
+        program = without_accumulator_arrays(program)
+        params = []
+        for name, dtype, is_output in program.params:
+            qualifier = "" if is_output else "const "
+            params.append(f"{qualifier}{self.storage_name(dtype)}* __restrict__ {name}")
+        total = math.prod(loop.size for loop in program.global_loops)
+        lines = [f'extern "C" __global__ void {program.name}({", ".join(params)}) {{']
+        depth = 1
+
+        def line(text: str) -> None:
+            lines.append("  " * depth + text)
+
+        line("long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
+        line(f"if (gid >= {total}) return;")
+        inner_size = total
+        for number, loop in enumerate(program.global_loops):
+            inner_size //= loop.size
+            quotient = "gid" if inner_size == 1 else f"(gid / {inner_size})"
+            line(f"long long {loop.var} = {quotient if number == 0 else f'{quotient} % {loop.size}'};")
+        if program.accumulator is not None:
+            accumulator, op, dtype, value = program.accumulator
+            line(f"{self.type_name(dtype)} {accumulator} = {self.render_identity(op, dtype)};")
+            for loop in program.reduce_loops:
+                line(f"for (long long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
+                depth += 1
+            for statement in program.inner:
+                line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
+            line(f"{accumulator} = {self.render_accumulate(op, dtype, accumulator, value)};")
+            for _ in program.reduce_loops:
+                depth -= 1
+                line("}")
+            if dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end
+                line(f"{accumulator} = lg_half({accumulator});")
+        for statement in program.outer:
+            line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
+        param, index, value = program.store
+        line(self.render_store(param, program.params[0][1], index, value))
+        lines.append("}")
+        body = "\n".join(lines)
+        helpers = [text for marker, text in HELPERS.items() if marker in body]
+        if "half" in body:
+            helpers.insert(0, "#include <cuda_fp16.h>")
+        block = min(BLOCK, total)
+        launch = f"// launch: grid={-(-total // block)} block={block}"
+        return launch, helpers, body
+
+    def render_program(self, program: LoopProgram) -> str:
+        launch, helpers, body = self.render_parts(program)
+        return "\n".join([launch] + helpers) + "\n\n" + body + "\n"

@@ -1,0 +1,63 @@
+"""Loop arrangement: merged dims, inner accumulator loops for strided reduces, and NOOPT's plain nest.
+Every arrangement must compute what numpy computes."""
+import numpy as np
+import pytest
+
+from lazygrad import Context, Tensor
+from lazygrad.renderer.c import CRenderer
+from lazygrad.renderer.linearize import linearize
+from lazygrad.schedule.fuse import create_schedule
+
+
+def program_for(tensor: Tensor, optimize=True):
+    (item,) = create_schedule([tensor.lazydata])
+    return linearize(item.kernel, CRenderer(), optimize=optimize)
+
+
+def test_contiguous_elementwise_kernel_is_one_flat_loop():
+    x = Tensor(np.ones((64, 32), dtype=np.float32))
+    program = program_for(x * 2 + 1)
+    assert [loop.size for loop in program.global_loops] == [64 * 32]
+
+
+def test_noopt_keeps_one_loop_per_dim_and_no_threads():
+    x = Tensor(np.ones((256, 256), dtype=np.float32))
+    program = program_for(x * 2 + 1, optimize=False)
+    assert [loop.size for loop in program.global_loops] == [256, 256]
+    assert not program.parallel
+    assert "#pragma" not in CRenderer().render_program(program)
+
+
+@pytest.mark.parametrize("shape", [(48, 40), (7, 13), (1, 9), (9, 1)])
+def test_column_sum_accumulates_along_rows(shape):
+    data = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    result = Tensor(data).sum(0)
+    if shape[0] > 1 and shape[1] > 1:
+        assert [loop.size for loop in program_for(result).inner_loops] == [shape[1]]
+    np.testing.assert_allclose(result.numpy(), data.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_moves_the_output_columns_inside_the_reduce():
+    a = Tensor(np.ones((32, 16), dtype=np.float32))
+    b = Tensor(np.ones((16, 24), dtype=np.float32))
+    program = program_for(a @ b)
+    assert [loop.size for loop in program.inner_loops] == [8, 24]
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 5, 7), (8, 16, 24), (33, 17, 65), (64, 3, 128), (10, 130, 6)])
+@pytest.mark.parametrize("optimize", [True, False])
+def test_matmul_values_match_numpy_with_and_without_opts(m, k, n, optimize):
+    rng = np.random.default_rng(m * 100 + n)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    with Context(NOOPT=not optimize):
+        value = (Tensor(a) @ Tensor(b)).numpy()
+    np.testing.assert_allclose(value, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_padded_and_transposed_operands_through_the_inner_loops():
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((12, 10)).astype(np.float32), rng.standard_normal((14, 16)).astype(np.float32)
+    left = Tensor(a).pad(((0, 0), (2, 2)))             # (12, 14)
+    right = Tensor(b).T[::-1].T.flip(1)                # (14, 16) through views
+    expected = np.pad(a, ((0, 0), (2, 2))) @ b[:, ::-1][:, ::-1]
+    np.testing.assert_allclose((left @ right).numpy(), expected, rtol=1e-4, atol=1e-4)
