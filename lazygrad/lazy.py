@@ -29,7 +29,8 @@ class LazyBuffer:
 
     @staticmethod
     def create(op: str, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
-        key = (op, srcs, arg, dtype, shape, device)
+        # repr tells -0.0 from 0.0 (equal as floats) and lets NaN constants match each other
+        key = (op, srcs, repr(arg) if op == "CONST" else arg, dtype, shape, device)
         try:
             existing = _CONSED.get(key)
         except TypeError:  # an unhashable arg is a bug in the caller

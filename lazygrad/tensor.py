@@ -386,15 +386,20 @@ class Tensor:
         return x._apply("DIV", y)
 
     def floordiv(self, other, reverse=False):
+        """Python's //: the quotient rounded toward negative infinity."""
         x, y = self._operands(other, "floordiv", reverse)
-        if x.dtype.is_float:
-            return (x.div(y)).floor()
         if x.dtype.is_bool:
             raise TypeError("floordiv: not supported for bool tensors")
-        quotient = x._apply("DIV", y)
         remainder = x._apply("MOD", y)
-        rounds_toward_zero = (remainder != 0).logical_and((remainder < 0) != (y < 0))
-        return quotient - rounds_toward_zero.cast(x.dtype)
+        off_by_one = (remainder != 0).logical_and((remainder < 0) != (y < 0))
+        if not x.dtype.is_float:
+            return x._apply("DIV", y) - off_by_one.cast(x.dtype)
+        # floor(x / y) computed from the exact remainder, so 2.0 // 0.1 is 19 as in numpy, not 20
+        quotient = (x - remainder) / y
+        quotient = off_by_one.where(quotient - 1, quotient)
+        floored = quotient.floor()
+        floored = (quotient - floored > 0.5).where(floored + 1, floored)
+        return (y == 0).where(x / y, floored)
 
     def remainder(self, other, reverse=False):
         """Python's %: the result takes the sign of the divisor."""
@@ -406,19 +411,43 @@ class Tensor:
         return wrong_sign.where(remainder + y, remainder)
 
     def pow(self, exponent, reverse=False):
-        if not reverse and isinstance(exponent, int) and not isinstance(exponent, bool) and abs(exponent) <= 8:
-            result, base = self._const_like(1), self
+        """`self ** exponent` with C's pow semantics for floats (1**nan == 1, (-8)**(1/3) is nan)."""
+        small_int = isinstance(exponent, int) and not isinstance(exponent, bool) and abs(exponent) <= 8
+        if not reverse and small_int and (exponent >= 0 or self.dtype.is_float):
+            result = self._const_like(1)
             for _ in range(abs(exponent)):
-                result = result * base
+                result = result * self
             return result.reciprocal() if exponent < 0 else result
         x, y = self._operands(exponent, "pow", reverse)
-        x, y = x._to_float(), y._to_float()
+        if x.dtype.is_bool:
+            raise TypeError("pow: not supported for bool tensors")
+        if not x.dtype.is_float:
+            if isinstance(exponent, int) and not reverse and exponent < 0:
+                raise ValueError(f"pow: integers to negative integer powers are not allowed (got {exponent})")
+            return x._integer_pow(y)
+        result_dtype = x.dtype
+        x, y = x.double(), y.double()  # log2/exp2 in double keep float32 results correctly rounded
         magnitude = (y * x.abs().log2()).exp2()
-        is_odd_integer = (y.remainder(2) == 1)
-        negative = x < 0
-        result = (negative.logical_and(is_odd_integer)).where(-magnitude, magnitude)
-        not_integer = y != y.trunc()
-        return (negative.logical_and(not_integer)).where(float("nan"), result)
+        finite_y = y.abs() != math.inf
+        odd_integer = finite_y.logical_and(y.remainder(2) == 1)
+        result = (x < 0).logical_and(odd_integer).where(-magnitude, magnitude)
+        fractional = finite_y.logical_and(y != y.trunc())
+        result = (x < 0).logical_and(fractional).where(math.nan, result)
+        result = (x == -1).logical_and(finite_y.logical_not()).where(1.0, result)
+        result = (y == 0).logical_or(x == 1).where(1.0, result)
+        return result.cast(result_dtype)
+
+    def _integer_pow(self, exponent: "Tensor") -> "Tensor":
+        """Integer power by squaring over the exponent's bits; negative exponents give 0 unless the
+        base is 1 or -1 (PyTorch's answer for tensors)."""
+        result, base = self._const_like(1), self
+        for bit in range(self.dtype.itemsize * 8 - 1):
+            result = ((exponent & (1 << bit)) != 0).where(result * base, result)
+            base = base * base
+        negative = exponent < 0
+        minus_one_result = (exponent.remainder(2) == 1).where(self._const_like(-1), self._const_like(1))
+        special = (self == 1).where(self._const_like(1), (self == -1).where(minus_one_result, self._const_like(0)))
+        return negative.where(special, result)
 
     def maximum(self, other):
         return self._binary("MAX", other, name="maximum")
@@ -521,7 +550,10 @@ class Tensor:
     def exp(self): return (self._to_float() * (1 / math.log(2))).exp2()
     def log(self): return self.log2() * math.log(2)
     def rsqrt(self): return self.sqrt().reciprocal()
-    def cos(self): return (math.pi / 2 - self._to_float()).sin()
+    def cos(self):
+        # cos(x) = sin(pi/2 - x); the subtraction is done in float64 so it does not round x away
+        x = self._to_float()
+        return (math.pi / 2 - x.double()).sin().cast(x.dtype) if x.dtype != dtypes.float64 else (math.pi / 2 - x).sin()
     def tan(self): return self.sin() / self.cos()
     def sigmoid(self): return (1 + (-self._to_float()).exp()).reciprocal()
     def tanh(self): return 2 * (2 * self._to_float()).sigmoid() - 1

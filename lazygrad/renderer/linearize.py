@@ -82,7 +82,7 @@ def _reshape_ast(ast: KernelNode, mapping: dict[ShapeTracker, ShapeTracker]) -> 
             arg = (arg[0], mapping[arg[1]])
         elif node.op == "VALID":
             arg = mapping[arg]
-        rebuilt[node] = KernelNode(node.op, node.dtype, srcs, arg)
+        rebuilt[node] = KernelNode.make(node.op, node.dtype, srcs, arg)
     return rebuilt[ast]
 
 
@@ -169,6 +169,21 @@ def choose_inner_axes(kernel: Kernel) -> tuple[Kernel, list[int]]:
     return kernel, inner
 
 
+def _walk_above(root: KernelNode, stop: KernelNode | None) -> list[KernelNode]:
+    """Nodes reachable from root without entering `stop`, sources first (stop itself excluded)."""
+    order, seen = [], set()
+    stack = [(root, False)]
+    while stack:
+        node, sources_done = stack.pop()
+        if sources_done:
+            order.append(node)
+        elif node not in seen and node is not stop:
+            seen.add(node)
+            stack.append((node, True))
+            stack.extend((src, False) for src in reversed(node.srcs) if src not in seen)
+    return order
+
+
 class _Namer:
     def __init__(self):
         self.count = 0
@@ -240,20 +255,18 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, parallel_threshol
     assert len(reduce_nodes) <= 1, "one reduce per kernel"
     inner: list[Statement] = []
     accumulator = None
-    inside: set[KernelNode] = set()
-    if reduce_nodes:
-        reduce_node = reduce_nodes[0]
-        inside = set(reduce_node.srcs[0].walk())
+    reduce_node = reduce_nodes[0] if reduce_nodes else None
+    if reduce_node is not None:
         for node in reduce_node.srcs[0].walk():
             emit(node, inner)
         accumulator_name = namer.next("acc")
         accumulator = (accumulator_name, reduce_node.op, reduce_node.dtype, names[reduce_node.srcs[0]])
         names[reduce_node] = accumulator_name + (f"[{accumulator_index(inner_loops)}]" if inner_loops else "")
-        inside.add(reduce_node)
+    # Values after the reduce are emitted afresh, even one (a constant) also used inside the loop,
+    # whose variable is out of scope here.
     outer: list[Statement] = []
-    for node in value.walk():
-        if node not in inside:
-            emit(node, outer)
+    for node in _walk_above(value, reduce_node):
+        emit(node, outer)
     store_index, _ = index_text(kernel.ast.arg[1])
     return LoopProgram(name, params, global_loops, reduce_loops, inner, accumulator, outer,
                        (params[0][0], store_index, names[value]), full_shape, inner_loops,

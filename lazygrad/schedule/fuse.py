@@ -144,7 +144,7 @@ class _KernelBuilder:
         pending = (("RESHAPE", out_shape),) if root.shape != out_shape else ()
         value = self.node(value_node, pending, top=top)
         store_view = ShapeTracker.from_shape(root.shape).reshape(out_shape)
-        ast = KernelNode("STORE", root.dtype, (value,), (0, store_view))
+        ast = KernelNode.make("STORE", root.dtype, (value,), (0, store_view))
         dtypes = (root.dtype,) + tuple(buffer.dtype for buffer in self.inputs)
         return Kernel(ast, tuple(full_shape), tuple(axes), dtypes), self.inputs
 
@@ -165,25 +165,25 @@ class _KernelBuilder:
             if node not in self.inputs:
                 self.inputs.append(node)
             number = 1 + self.inputs.index(node)
-            return KernelNode("LOAD", node.dtype, (), (number, self._view(node.shape, pending)))
+            return KernelNode.make("LOAD", node.dtype, (), (number, self._view(node.shape, pending)))
         if node.op == "CONST":
             tracker = self._view(node.shape, pending)
             has_mask = any(view.mask is not None for view in tracker.views)
-            return KernelNode("CONST", node.dtype, (), (node.arg, tracker if has_mask else None))
+            return KernelNode.make("CONST", node.dtype, (), (node.arg, tracker if has_mask else None))
         kind = OPS[node.op].kind
         if kind == MOVEMENT:
             return self.node(node.srcs[0], pending + ((node.op, node.arg),))
         if kind == REDUCE:
             assert node is self.reduce and all(op == "RESHAPE" for op, _ in pending), "fusion plan broken"
-            return KernelNode(node.op, node.dtype, (self.node(node.srcs[0], ()),), node.arg)
+            return KernelNode.make(node.op, node.dtype, (self.node(node.srcs[0], ()),), node.arg)
         srcs = tuple(self.node(src, pending) for src in node.srcs)
-        result = KernelNode(node.op, node.dtype, srcs, node.arg)
+        result = KernelNode.make(node.op, node.dtype, srcs, node.arg)
         if not OPS[node.op].keeps_zero and any(op == "PAD" for op, _ in pending):
             tracker = self._view(node.shape, pending)
             if any(view.mask is not None for view in tracker.views):
-                valid = KernelNode("VALID", dtypes.bool, (), tracker)
-                zero = KernelNode("CONST", node.dtype, (), (node.dtype.np_type(0).item(), None))
-                result = KernelNode("WHERE", node.dtype, (valid, result, zero))
+                valid = KernelNode.make("VALID", dtypes.bool, (), tracker)
+                zero = KernelNode.make("CONST", node.dtype, (), (node.dtype.np_type(0).item(), None))
+                result = KernelNode.make("WHERE", node.dtype, (valid, result, zero))
         return result
 
 

@@ -15,25 +15,34 @@ Node ops:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import dataclass
 
 from lazygrad.dtype import DType
 from lazygrad.ops import OPS, REDUCE
 
+_INTERNED: "weakref.WeakValueDictionary[tuple, KernelNode]" = weakref.WeakValueDictionary()
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class KernelNode:
+    """One AST node. Nodes are interned (`KernelNode.make`), so equal nodes are the same object:
+    comparing and hashing are O(1) even for ASTs whose shared subtrees would make a structural
+    comparison exponential."""
     op: str
     dtype: DType
     srcs: tuple["KernelNode", ...] = ()
     arg: object = None
-    _hash: int = field(default=0, compare=False, repr=False)
 
-    def __post_init__(self):
-        object.__setattr__(self, "_hash", hash((self.op, self.dtype, self.srcs, self.arg)))
-
-    def __hash__(self) -> int:
-        return self._hash
+    @staticmethod
+    def make(op: str, dtype: DType, srcs: tuple["KernelNode", ...] = (), arg: object = None) -> "KernelNode":
+        # repr tells -0.0 from 0.0 (equal as floats) and lets NaN constants match each other
+        key = (op, dtype, srcs, (repr(arg[0]), arg[1]) if op == "CONST" else arg)
+        node = _INTERNED.get(key)
+        if node is None:
+            node = KernelNode(op, dtype, srcs, arg)
+            _INTERNED[key] = node
+        return node
 
     @property
     def is_reduce(self) -> bool:
