@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import weakref
 
+import numpy as np
+
 from lazygrad.dtype import DType
 from lazygrad.ops import OPS, MOVEMENT, REDUCE
 
@@ -51,7 +53,7 @@ class LazyBuffer:
     @staticmethod
     def const(value, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
         """A constant broadcast to `shape` (a view of a single value, never materialized)."""
-        value = dtype.np_type(value).item()
+        value = np.array(value).astype(dtype.np).item()  # out-of-range integers wrap, as a C cast does
         scalar = LazyBuffer.create("CONST", (), value, dtype, (), device)
         return scalar.reshape((1,) * len(shape)).expand(tuple(shape)) if shape else scalar
 

@@ -111,7 +111,7 @@ class Tensor:
                 dtype = {"b": dtypes.bool, "f": dtypes.default_float}.get(array.dtype.kind, dtypes.default_int)
                 if array.dtype.kind not in "bfiu":
                     raise TypeError(f"cannot build a Tensor from elements of type {array.dtype}")
-        array = np.ascontiguousarray(array, dtype=dtype.np)
+        array = np.array(array, dtype=dtype.np, order="C")  # a copy; keeps 0-d arrays 0-d
         buffer = get_device(device).alloc(dtype, array.size).copyin(array)
         return LazyBuffer.from_buffer(buffer, array.shape)
 
@@ -486,8 +486,8 @@ class Tensor:
     def __le__(self, other): return (self < other).logical_or(self == other)
     def __ge__(self, other): return (self > other).logical_or(self == other)
 
-    def _bitwise(self, op: str, other, name: str) -> "Tensor":
-        x, y = self._operands(other, name)
+    def _bitwise(self, op: str, other, name: str, reverse: bool = False) -> "Tensor":
+        x, y = self._operands(other, name, reverse)
         if x.dtype.is_float:
             raise TypeError(f"{name}: not supported for {x.dtype.name} tensors (bool and integer only)")
         return x._apply(op, y)
@@ -499,6 +499,8 @@ class Tensor:
 
     def __lshift__(self, other): return self._bitwise("SHL", other, "bitwise_left_shift")
     def __rshift__(self, other): return self._bitwise("SHR", other, "bitwise_right_shift")
+    def __rlshift__(self, other): return self._bitwise("SHL", other, "bitwise_left_shift", reverse=True)
+    def __rrshift__(self, other): return self._bitwise("SHR", other, "bitwise_right_shift", reverse=True)
 
     def __invert__(self) -> "Tensor":
         if self.dtype.is_float:
@@ -600,6 +602,8 @@ class Tensor:
             return tuple(range(self.ndim))
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         normalized = tuple(_normalize_axis(a, self.ndim, op) for a in axes)
+        if self.ndim == 0:
+            return ()  # a 0-d tensor accepts dim 0 and -1, as in PyTorch, and has nothing to reduce
         if len(set(normalized)) != len(normalized):
             raise ValueError(f"{op}: axis {axis} repeats a dimension")
         return normalized
@@ -720,7 +724,7 @@ class Tensor:
         if value == 0:
             return padded
         inside = Tensor.full(result.shape, True, dtypes.bool, self.device)._apply("PAD", arg=tuple(pairs))
-        return inside.where(padded, value)
+        return inside.where(padded, Tensor.full(padded.shape, value, self.dtype, self.device))
 
     def shrink(self, bounds) -> "Tensor":
         bounds = tuple((0, size) if b is None else (int(b[0]), int(b[1])) for b, size in zip(bounds, self.shape))
@@ -829,7 +833,11 @@ class Tensor:
         if x.shape[-1] != w.shape[-2]:
             raise ValueError(f"matmul: shapes {self.shape} and {other.shape} are not aligned: "
                              f"{x.shape[-1]} (dim {self.ndim - 1}) != {w.shape[-2]} (dim {max(other.ndim - 2, 0)})")
-        broadcast_shapes("matmul", x.shape[:-2], w.shape[:-2])  # raises for incompatible batch dims
+        try:
+            broadcast_shapes("matmul", x.shape[:-2], w.shape[:-2])
+        except ValueError:
+            raise ValueError(f"matmul: the batch dims of shapes {self.shape} and {other.shape} "
+                             "cannot be broadcast together") from None
         m, k, n = x.shape[-2], x.shape[-1], w.shape[-1]
         dtype = result_type([x.dtype, w.dtype], [], [])
         left = x.cast(dtype).reshape(x.shape[:-2] + (m, 1, k))

@@ -14,8 +14,8 @@ def canonical_device(name: str | None) -> str:
     """'cpu' -> 'CPU'; None -> the default device (DEV); an unknown name says which exist."""
     from lazygrad.knobs import knobs
     text = (name or knobs.dev).upper()
-    base = text.split(":")[0]
-    if base not in DEVICE_NAMES:
+    base, _, index = text.partition(":")
+    if base not in DEVICE_NAMES or (text.count(":") and not index.isdigit()):
         raise ValueError(f"unknown device {name!r}; valid devices are: {', '.join(DEVICE_NAMES)}")
     return text[:-2] if text.endswith(":0") else text
 
@@ -29,7 +29,13 @@ def get_device(name: str):
         elif base == "NPY":
             from lazygrad.devices.npy import NPYDevice
             _INSTANCES[name] = NPYDevice()
+        elif base == "OPENCL":
+            from lazygrad.devices.opencl import OpenCLDevice
+            _INSTANCES[name] = OpenCLDevice(name)
+        elif base == "CUDA":
+            from lazygrad.devices.cuda import CUDADevice
+            _INSTANCES[name] = CUDADevice(name)
         else:
-            raise RuntimeError(f"device {name} is not available in this build of lazygrad yet; "
-                               "use CPU or NPY")
+            raise RuntimeError(f"device {name} is not available in this build of lazygrad; "
+                               "`python -m lazygrad.devices` lists the devices it can use")
     return _INSTANCES[name]
