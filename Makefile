@@ -1,5 +1,5 @@
 # Developer entry points. Everything runs in a local virtualenv, .venv, made on first use.
-#   make test    install lazygrad with its test extras and run the test suite
+#   make test    install lazygrad with its test and opencl extras (PoCL: OpenCL on the CPU) and run the tests
 #   make demo    train the digits example (extra/train_digits.py)
 #   make bench   run the core benchmarks (extra/bench/bench_core.py)
 #   make clean   remove the virtualenv, build outputs and tool caches
@@ -17,7 +17,7 @@ $(VENV_PYTHON):
 	$(PYTHON) -m venv $(VENV)
 
 test: venv
-	$(VENV_PIP) install -q -e '.[test]'
+	$(VENV_PIP) install -q -e '.[test,opencl]'
 	$(VENV_PYTHON) -m pytest -q test
 
 demo: venv

@@ -18,12 +18,14 @@ from lazygrad.devices import get_device
 from lazygrad.knobs import knobs
 from lazygrad.lazy import LazyBuffer, walk
 from lazygrad.renderer.c import CRenderer
+from lazygrad.renderer.cuda import CUDARenderer
 from lazygrad.renderer.linearize import linearize
+from lazygrad.renderer.opencl import OpenCLRenderer
 from lazygrad.schedule.fuse import ScheduleItem, create_schedule
 from lazygrad.schedule.kernel import Kernel, format_ast
 from lazygrad.stats import stats
 
-RENDERERS = {"CPU": CRenderer()}
+RENDERERS = {"CPU": CRenderer(), "OPENCL": OpenCLRenderer(), "CUDA": CUDARenderer()}
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from lazygrad.dtype import dtypes
 from lazygrad.ops import reduce_identity
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.linearize import LoopProgram, accumulator_index
@@ -53,6 +54,7 @@ static inline float lg_exp2f(float x) {
 
 class CRenderer(CStyleRenderer):
     dialect = "c"
+    accumulator_arrays = True
 
     def render_program(self, program: LoopProgram) -> str:
         params = []
@@ -88,15 +90,17 @@ class CRenderer(CStyleRenderer):
         if program.accumulator is not None:
             accumulator, op, dtype, value = program.accumulator
             identity = self.render_identity(op, dtype)
+            # a float16 sum is accumulated in float and rounded once, as numpy's is
+            accumulator_type = self.type_name(dtypes.float32 if dtype == dtypes.float16 else dtype)
             if inner_loops:  # one accumulator per inner output, kept in an L1-sized array
                 size = math.prod(loop.size for loop in inner_loops)
-                line(f"{self.type_name(dtype)} {accumulator}[{size}];")
+                line(f"{accumulator_type} {accumulator}[{size}];")
                 line(f"for (long a = 0; a < {size}; a++) {accumulator}[a] = {identity};")
                 target = f"{accumulator}[{accumulator_index(inner_loops)}]"
                 open_loops(program.reduce_loops)
                 open_loops(inner_loops, "#pragma omp simd" if program.vectorize else None)
             else:
-                line(f"{self.type_name(dtype)} {accumulator} = {identity};")
+                line(f"{accumulator_type} {accumulator} = {identity};")
                 target = accumulator
                 vectorizable = program.vectorize and op in ("SUM", "PROD")
                 simd = f"#pragma omp simd reduction({'+' if op == 'SUM' else '*'}:{accumulator})" if vectorizable else None

@@ -21,6 +21,9 @@ def _category(dtype: DType) -> str:
 class CStyleRenderer:
     dialect = "c"
     type_names: dict[DType, str] = {}
+    # Whether strided reduces may keep per-output accumulators in an array (a CPU cache tiling);
+    # GPU dialects give each thread one output and one register accumulator instead.
+    accumulator_arrays = False
 
     def type_name(self, dtype: DType) -> str:
         return self.type_names.get(dtype, dtype.c_name)

@@ -11,7 +11,8 @@ Expression syntax comes from CStyleRenderer and the op table; this file supplies
   overload ambiguities of `__half` arithmetic with ints; a float16 sum or product accumulates in
   float and is rounded once at the end, as numpy's are.
 - Math helpers in CUDA syntax; a bitcast copies the bytes (`lg_bitcast(T, x)`, a template around
-  memcpy that the compiler turns into a register move, like `__float_as_int`).
+  memcpy that the compiler turns into a register move, like `__float_as_int`). Shifts and
+  accumulator arrays are handled as in the OpenCL dialect (renderer/opencl.py).
 
 The first line says how to launch the kernel, `// launch: grid=<blocks> block=<threads>`; the CUDA
 device reads it. `compile_to_ptx` in devices/cuda.py compiles this source without a GPU.
@@ -26,7 +27,7 @@ from lazygrad.dtype import DType, dtypes
 from lazygrad.ops import reduce_identity
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.linearize import LoopProgram
-from lazygrad.renderer.opencl import without_accumulator_arrays
+from lazygrad.renderer.opencl import SHIFT_TEMPLATES, render_shift
 
 BLOCK = 256
 
@@ -89,6 +90,8 @@ class CUDARenderer(CStyleRenderer):
             if src_dtypes[0] == dtypes.float64:
                 return f"lg_half_from_double({operands[0]})"
             return f"lg_half((float)({operands[0]}))"
+        if op in SHIFT_TEMPLATES:
+            return render_shift(op, src_dtypes[0], operands)
         text = super().render_op(op, src_dtypes, dtype, operands)
         if dtype == dtypes.float16 and op not in EXACT_IN_HALF:
             return f"lg_half({text})"
@@ -108,7 +111,6 @@ class CUDARenderer(CStyleRenderer):
         """(launch line, helpers and includes, kernel function): render_program joins them.
 
         Helpers are the same text in every kernel, so several kernels can share one file."""
-        program = without_accumulator_arrays(program)
         params = []
         for name, dtype, is_output in program.params:
             qualifier = "" if is_output else "const "

@@ -202,7 +202,8 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, parallel_threshol
     inner_axes: list[int] = []
     if optimize:
         kernel = merge_dims(kernel)
-        kernel, inner_axes = choose_inner_axes(kernel)
+        if renderer.accumulator_arrays:
+            kernel, inner_axes = choose_inner_axes(kernel)
     full_shape, axes = kernel.full_shape, set(kernel.reduce_axes)
     full_indices: list[Lin] = []
     global_loops, reduce_loops, inner_loops = [], [], []

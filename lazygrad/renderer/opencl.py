@@ -13,14 +13,15 @@ Expression syntax comes from CStyleRenderer and the op table; this file supplies
   value is a `float` rounded to half after every op (`lg_half`), exactly as numpy computes float16;
   a float16 sum or product accumulates in float and is rounded once at the end, as numpy's are.
 - Math functions are OpenCL's overloaded ones (`sqrt`, `sin`, `fmod`, `exp2`, `log2`), and a
-  bitcast is `as_<type>(x)`.
+  bitcast is `as_<type>(x)`. Shifts follow numpy for every amount (`SHIFT_TEMPLATES`).
+- Each work-item computes one output with its accumulator in a register (the renderer does not
+  ask linearize for CPU-style accumulator arrays).
 
 The first line of every kernel says how to launch it, `// launch: global=<dim0>,<dim1>,...`; the
 OPENCL device reads it, so the renderer alone decides which loop maps to which dimension.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -28,7 +29,7 @@ import numpy as np
 from lazygrad.dtype import DType, dtypes
 from lazygrad.ops import reduce_identity
 from lazygrad.renderer.cstyle import CStyleRenderer
-from lazygrad.renderer.linearize import Loop, LoopProgram, accumulator_index
+from lazygrad.renderer.linearize import Loop, LoopProgram
 
 # Each helper is emitted only when the kernel uses it (the key is looked for in the kernel text).
 HELPERS = {
@@ -53,24 +54,18 @@ EXACT_IN_HALF = {"NEG", "MAX", "WHERE", "MOD", "CAST", "BITCAST"}
 
 MAX_DIMENSIONS = 3
 
+# Shifts as numpy defines them for every amount: by a negative amount or by the (promoted) width
+# or more, a left shift gives 0 and a right shift the sign fill. The op table's C template checks
+# the width only, and OpenCL takes a negative amount modulo the width, so both are checked here.
+SHIFT_TEMPLATES = {
+    "SHL": "(({1})<0 || ({1})>={bits} ? 0 : {0}<<({1}))",
+    "SHR": "({0}>>(({1})<0 || ({1})>={bits} ? {top} : ({1})))",
+}
 
-def without_accumulator_arrays(program: LoopProgram) -> LoopProgram:
-    """The program with its inner output loops (one accumulator each, in an array: a CPU cache
-    tiling) made global loops again, so each work-item keeps one accumulator in a register."""
-    inner_loops = getattr(program, "inner_loops", [])
-    if not inner_loops or program.accumulator is None:
-        return program
-    accumulator = program.accumulator[0]
-    element = f"{accumulator}[{accumulator_index(inner_loops)}]"
 
-    def scalar(text: str) -> str:
-        return text.replace(element, accumulator)
-
-    return dataclasses.replace(
-        program, global_loops=program.global_loops + inner_loops, inner_loops=[],
-        inner=[dataclasses.replace(statement, expr=scalar(statement.expr)) for statement in program.inner],
-        outer=[dataclasses.replace(statement, expr=scalar(statement.expr)) for statement in program.outer],
-        store=program.store[:2] + (scalar(program.store[2]),))
+def render_shift(op: str, operand_dtype: DType, operands: list[str]) -> str:
+    bits = 64 if operand_dtype.itemsize == 8 else 32  # narrower integers are promoted to int
+    return SHIFT_TEMPLATES[op].format(*operands, bits=bits, top=bits - 1)
 
 
 class OpenCLRenderer(CStyleRenderer):
@@ -108,6 +103,8 @@ class OpenCLRenderer(CStyleRenderer):
                 return f"lg_half_from_double({operands[0]})"
             return f"lg_half((float)({operands[0]}))"
         operand_dtype = src_dtypes[-1] if src_dtypes else dtype
+        if op in SHIFT_TEMPLATES:
+            return render_shift(op, src_dtypes[0], operands)
         text = self.template(op, operand_dtype).format(*operands, f="", ctype=self.type_name(dtype))
         if dtype == dtypes.float16 and op not in EXACT_IN_HALF:
             return f"lg_half({text})"
@@ -145,7 +142,6 @@ class OpenCLRenderer(CStyleRenderer):
         return [[loops[-1]], [loops[-2]], loops[:-2]]
 
     def render_program(self, program: LoopProgram) -> str:
-        program = without_accumulator_arrays(program)
         params = []
         for name, dtype, is_output in program.params:
             qualifier = "" if is_output else "const "

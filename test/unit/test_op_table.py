@@ -6,8 +6,10 @@ from lazygrad.dtype import dtypes
 from lazygrad.ops import OPS, ELEMENTWISE, REDUCE, reduce_identity
 from lazygrad.ops.table import NOT_DIFFERENTIABLE
 from lazygrad.renderer.c import CRenderer
+from lazygrad.renderer.cuda import CUDARenderer
+from lazygrad.renderer.opencl import OpenCLRenderer
 
-RENDERERS = [CRenderer()]
+RENDERERS = [CRenderer(), OpenCLRenderer(), CUDARenderer()]
 ARCHITECTURE_OPS = ["NEG", "RECIP", "SQRT", "EXP2", "LOG2", "SIN", "CAST", "BITCAST", "ADD", "MUL", "DIV", "MOD",
                     "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL", "SHR", "WHERE", "SUM", "MAX_REDUCE", "PROD",
                     "RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP", "CONST", "BUFFER", "COPY",

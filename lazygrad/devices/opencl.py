@@ -1,0 +1,285 @@
+"""The OPENCL device: OpenCL C -> program binary (disk-cached) -> kernels launched with pyopencl.
+
+Any OpenCL platform works; `pip install lazygrad[opencl]` installs pyopencl and PoCL, a CPU
+OpenCL driver, so the device exists even on a machine without a GPU. `OPENCL` is the first device
+found (GPUs before other kinds, then in platform order), `OPENCL:1` the second, and so on;
+`python -m lazygrad.devices` lists them.
+
+Buffers live in device memory. Moving data to and from numpy is `copyin(array)` and `numpy()`;
+`buffer.array` is a host copy too, so the engine's device copies (`.to()`) and `Tensor.numpy()`
+work as they do for host buffers.
+
+A kernel's first source line says how to launch it (`// launch: global=<dim0>,<dim1>,...`, written
+by renderer/opencl.py). The cached "binary" is that launch size, the source and the program
+binary, so a kernel loads from the cache alone, and a binary the driver rejects is rebuilt from
+its source. Each call waits for the kernel to finish, so the engine's timings are honest.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import re
+import struct
+import warnings
+import weakref
+
+import numpy as np
+
+from lazygrad.diskcache import cache_get, cache_key, cache_put
+from lazygrad.dtype import DType
+from lazygrad.stats import stats
+
+INSTALL_HINT = "pip install lazygrad[opencl]  (pyopencl, and PoCL: OpenCL on the CPU)"
+LAUNCH_LINE = re.compile(r"^// launch: global=(\d+(?:,\d+)*)")
+ENVELOPE = struct.Struct("<4sI")        # magic, length of the JSON header that follows
+MAGIC = b"LGOC"
+POCL_BINARY_MAGIC = b"poclbin\0"
+LLVM_BITCODE_MAGIC = b"BC\xc0\xde"
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+def import_pyopencl():
+    """The pyopencl module, or a RuntimeError that says how to install it."""
+    try:
+        import pyopencl
+    except ImportError as error:
+        raise RuntimeError(f"the OPENCL device needs pyopencl, which cannot be imported ({error}); "
+                           f"install it with: {INSTALL_HINT}") from None
+    return pyopencl
+
+
+def list_opencl_devices() -> list[tuple[object, object]]:
+    """Every (platform, device) pyopencl can see, in the order OPENCL:N numbers them."""
+    cl = import_pyopencl()
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:  # an ICD loader with no platform registered raises instead of returning []
+        platforms = []
+    found = []
+    for platform in platforms:
+        try:
+            found.extend((platform, device) for device in platform.get_devices())
+        except cl.Error:  # a platform with no device
+            continue
+    is_gpu = [bool(device.type & cl.device_type.GPU) for _, device in found]
+    order = sorted(range(len(found)), key=lambda number: not is_gpu[number])
+    return [found[number] for number in order]
+
+
+def no_platform_message() -> str:
+    return ("pyopencl found no OpenCL platform; install one: `pip install pocl-binary-distribution` "
+            "for the CPU, or your GPU vendor's OpenCL driver")
+
+
+class OpenCLAllocator:
+    """Device buffers with an LRU pool of freed ones, bounded by `pool_limit` bytes."""
+
+    def __init__(self, context, pool_limit: int = 1 << 30):
+        self.context = context
+        self.pool: collections.OrderedDict[int, list] = collections.OrderedDict()
+        self.pooled_bytes = 0
+        self.pool_limit = pool_limit
+
+    def alloc(self, nbytes: int):
+        nbytes = max(nbytes, 1)  # OpenCL has no empty buffers
+        blocks = self.pool.get(nbytes)
+        if blocks:
+            self.pooled_bytes -= nbytes
+            block = blocks.pop()
+            if not blocks:
+                del self.pool[nbytes]
+            return block
+        cl = import_pyopencl()
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+
+    def free(self, block) -> None:
+        nbytes = block.size
+        if nbytes > self.pool_limit:
+            return
+        self.pool.setdefault(nbytes, []).append(block)
+        self.pool.move_to_end(nbytes)
+        self.pooled_bytes += nbytes
+        while self.pooled_bytes > self.pool_limit:
+            size, blocks = next(iter(self.pool.items()))
+            blocks.pop()
+            self.pooled_bytes -= size
+            if not blocks:
+                del self.pool[size]
+
+
+class OpenCLBuffer:
+    """`size` elements of `dtype` in an OpenCL device's memory."""
+    __slots__ = ("device", "dtype", "size", "cl_buffer", "queue", "__weakref__")
+
+    def __init__(self, device: str, dtype: DType, size: int, allocator: OpenCLAllocator, queue):
+        self.device, self.dtype, self.size, self.queue = device, dtype, size, queue
+        self.cl_buffer = allocator.alloc(size * dtype.itemsize)
+        weakref.finalize(self, allocator.free, self.cl_buffer)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def copyin(self, data: np.ndarray) -> "OpenCLBuffer":
+        if data.dtype != self.dtype.np:
+            raise TypeError(f"copyin: {self} holds {self.dtype.name}, got a numpy array of {data.dtype}")
+        if data.size != self.size:
+            raise ValueError(f"copyin: {self} holds {self.size} elements, got {data.size}")
+        if self.size:
+            cl = import_pyopencl()
+            cl.enqueue_copy(self.queue, self.cl_buffer, np.ascontiguousarray(data.reshape(-1)), is_blocking=True)
+        return self
+
+    def numpy(self) -> np.ndarray:
+        result = np.empty(self.size, dtype=self.dtype.np)
+        if self.size:
+            cl = import_pyopencl()
+            cl.enqueue_copy(self.queue, result, self.cl_buffer, is_blocking=True)
+        return result
+
+    @property
+    def array(self) -> np.ndarray:
+        """A host copy of the contents (what the engine reads to copy between devices)."""
+        return self.numpy()
+
+    def __repr__(self) -> str:
+        return f"<OpenCLBuffer {self.device} {self.dtype.name}[{self.size}]>"
+
+
+def pack_binary(global_size: list[int], source: str, program_binary: bytes) -> bytes:
+    header = json.dumps({"global": global_size, "source": source}).encode()
+    return ENVELOPE.pack(MAGIC, len(header)) + header + program_binary
+
+
+def unpack_binary(binary: bytes) -> tuple[list[int], str, bytes]:
+    magic, length = ENVELOPE.unpack_from(binary)
+    if magic != MAGIC:
+        raise ValueError("not a lazygrad OpenCL binary")
+    header = json.loads(binary[ENVELOPE.size:ENVELOPE.size + length])
+    return header["global"], header["source"], binary[ENVELOPE.size + length:]
+
+
+def launch_size(source: str) -> list[int]:
+    match = LAUNCH_LINE.match(source)
+    if match is None:
+        raise ValueError("OpenCL source must start with '// launch: global=...' (see renderer/opencl.py)")
+    return [int(size) for size in match.group(1).split(",")]
+
+
+def binary_is_complete(program_binary: bytes) -> bool:
+    """False for a PoCL program binary that lacks the LLVM bitcode PoCL compiles work-groups from."""
+    return not program_binary.startswith(POCL_BINARY_MAGIC) or LLVM_BITCODE_MAGIC in program_binary
+
+
+class OpenCLCompiler:
+    """Builds programs for one device; `assembly` is what DEBUG=6 prints."""
+
+    def __init__(self, device: "OpenCLDevice"):
+        self.device = device
+
+    def build(self, source: str):
+        """The built program. A PoCL binary without its LLVM bitcode comes from a damaged entry
+        of PoCL's own kernel cache (PoCL 3.0 damages it when processes build the same kernel at
+        once, pocl issue #1480) and crashes a later process; the source is then built once more
+        under another entry of PoCL's cache (the build options are part of its key)."""
+        program = self._build(source)
+        if not binary_is_complete(program.binaries[0]):
+            program = self._build(source, ["-DLAZYGRAD_REBUILD=1"])
+        if not binary_is_complete(program.binaries[0]):
+            raise CompileError(f"the OpenCL driver of {self.device.description} returns programs without "
+                               "their code: its kernel cache is damaged; delete it (PoCL: ~/.cache/pocl)")
+        return program
+
+    def _build(self, source: str, extra_options: list[str] | None = None):
+        cl = import_pyopencl()
+        device = self.device
+        if "double" in source and "cl_khr_fp64" not in device.cl_device.extensions:
+            raise CompileError(f"{device.description} has no float64 support (cl_khr_fp64); use float32")
+        program = cl.Program(device.context, source)
+        try:
+            with warnings.catch_warnings():  # generated code draws harmless warnings (unsigned x < 0)
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                return program.build(options=device.build_options + (extra_options or []))
+        except cl.Error as error:
+            raise CompileError(f"the OpenCL compiler of {device.description} failed:\n{error}\n"
+                               f"--- source ---\n{source}") from None
+
+    def assembly(self, source: str) -> str:
+        binary = self.build(source).binaries[0]
+        try:
+            text = binary.decode("ascii")  # NVIDIA's drivers return PTX
+        except UnicodeDecodeError:
+            text = "\x00"
+        if "\x00" in text:
+            return f"({len(binary)} bytes of {self.device.description} binary: not printable)"
+        return text
+
+
+class OpenCLProgram:
+    """A loaded kernel: call it with buffers (output first); returns when the kernel has finished."""
+
+    def __init__(self, device: "OpenCLDevice", name: str, binary: bytes, argument_count: int):
+        cl = import_pyopencl()
+        self.global_size, source, program_binary = unpack_binary(binary)
+        self.queue = device.queue
+        try:
+            program = cl.Program(device.context, [device.cl_device], [program_binary]).build(
+                options=device.build_options)
+        except cl.Error:  # a binary this driver no longer accepts: rebuild it from its source
+            program = device.compiler.build(source)
+        self.kernel = cl.Kernel(program, name)
+        if self.kernel.num_args != argument_count:
+            raise ValueError(f"kernel {name} takes {self.kernel.num_args} buffers, not {argument_count}")
+
+    def __call__(self, *buffers: OpenCLBuffer) -> None:
+        cl = import_pyopencl()
+        self.kernel.set_args(*[buffer.cl_buffer for buffer in buffers])
+        cl.enqueue_nd_range_kernel(self.queue, self.kernel, self.global_size, None).wait()
+
+
+class OpenCLDevice:
+    """`OPENCL` or `OPENCL:N`: one OpenCL device with its own context and in-order queue."""
+
+    def __init__(self, name: str = "OPENCL"):
+        cl = import_pyopencl()
+        self.name = name
+        index = int(name.split(":")[1]) if ":" in name else 0
+        found = list_opencl_devices()
+        if not found:
+            raise RuntimeError(no_platform_message())
+        if index >= len(found):
+            listed = "; ".join(f"OPENCL:{number} {device.name.strip()}" for number, (_, device) in enumerate(found))
+            raise RuntimeError(f"{name}: there are only {len(found)} OpenCL devices ({listed})")
+        self.platform, self.cl_device = found[index]
+        self.description = f"{self.cl_device.name.strip()} ({self.platform.name.strip()})"
+        self.context = cl.Context([self.cl_device])
+        self.queue = cl.CommandQueue(self.context)
+        self.allocator = OpenCLAllocator(self.context)
+        self.compiler = OpenCLCompiler(self)
+        options = []
+        if self.cl_device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
+            options.append("-cl-fp32-correctly-rounded-divide-sqrt")  # a / b and sqrt as in numpy
+        self.build_options = options
+
+    def alloc(self, dtype: DType, size: int) -> OpenCLBuffer:
+        return OpenCLBuffer(self.name, dtype, size, self.allocator, self.queue)
+
+    def compile_cached(self, source: str) -> bytes:
+        platform, device = self.platform, self.cl_device
+        key = cache_key("OPENCL", platform.name, platform.version, device.name, device.version,
+                        device.driver_version, tuple(self.build_options), source)
+        binary = cache_get("compile_opencl", key)
+        if binary is not None and binary_is_complete(unpack_binary(binary)[2]):
+            stats.cache_hits += 1
+            return binary
+        program = self.compiler.build(source)
+        binary = pack_binary(launch_size(source), source, program.binaries[0])
+        stats.compiles += 1
+        cache_put("compile_opencl", key, binary)
+        return binary
+
+    def load(self, name: str, binary: bytes, argument_count: int) -> OpenCLProgram:
+        return OpenCLProgram(self, name, binary, argument_count)

@@ -1,0 +1,285 @@
+"""The OPENCL device (PoCL on a machine without a GPU) computes what NPY computes, end to end.
+
+Each test builds the same graph on NPY and on OPENCL from the same numpy inputs and compares the
+results. Where OpenCL cannot be used (pyopencl or a platform missing) every test here skips and
+says why; `pip install lazygrad[opencl]` installs both.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lazygrad import Context, Tensor, dtypes, stats
+from lazygrad.devices import get_device
+from lazygrad.dtype import DType
+from lazygrad.ops import ELEMENTWISE, OPS
+
+
+def _why_opencl_is_unavailable() -> str | None:
+    try:
+        get_device("OPENCL")
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
+REPO = Path(__file__).resolve().parents[2]
+UNAVAILABLE = _why_opencl_is_unavailable()
+if UNAVAILABLE is not None:
+    warnings.warn(f"the OPENCL tests are skipped: {UNAVAILABLE}")
+    pytestmark = pytest.mark.skip(reason=f"OPENCL is unavailable: {UNAVAILABLE}")
+
+SHAPE = (4, 6)
+FLOATS = np.array([-100.0, -10.0, -3.75, -2.5, -1.0, -0.5, -1e-3, -0.0, 0.0, 1e-3, 0.1, 0.5,
+                   1.0, 2.0, 2.5, 3.14159, 7.25, 10.0, 100.0, 42.0, np.nan, np.inf, -np.inf, 1e-40],
+                  dtype=np.float32).reshape(SHAPE)
+OTHER_FLOATS = np.array([3.0, -7.0, 0.5, 0.0, -0.0, 2.0, 1e-3, -4.0, 9.0, np.nan, 0.25, -0.5,
+                         1.0, -1.0, 6.5, 3.14159, np.inf, 10.0, -100.0, 42.0, 1.0, 2.0, -np.inf, 5.0],
+                        dtype=np.float32).reshape(SHAPE)
+INTS = np.array([0, 1, -1, 2, -2, 3, -3, 5, -7, 9, -13, 300, -300, 70000, -70000, 2**31 - 1, -2**31,
+                 123456789, -123456789, 127, -128, 4, -6, 8], dtype=np.int32).reshape(SHAPE)
+OTHER_INTS = np.array([3, -7, 2, 0, -1, 5, 1, 4, -2, 9, 0, 7, -3, 6, -5, 2, -1, 1000, -1000, 3, 3, 0, 11, -8],
+                      dtype=np.int32).reshape(SHAPE)
+SHIFTS = (np.arange(24, dtype=np.int32) % 31).reshape(SHAPE)
+CONDITION = (np.arange(24) % 3 == 0).reshape(SHAPE)
+BITWISE_OPS = {"AND", "OR", "XOR", "SHL", "SHR"}
+TRANSCENDENTAL_OPS = {"EXP2", "LOG2", "SIN"}   # OpenCL allows a few ulp of error here
+
+
+def compute(device: str, build, arrays) -> np.ndarray:
+    return build(*[Tensor(array, device=device) for array in arrays]).numpy()
+
+
+def assert_matches_npy(build, *arrays, rtol: float = 0.0, atol: float = 0.0) -> None:
+    expected = compute("NPY", build, arrays)
+    actual = compute("OPENCL", build, arrays)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    if expected.dtype.kind == "f":
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(actual, expected)
+
+
+# ---- every elementwise op of the op table --------------------------------------------------------
+
+def _elementwise_cases():
+    for name in sorted(ELEMENTWISE - {"CAST", "BITCAST"}):
+        for dtype in (dtypes.float32, dtypes.int32):
+            if dtype.is_int and OPS[name].float_only:
+                continue
+            if dtype.is_float and name in BITWISE_OPS:
+                continue
+            yield name, dtype
+
+
+def _primitive(name: str):
+    """A graph of exactly one op of the table over the tensors it is given."""
+    def build(*tensors: Tensor) -> Tensor:
+        first, *rest = tensors
+        return Tensor(first.lazydata.alu(name, *[tensor.lazydata for tensor in rest]))
+    return build
+
+
+@pytest.mark.parametrize("name,dtype", list(_elementwise_cases()),
+                         ids=[f"{name}-{dtype.name}" for name, dtype in _elementwise_cases()])
+def test_every_elementwise_op_matches_npy(name: str, dtype: DType):
+    first, second = (FLOATS, OTHER_FLOATS) if dtype.is_float else (INTS, OTHER_INTS)
+    if name in ("SHL", "SHR"):
+        second = SHIFTS
+    arrays = {1: (first,), 2: (first, second), 3: (CONDITION, first, second)}[OPS[name].arity]
+    tolerance = {"rtol": 2e-6, "atol": 1e-7} if name in TRANSCENDENTAL_OPS else {}
+    assert_matches_npy(_primitive(name), *arrays, **tolerance)
+
+
+def test_bool_buffers_load_and_store():
+    left, right = FLOATS > 0, OTHER_FLOATS > 0
+    assert_matches_npy(lambda a, b: (a & b) | (a ^ b), left, right)
+    assert_matches_npy(lambda a, b: a.where(b, a.logical_not()), left, right)
+    assert_matches_npy(lambda a, b: (a < b).cast(dtypes.int32) + (a != b).cast(dtypes.int32), FLOATS, OTHER_FLOATS)
+
+
+# ---- casts and bitcasts --------------------------------------------------------------------------
+
+FINITE = np.array([-300.7, -128.5, -2.5, -1.5, -0.5, -0.0, 0.0, 0.4, 0.5, 0.6, 1.5, 2.5,
+                   3.7, 100.2, 127.9, 200.5, 255.0, 1e-5, 65504.0, 65520.0, 70000.0, 6e-8, 1e-8, 12345.678],
+                  dtype=np.float32).reshape(SHAPE)
+with np.errstate(over="ignore"):
+    HALVES = FINITE.astype(np.float16)        # 70000 becomes inf, on purpose
+FINITE_HALVES = FINITE.clip(-30000, 30000).astype(np.float16)
+CAST_CASES = [
+    (FINITE, dtypes.int32), (np.abs(FINITE) % 256, dtypes.uint8), (FLOATS, dtypes.bool),
+    (FINITE, dtypes.float16), (FLOATS, dtypes.float16), (FINITE, dtypes.float64),
+    (INTS, dtypes.float32), (INTS, dtypes.int8), (INTS, dtypes.int64), (INTS, dtypes.float16),
+    (INTS, dtypes.bool), (CONDITION, dtypes.float32), (CONDITION, dtypes.int32),
+    (INTS.astype(np.int64) * 100003, dtypes.int32), (HALVES, dtypes.float32),
+    (FINITE_HALVES, dtypes.int16), (FINITE.astype(np.float64) * 1.1, dtypes.float16),
+    (FINITE.astype(np.float64) / 3, dtypes.float32),
+]
+
+
+@pytest.mark.parametrize("array,dtype", CAST_CASES,
+                         ids=[f"{array.dtype}-to-{dtype.name}" for array, dtype in CAST_CASES])
+def test_casts_match_npy(array: np.ndarray, dtype: DType):
+    assert_matches_npy(lambda tensor: tensor.cast(dtype), array)
+
+
+BITCAST_CASES = [(FINITE, dtypes.int32), (INTS, dtypes.float32), (HALVES, dtypes.int16),
+                 (np.arange(-12, 12, dtype=np.int16).reshape(SHAPE) * 1000, dtypes.float16)]
+
+
+@pytest.mark.parametrize("array,dtype", BITCAST_CASES,
+                         ids=[f"{array.dtype}-as-{dtype.name}" for array, dtype in BITCAST_CASES])
+def test_bitcasts_match_npy(array: np.ndarray, dtype: DType):
+    assert_matches_npy(lambda tensor: (tensor + 1).bitcast(dtype), array)
+
+
+def test_float16_arithmetic_rounds_after_every_op():
+    values = np.linspace(-3, 3, 24, dtype=np.float16).reshape(SHAPE)
+    assert_matches_npy(lambda a: a * 3 + 0.1, values)
+    assert_matches_npy(lambda a: (a * a).sum(1, keepdim=True) / 7, values)  # summed in float, like numpy
+
+
+# ---- reductions --------------------------------------------------------------------------------
+
+REDUCE_CASES = [
+    ("sum", FLOATS.clip(-50, 50), 1, True), ("sum", OTHER_FLOATS, 0, False), ("sum", INTS, None, False),
+    ("max", FLOATS, 1, True), ("max", INTS, 0, True), ("max", CONDITION, 1, False),
+    ("prod", FINITE / 100, 1, True), ("prod", OTHER_INTS, 0, False), ("sum", FINITE_HALVES, 1, True),
+]
+
+
+@pytest.mark.parametrize("method,array,axis,keepdim", REDUCE_CASES,
+                         ids=[f"{method}-{array.dtype}-axis{axis}-keepdim{keepdim}"
+                              for method, array, axis, keepdim in REDUCE_CASES])
+def test_reductions_match_npy(method: str, array: np.ndarray, axis, keepdim: bool):
+    tolerance = {"rtol": 1e-5} if array.dtype.kind == "f" else {}
+    assert_matches_npy(lambda tensor: getattr(tensor, method)(axis, keepdim=keepdim), array, **tolerance)
+
+
+# ---- views, matmul, softmax --------------------------------------------------------------------
+
+def test_movement_chains_match_npy():
+    values = np.arange(24, dtype=np.float32).reshape(SHAPE) - 7.5
+    assert_matches_npy(lambda a: a.pad(((1, 2), (0, 3))).flip(0).permute(1, 0).shrink(((1, 8), (0, 5))) + 1, values)
+    assert_matches_npy(lambda a: a.pad(((2, 0), (1, 1))).exp2().flip(1) * 2, values)  # exp2 of padding stays 0
+    assert_matches_npy(lambda a: a.reshape(2, 2, 6).permute(2, 0, 1).flip(0).shrink(((1, 5), (0, 2), (1, 2))), values)
+
+
+def test_more_than_three_global_loops_share_a_dimension():
+    values = np.arange(2 * 3 * 4 * 5 * 2, dtype=np.int32).reshape(2, 3, 4, 5, 2)
+    assert_matches_npy(lambda a: a.permute(4, 2, 0, 3, 1) * 3 - 1, values)
+
+
+def test_matmul_matches_npy():
+    rng = np.random.default_rng(0)
+    left, right = rng.standard_normal((8, 16), dtype=np.float32), rng.standard_normal((16, 5), dtype=np.float32)
+    assert_matches_npy(lambda a, b: a @ b, left, right, rtol=1e-5, atol=1e-6)
+
+
+def softmax(tensor: Tensor, axis: int = -1) -> Tensor:
+    shifted = tensor - tensor.max(axis, keepdim=True)
+    exponentials = shifted.exp()
+    return exponentials / exponentials.sum(axis, keepdim=True)
+
+
+def test_softmax_matches_npy():
+    values = np.random.default_rng(1).standard_normal((6, 10), dtype=np.float32) * 4
+    assert_matches_npy(softmax, values, rtol=1e-5, atol=1e-7)
+
+
+# ---- moving data -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("array", [FLOATS, INTS, CONDITION, HALVES, np.zeros((0, 3), np.float32)],
+                         ids=["float32", "int32", "bool", "float16", "empty"])
+def test_to_round_trips_keep_every_value(array: np.ndarray):
+    on_opencl = Tensor(array, device="CPU").to("OPENCL")
+    assert on_opencl.device == "OPENCL"
+    np.testing.assert_array_equal(on_opencl.numpy(), array)
+    np.testing.assert_array_equal(on_opencl.to("CPU").numpy(), array)
+    np.testing.assert_array_equal(on_opencl.to("NPY").to("OPENCL").numpy(), array)
+
+
+def test_an_unrealized_graph_is_computed_before_it_is_copied():
+    on_cpu = Tensor(FINITE, device="CPU") * 2
+    np.testing.assert_array_equal((on_cpu.to("OPENCL") + 1).to("CPU").numpy(), FINITE * 2 + 1)
+
+
+def test_mixing_devices_in_one_op_names_both_devices():
+    with pytest.raises(ValueError) as raised:
+        Tensor(FLOATS, device="CPU") + Tensor(FLOATS, device="OPENCL")
+    assert "CPU" in str(raised.value) and "OPENCL" in str(raised.value)
+
+
+def test_a_device_number_past_the_last_device_says_which_exist():
+    from lazygrad.devices.opencl import list_opencl_devices
+    missing = f"OPENCL:{len(list_opencl_devices())}"
+    with pytest.raises(RuntimeError, match="there are only"):
+        get_device(missing)
+
+
+# ---- the disk cache ----------------------------------------------------------------------------
+
+def test_program_binaries_come_back_from_the_disk_cache(tmp_path):
+    device = get_device("OPENCL")
+    source = ("// launch: global=3\n\n__kernel void add_one(__global int* restrict data0, "
+              "__global const int* restrict data1) {\n  long i0 = get_global_id(0);\n"
+              "  data0[i0] = data1[i0] + 1;\n}\n")
+    with Context(LAZYGRAD_CACHE=tmp_path, DISABLE_CACHE=False):
+        compiles, hits = stats.compiles, stats.cache_hits
+        first = device.compile_cached(source)
+        second = device.compile_cached(source)
+        assert (stats.compiles - compiles, stats.cache_hits - hits) == (1, 1)
+    assert first == second
+    output, source_buffer = device.alloc(dtypes.int32, 3), device.alloc(dtypes.int32, 3)
+    source_buffer.copyin(np.array([1, 2, 3], dtype=np.int32))
+    device.load("add_one", second, 2)(output, source_buffer)
+    np.testing.assert_array_equal(output.numpy(), [2, 3, 4])
+
+
+DAMAGE_PROGRAM = """
+import pathlib, shutil, sys
+import numpy as np
+from lazygrad import Context, dtypes
+from lazygrad.devices import get_device
+SOURCE = ("// launch: global=4\\n\\n__kernel void twice(__global double* restrict data0, "
+          "__global const double* restrict data1) {\\n  long i0 = get_global_id(0);\\n"
+          "  data0[i0] = data1[i0] * 2;\\n}\\n")
+device = get_device("OPENCL")
+
+def build_and_run():
+    with Context(DISABLE_CACHE=True):
+        binary = device.compile_cached(SOURCE)
+    output, source = device.alloc(dtypes.float64, 4), device.alloc(dtypes.float64, 4)
+    source.copyin(np.arange(4.0))
+    device.load("twice", binary, 2)(output, source)
+    assert output.numpy().tolist() == [0.0, 2.0, 4.0, 6.0]
+
+build_and_run()
+entries = list(pathlib.Path(sys.argv[1]).rglob("program.bc"))
+assert entries
+for path in entries:  # as PoCL leaves it: the bitcode empty, no work-group function built yet
+    path.write_bytes(b"")
+    for kernel_directory in path.parent.iterdir():
+        if kernel_directory.is_dir():
+            shutil.rmtree(kernel_directory)
+build_and_run()
+"""
+
+
+def test_a_damaged_pocl_kernel_cache_entry_is_built_again(tmp_path):
+    """PoCL 3.0 damages its kernel cache when processes build the same kernel at once; a later
+    build then got a binary without bitcode, and launching it crashed the process."""
+    from lazygrad.devices.opencl import list_opencl_devices
+    if not any("Portable Computing Language" in platform.name for platform, _ in list_opencl_devices()):
+        pytest.skip("PoCL is not the OpenCL platform here")
+    pocl_cache = tmp_path / "pocl"
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "POCL_CACHE_DIR": str(pocl_cache)}
+    result = subprocess.run([sys.executable, "-c", DAMAGE_PROGRAM, str(pocl_cache)], capture_output=True,
+                            text=True, env=environment, timeout=120)
+    assert result.returncode == 0, f"exit code {result.returncode}\n{result.stderr[-3000:]}"

@@ -1,0 +1,21 @@
+"""Shared setup of the op tests: which devices they run on.
+
+Every test that takes a `device` argument runs once per available device; a test that takes
+`compiled_device` runs once per device other than the numpy reference NPY (the random-graph tests
+compare those with NPY).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))  # so the test files can import ops_helpers
+
+from ops_helpers import available_devices  # noqa: E402
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", available_devices())
+    if "compiled_device" in metafunc.fixturenames:
+        metafunc.parametrize("compiled_device", [d for d in available_devices() if d != "NPY"])

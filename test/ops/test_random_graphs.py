@@ -1,0 +1,220 @@
+"""Random graphs of ops and shapes, built identically on a compiled device and on NPY, must agree.
+
+Hypothesis draws 1-3 float32 inputs (up to 4 dims, sizes 1..5) and a sequence of up to 8 ops:
+elementwise unary and binary (with broadcasting, reusing earlier results so graphs branch and
+join), reductions over random axes, movement ops (reshape, permute, expand, pad, shrink, flip,
+slicing and integer indexing), and realizing an intermediate result. NPY interprets the graph
+with numpy, so any difference points at fusion, views/index math or rendering. NaN and inf may
+appear (log, sqrt, exp); their positions must agree.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from lazygrad import Tensor, dtypes
+
+MAX_NUMEL = 1500  # keeps kernels small and fast
+
+
+class Pair:
+    """The same tensor built on the compiled device and on NPY."""
+
+    def __init__(self, compiled: Tensor, reference: Tensor, label: str):
+        self.compiled, self.reference, self.label = compiled, reference, label
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        assert self.compiled.shape == self.reference.shape, (self.compiled.shape, self.reference.shape)
+        return self.compiled.shape
+
+    def apply(self, fn, label: str, *others: "Pair") -> "Pair":
+        return Pair(fn(self.compiled, *[o.compiled for o in others]),
+                    fn(self.reference, *[o.reference for o in others]), label)
+
+
+UNARY = {
+    "neg": lambda t: -t, "relu": lambda t: t.relu(), "abs": lambda t: t.abs(), "sin": lambda t: t.sin(),
+    "cos": lambda t: t.cos(), "tanh": lambda t: t.tanh(), "sigmoid": lambda t: t.sigmoid(),
+    "exp": lambda t: t.exp(), "log": lambda t: t.log(), "sqrt": lambda t: t.sqrt(), "square": lambda t: t * t,
+    "reciprocal_safe": lambda t: (t.abs() + 0.5).reciprocal(), "scale": lambda t: t * 0.5 - 1.25,
+    "clamp": lambda t: t.clamp(-1.0, 1.5),
+}
+BINARY = {
+    "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+    "maximum": lambda x, y: x.maximum(y), "minimum": lambda x, y: x.minimum(y),
+    "div_safe": lambda x, y: x / (y.abs() + 0.5),
+}
+REDUCES = ("sum", "max", "min", "mean")
+
+
+def broadcastable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    for x, y in zip(reversed(a), reversed(b)):
+        if x != y and x != 1 and y != 1:
+            return False
+    return True
+
+
+def broadcast_shape(a, b):
+    return tuple(np.broadcast_shapes(a, b))
+
+
+@st.composite
+def new_input(draw, device: str, shape: tuple[int, ...] | None = None, label: str = "input"):
+    if shape is None:
+        ndim = draw(st.integers(0, 4))
+        shape = tuple(draw(st.integers(1, 5)) for _ in range(ndim))
+    seed = draw(st.integers(0, 2**32 - 1))
+    values = np.random.default_rng(seed).uniform(-2, 2, size=shape).astype(np.float32)
+    return Pair(Tensor(values, device=device), Tensor(values, device="NPY"), f"{label}{list(shape)}")
+
+
+def factorize(n: int) -> list[int]:
+    factors, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    return factors
+
+
+@st.composite
+def reshape_target(draw, shape):
+    numel = math.prod(shape)
+    ndim = draw(st.integers(1, 4))
+    dims = [1] * ndim
+    for factor in factorize(numel):
+        dims[draw(st.integers(0, ndim - 1))] *= factor
+    if draw(st.booleans()):
+        dims[draw(st.integers(0, ndim - 1))] = -1
+    return tuple(dims)
+
+
+@st.composite
+def movement(draw, pair: Pair):
+    shape, ndim = pair.shape, len(pair.shape)
+    kinds = ["reshape", "expand"] + (["permute", "pad", "shrink", "flip", "slice", "index"] if ndim else [])
+    kind = draw(st.sampled_from(kinds))
+    if kind == "reshape":
+        target = draw(reshape_target(shape))
+        return pair.apply(lambda t: t.reshape(target), f"reshape{target}")
+    if kind == "expand":
+        lead = draw(st.integers(0, 1)) if ndim < 4 else 0
+        target = tuple(draw(st.integers(1, 4)) for _ in range(lead)) + tuple(
+            draw(st.integers(1, 4)) if size == 1 else size for size in shape)
+        if math.prod(target) > MAX_NUMEL:
+            return pair
+        return pair.apply(lambda t: t.expand(target), f"expand{target}")
+    if kind == "permute":
+        order = tuple(draw(st.permutations(range(ndim))))
+        return pair.apply(lambda t: t.permute(order), f"permute{order}")
+    if kind == "pad":
+        pads = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(ndim))
+        value = draw(st.sampled_from([0.0, 0.0, 1.5, -2.0]))
+        if math.prod(size + lo + hi for size, (lo, hi) in zip(shape, pads)) > MAX_NUMEL:
+            return pair
+        return pair.apply(lambda t: t.pad(pads, value=value), f"pad{pads},value={value}")
+    if kind == "shrink":
+        bounds = []
+        for size in shape:
+            start = draw(st.integers(0, size - 1))
+            bounds.append((start, draw(st.integers(start + 1, size))))
+        bounds = tuple(bounds)
+        return pair.apply(lambda t: t.shrink(bounds), f"shrink{bounds}")
+    if kind == "flip":
+        axes = tuple(draw(st.lists(st.integers(-ndim, ndim - 1), min_size=1, max_size=ndim, unique_by=lambda a: a % ndim)))
+        return pair.apply(lambda t: t.flip(axes), f"flip{axes}")
+    if kind == "slice":
+        index = []
+        for size in shape:
+            step = draw(st.sampled_from([1, 2, 3, -1, -2]))
+            start = draw(st.integers(0, size - 1))
+            index.append(slice(start, None, step))
+        index = tuple(index)
+        return pair.apply(lambda t: t[index], f"getitem{index}")
+    position = draw(st.integers(-shape[0], shape[0] - 1))
+    return pair.apply(lambda t: t[position], f"getitem[{position}]")
+
+
+@st.composite
+def reduction(draw, pair: Pair):
+    ndim = len(pair.shape)
+    name = draw(st.sampled_from(REDUCES))
+    keepdim = draw(st.booleans())
+    if ndim == 0 or draw(st.integers(0, 3)) == 0:
+        axis = None
+    elif draw(st.booleans()):
+        axis = draw(st.integers(-ndim, ndim - 1))
+    else:
+        axis = tuple(draw(st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim, unique=True)))
+    return pair.apply(lambda t: getattr(t, name)(axis, keepdim), f"{name}(axis={axis}, keepdim={keepdim})")
+
+
+@st.composite
+def random_graph(draw, device: str):
+    pool = [draw(new_input(device)) for _ in range(draw(st.integers(1, 3)))]
+    steps = [p.label for p in pool]
+    current = pool[-1]
+    for _ in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "movement", "movement", "realize"]))
+        if kind == "unary":
+            name = draw(st.sampled_from(sorted(UNARY)))
+            current = current.apply(UNARY[name], name)
+        elif kind == "binary":
+            name = draw(st.sampled_from(sorted(BINARY)))
+            partners = [p for p in pool if broadcastable(p.shape, current.shape)
+                        and math.prod(broadcast_shape(p.shape, current.shape)) <= MAX_NUMEL]
+            if partners and draw(st.booleans()):
+                other = draw(st.sampled_from(partners))
+            else:  # a fresh input that broadcasts: some dims set to 1, maybe fewer leading dims
+                shape = current.shape[draw(st.integers(0, len(current.shape))):]
+                shape = tuple(1 if draw(st.booleans()) else size for size in shape)
+                other = draw(new_input(device, shape, "input"))
+                steps.append(other.label)
+            if draw(st.booleans()):
+                current, other = other, current
+            current = current.apply(BINARY[name], f"{name}({current.label}, {other.label})", other)
+        elif kind == "reduce":
+            current = draw(reduction(current))
+        elif kind == "movement":
+            current = draw(movement(current))
+        else:
+            current.compiled.realize()
+            current.reference.realize()
+            current = Pair(current.compiled, current.reference, "realize")
+        steps.append(current.label)
+        pool.append(current)
+    return current, steps
+
+
+def compare(pair: Pair, steps: list[str]) -> None:
+    compiled, reference = pair.compiled, pair.reference
+    assert compiled.dtype == reference.dtype == dtypes.float32
+    actual, expected = compiled.numpy(), reference.numpy()
+    assert actual.shape == expected.shape == pair.shape
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5, equal_nan=True,
+                               err_msg="graph:\n  " + "\n  ".join(steps))
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_random_graph(compiled_device, data):
+    result, steps = data.draw(random_graph(compiled_device))
+    compare(result, steps)
+
+
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_random_graph_many_outputs_realized_together(compiled_device, data):
+    """Several results of one random graph realized in one call (shared work, several kernels)."""
+    first, steps = data.draw(random_graph(compiled_device))
+    second = first.apply(lambda t: t * 2 + 1, "x*2+1")
+    third = first.apply(lambda t: t.sum(), "sum")
+    Tensor.realize(first.compiled, second.compiled, third.compiled)
+    for pair in (first, second, third):
+        compare(pair, steps + [pair.label])

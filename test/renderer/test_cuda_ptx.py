@@ -1,0 +1,136 @@
+"""The CUDA renderer's source compiles to PTX, checked without a GPU (nvcc, or NVRTC through cupy).
+
+Representative kernels (every elementwise op at several dtypes, every cast and bitcast, reduces,
+view chains, matmul, softmax) come from the scheduler. nvcc takes about a second per file, so the
+kernels are compiled together in one file (their helpers are identical text, kept once); if that
+fails, each kernel is compiled alone to name the ones at fault.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+
+import numpy as np
+import pytest
+
+from lazygrad import Context, Tensor, dtypes
+from lazygrad.devices.cuda import compile_to_ptx, find_nvcc, import_cupy
+from lazygrad.dtype import ALL_DTYPES
+from lazygrad.ops import ELEMENTWISE, OPS
+from lazygrad.renderer.cuda import CUDARenderer
+from lazygrad.renderer.linearize import linearize
+from lazygrad.schedule.fuse import create_schedule
+
+
+def _why_cuda_cannot_compile() -> str | None:
+    if find_nvcc() is not None:
+        return None
+    try:
+        import_cupy()
+    except RuntimeError:
+        return "neither nvcc (the CUDA toolkit) nor cupy (pip install lazygrad[cuda]) is installed"
+    return None
+
+
+UNAVAILABLE = _why_cuda_cannot_compile()
+pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"cannot compile CUDA: {UNAVAILABLE}")
+
+BITWISE_OPS = {"AND", "OR", "XOR", "SHL", "SHR"}
+
+
+def tensor(shape, dtype=np.float32) -> Tensor:
+    return Tensor(np.ones(shape, dtype=dtype), device="CPU")
+
+
+def softmax(x: Tensor) -> Tensor:
+    exponentials = (x - x.max(-1, keepdim=True)).exp()
+    return exponentials / exponentials.sum(-1, keepdim=True)
+
+
+def _elementwise_graphs():
+    for name in sorted(ELEMENTWISE - {"CAST", "BITCAST"}):
+        for dtype in (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64,
+                      dtypes.float16, dtypes.float32, dtypes.float64):
+            if dtype.is_float and name in BITWISE_OPS:
+                continue
+            if not dtype.is_float and OPS[name].float_only:
+                continue
+            if dtype.is_bool and name not in ("AND", "OR", "XOR", "MAX", "CMPLT", "CMPNE", "WHERE"):
+                continue
+            operands = [tensor((4, 6), dtype.np).lazydata for _ in range(OPS[name].arity)]
+            if name == "WHERE":
+                operands[0] = tensor((4, 6), np.bool_).lazydata
+            yield f"{name}-{dtype.name}", Tensor(operands[0].alu(name, *operands[1:]))
+
+
+def _cast_graphs():
+    for source, target in itertools.permutations(ALL_DTYPES, 2):
+        yield f"cast-{source.name}-{target.name}", tensor((8,), source.np).cast(target)
+        if source.itemsize == target.itemsize and not (source.is_bool or target.is_bool):
+            yield f"bitcast-{source.name}-{target.name}", tensor((8,), source.np).bitcast(target)
+
+
+def _other_graphs():
+    for dtype in (np.float16, np.float32, np.float64, np.int32):
+        yield f"sum-{np.dtype(dtype).name}", tensor((4, 6), dtype).sum(1, keepdim=True)
+        yield f"max-{np.dtype(dtype).name}", tensor((4, 6), dtype).max(0)
+        yield f"prod-{np.dtype(dtype).name}", tensor((4, 6), dtype).prod()
+    yield "any", tensor((4, 6), np.bool_).max(1)
+    yield "column-sum", tensor((64, 32)).sum(0)
+    yield "views", tensor((4, 6)).pad(((1, 2), (0, 3))).flip(0).permute(1, 0).shrink(((1, 8), (0, 5))) + 1
+    yield "padded-exp", tensor((4, 6)).pad(((2, 0), (1, 1))).exp()
+    yield "five-dims", tensor((2, 3, 4, 5, 2), np.int32).permute(4, 2, 0, 3, 1) * 3
+    yield "matmul", tensor((8, 16)) @ tensor((16, 5))
+    yield "softmax", softmax(tensor((6, 10)))
+    yield "big", tensor((1000,)) * 2
+
+
+def representative_kernels() -> list[tuple[str, object]]:
+    """(label, program) for every kernel of every representative graph."""
+    renderer = CUDARenderer()
+    kernels = []
+    for label, result in itertools.chain(_elementwise_graphs(), _cast_graphs(), _other_graphs()):
+        for number, item in enumerate(create_schedule([result.lazydata])):
+            kernels.append((f"{label}-{number}", linearize(item.kernel, renderer)))
+    return kernels
+
+
+def one_file(programs) -> tuple[str, list[str]]:
+    """All kernels in one CUDA file: each helper once, each kernel renamed k<n>_<name>."""
+    renderer = CUDARenderer()
+    helpers, bodies, names = [], [], []
+    for number, program in enumerate(programs):
+        _, kernel_helpers, body = renderer.render_parts(program)
+        helpers += [helper for helper in kernel_helpers if helper not in helpers]
+        name = f"k{number}_{program.name}"
+        bodies.append(body.replace(f" {program.name}(", f" {name}(", 1))
+        names.append(name)
+    return "\n".join(helpers) + "\n\n" + "\n\n".join(bodies) + "\n", names
+
+
+def test_every_representative_kernel_compiles_to_ptx(tmp_path):
+    kernels = representative_kernels()
+    assert len(kernels) > 150
+    source, names = one_file([program for _, program in kernels])
+    with Context(LAZYGRAD_CACHE=tmp_path):
+        try:
+            ptx = compile_to_ptx(source)
+        except RuntimeError:
+            failing = []
+            for label, program in kernels:
+                try:
+                    compile_to_ptx(CUDARenderer().render_program(program))
+                except RuntimeError as error:
+                    failing.append(f"{label}:\n{error}")
+            pytest.fail(f"{len(failing)} kernel(s) do not compile:\n\n" + "\n\n".join(failing[:5]))
+    entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
+    assert entries == set(names)
+
+
+@pytest.mark.parametrize("label", ["softmax-2", "WHERE-float16-0"])
+def test_a_whole_rendered_source_compiles_alone(label, tmp_path):
+    program = dict(representative_kernels())[label]
+    source = CUDARenderer().render_program(program)
+    with Context(LAZYGRAD_CACHE=tmp_path):
+        ptx = compile_to_ptx(source)
+    assert re.search(rf"\.entry\s+{program.name}\(", ptx)

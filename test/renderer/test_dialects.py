@@ -1,0 +1,155 @@
+"""Golden checks of the OpenCL and CUDA dialects: how loops map to threads, types in memory, helpers.
+
+No device is needed: kernels come from the scheduler and are only rendered.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from lazygrad import Tensor, dtypes
+from lazygrad.ops import ELEMENTWISE, OPS, REDUCE
+from lazygrad.renderer.cuda import CUDARenderer
+from lazygrad.renderer.linearize import linearize
+from lazygrad.renderer.opencl import OpenCLRenderer
+from lazygrad.schedule.fuse import create_schedule
+
+RENDERERS = [OpenCLRenderer(), CUDARenderer()]
+
+
+def sources(tensor: Tensor, renderer) -> list[str]:
+    """The source of every kernel that computes tensor, in schedule order."""
+    return [renderer.render_program(linearize(item.kernel, renderer))
+            for item in create_schedule([tensor.lazydata]) if item.kernel is not None]
+
+
+def tensor(shape, dtype=np.float32) -> Tensor:
+    return Tensor(np.ones(shape, dtype=dtype), device="CPU")
+
+
+def softmax(x: Tensor) -> Tensor:
+    exponentials = (x - x.max(-1, keepdim=True)).exp()
+    return exponentials / exponentials.sum(-1, keepdim=True)
+
+
+# ---- OpenCL ----------------------------------------------------------------------------------
+
+def test_opencl_softmax_maps_rows_and_columns_to_work_items():
+    kernels = sources(softmax(tensor((6, 10))), OpenCLRenderer())
+    assert len(kernels) == 3
+    for source in kernels:
+        assert source.startswith("// launch: global=")
+        assert "__kernel void " in source and "get_global_id(0)" in source
+        assert "#pragma omp" not in source and "for (long i" not in source  # global loops are work-items
+    row_max, row_sum, normalize = kernels
+    assert row_max.startswith("// launch: global=6\n") and "for (long r1 = 0; r1 < 10; r1++)" in row_max
+    assert "float acc" in row_sum and "for (long r" in row_sum
+    assert normalize.startswith("// launch: global=10,6\n")
+    assert "long i1 = get_global_id(0);" in normalize and "long i0 = get_global_id(1);" in normalize
+
+
+def test_opencl_more_than_three_global_loops_share_dimension_two():
+    (source,) = sources(tensor((2, 3, 4, 5, 2), np.int32).permute(4, 2, 0, 3, 1) * 3, OpenCLRenderer())
+    assert source.startswith("// launch: global=3,5,16\n")
+    assert "long gid2 = get_global_id(2);" in source
+    assert "long i0 = (gid2 / 8);" in source and "long i1 = (gid2 / 2) % 4;" in source
+    assert "long i2 = gid2 % 2;" in source
+
+
+def test_opencl_parameters_are_global_restrict_pointers_and_inputs_const():
+    (source,) = sources(tensor((4, 4)) + tensor((4, 4)) * 2, OpenCLRenderer())
+    assert re.search(r"__kernel void \w+\(__global float\* restrict data0, "
+                     r"__global const float\* restrict data1, __global const float\* restrict data2\)", source)
+
+
+def test_opencl_bool_buffers_are_uchar_in_memory():
+    (source,) = sources(tensor((8,), np.bool_) & (tensor((8,)) < 2), OpenCLRenderer())
+    assert "__global uchar* restrict data0" in source and "__global const uchar* restrict data1" in source
+    assert "bool*" not in source and "bool v" in source
+
+
+def test_opencl_float16_is_half_in_memory_and_float_in_registers():
+    (source,) = sources((tensor((8,), np.float16) * 3 + 1).sqrt(), OpenCLRenderer())
+    assert "__global half* restrict data0" in source and "vload_half(" in source and "vstore_half_rte(" in source
+    assert "cl_khr_fp16" not in source and "half v" not in source and "lg_half(" in source
+
+
+def test_opencl_enables_float64_only_where_used():
+    (with_double,) = sources(tensor((8,), np.float64) * 2, OpenCLRenderer())
+    (without,) = sources(tensor((8,)) * 2, OpenCLRenderer())
+    assert "#pragma OPENCL EXTENSION cl_khr_fp64 : enable" in with_double
+    assert "cl_khr_fp64" not in without
+
+
+def test_opencl_int64_constants_have_the_long_suffix():
+    (source,) = sources(tensor((8,), np.int64) * 3, OpenCLRenderer())
+    assert "3L" in source and "ll" not in source
+
+
+def test_opencl_uses_its_own_math_and_bitcast_names():
+    (math_source,) = sources(tensor((8,)).sqrt() + tensor((8,)).sin(), OpenCLRenderer())
+    assert "sqrt(" in math_source and "sin(" in math_source and "sqrtf" not in math_source
+    (bitcast_source,) = sources(tensor((8,)).bitcast(dtypes.int32) + 1, OpenCLRenderer())
+    assert "as_int(" in bitcast_source
+
+
+def test_a_column_sum_keeps_one_accumulator_per_work_item():
+    for renderer in RENDERERS:
+        (source,) = sources(tensor((64, 32)).sum(0), renderer)
+        assert re.search(r"acc\d+\[", source) is None, source
+
+
+# ---- CUDA ------------------------------------------------------------------------------------
+
+def test_cuda_softmax_is_a_flat_launch_over_the_output():
+    kernels = sources(softmax(tensor((6, 10))), CUDARenderer())
+    assert len(kernels) == 3
+    for source in kernels:
+        assert 'extern "C" __global__ void ' in source
+        assert "long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;" in source
+        assert "#pragma omp" not in source and "cuda_fp16" not in source
+    assert kernels[0].startswith("// launch: grid=1 block=6\n") and "if (gid >= 6) return;" in kernels[0]
+    normalize = kernels[2]
+    assert "if (gid >= 60) return;" in normalize
+    assert "long long i0 = (gid / 10);" in normalize and "long long i1 = gid % 10;" in normalize
+
+
+def test_cuda_launch_covers_the_output_with_blocks_of_256():
+    (source,) = sources(tensor((1000,)) + 1, CUDARenderer())
+    assert source.startswith("// launch: grid=4 block=256\n") and "if (gid >= 1000) return;" in source
+
+
+def test_cuda_includes_half_support_only_when_float16_is_used():
+    (with_half,) = sources(tensor((8,), np.float16) * 2, CUDARenderer())
+    assert "#include <cuda_fp16.h>" in with_half and "__half* __restrict__ data0" in with_half
+    assert "__half2float(" in with_half and "__float2half_rn(" in with_half
+
+
+# ---- every op renders on every dialect --------------------------------------------------------
+
+def _operand_dtypes(name: str):
+    if name in ("AND", "OR", "XOR", "SHL", "SHR"):
+        return (dtypes.int32, dtypes.bool) if name not in ("SHL", "SHR") else (dtypes.int32,)
+    if OPS[name].float_only:
+        return (dtypes.float16, dtypes.float32, dtypes.float64)
+    return (dtypes.float16, dtypes.float32, dtypes.float64, dtypes.int8, dtypes.int64)
+
+
+@pytest.mark.parametrize("renderer", RENDERERS, ids=lambda renderer: renderer.dialect)
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE - {"CAST", "BITCAST", "WHERE"}))
+def test_every_elementwise_op_renders(renderer, name: str):
+    for dtype in _operand_dtypes(name):
+        src_dtypes = [dtype] * OPS[name].arity
+        out_dtype = OPS[name].out_dtype(src_dtypes, None) if OPS[name].out_dtype else dtype
+        text = renderer.render_op(name, src_dtypes, out_dtype, [f"x{number}" for number in range(OPS[name].arity)])
+        assert "x0" in text and "{" not in text
+
+
+@pytest.mark.parametrize("renderer", RENDERERS, ids=lambda renderer: renderer.dialect)
+@pytest.mark.parametrize("name", sorted(name for name, op in OPS.items() if op.kind == REDUCE))
+def test_every_reduce_renders_its_accumulation(renderer, name: str):
+    for dtype in (dtypes.float16, dtypes.float32, dtypes.int32):
+        text = renderer.render_accumulate(name, dtype, "acc", "value")
+        assert "acc" in text and "value" in text
