@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 from lazygrad.dtype import dtypes
-from lazygrad.ops import reduce_identity
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.linearize import LoopProgram, accumulator_index
 
@@ -122,8 +121,3 @@ class CRenderer(CStyleRenderer):
         helpers = [text for marker, text in HELPERS.items() if marker in body]
         header = ["#include <math.h>", "#include <stdbool.h>"] + helpers
         return "\n".join(header) + "\n\n" + body + "\n"
-
-    def render_identity(self, op: str, dtype) -> str:
-        return self.render_const(reduce_identity(op, dtype), dtype)
-
-

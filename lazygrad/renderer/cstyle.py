@@ -11,14 +11,16 @@ import math
 import numpy as np
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.ops import OPS
+from lazygrad.ops import OPS, reduce_identity
+from lazygrad.shape.symbolic import FloorSyntax
 
 
 def _category(dtype: DType) -> str:
     return "float" if dtype.is_float else ("bool" if dtype.is_bool else "int")
 
 
-class CStyleRenderer:
+class CStyleRenderer(FloorSyntax):
+    """Index arithmetic comes from FloorSyntax (lg_floordiv/lg_floormod for possibly negative operands)."""
     dialect = "c"
     type_names: dict[DType, str] = {}
     # Whether strided reduces may keep per-output accumulators in an array (a CPU cache tiling);
@@ -27,16 +29,6 @@ class CStyleRenderer:
 
     def type_name(self, dtype: DType) -> str:
         return self.type_names.get(dtype, dtype.c_name)
-
-    # ---- index arithmetic (Lin.render calls these for possibly negative operands) ----------
-
-    @staticmethod
-    def floordiv(text: str, divisor: int) -> str:
-        return f"lg_floordiv({text}, {divisor})"
-
-    @staticmethod
-    def floormod(text: str, divisor: int) -> str:
-        return f"lg_floormod({text}, {divisor})"
 
     # ---- expressions --------------------------------------------------------------------------
 
@@ -92,3 +84,38 @@ class CStyleRenderer:
     def render_accumulate(self, op: str, dtype: DType, accumulator: str, value: str) -> str:
         return self.template(op, dtype).format(accumulator, value, f="" if dtype == dtypes.float64 else "f",
                                                ctype=self.type_name(dtype))
+
+    def render_identity(self, op: str, dtype: DType) -> str:
+        return self.render_const(reduce_identity(op, dtype), dtype)
+
+    def render_store(self, param: str, dtype: DType, index: str, value: str) -> str:
+        return f"{param}[{index}] = {value};"
+
+    def render_thread_body(self, program, loop_index_type: str) -> list[str]:
+        """One output per thread (GPU dialects): the reduce loop with its register accumulator, the
+        values after it, and the store; the lines the caller indents into its kernel."""
+        lines = []
+        depth = 0
+
+        def line(text: str) -> None:
+            lines.append("  " * depth + text)
+
+        if program.accumulator is not None:
+            accumulator, op, dtype, value = program.accumulator
+            line(f"{self.type_name(dtype)} {accumulator} = {self.render_identity(op, dtype)};")
+            for loop in program.reduce_loops:
+                line(f"for ({loop_index_type} {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
+                depth += 1
+            for statement in program.inner:
+                line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
+            line(f"{accumulator} = {self.render_accumulate(op, dtype, accumulator, value)};")
+            for _ in program.reduce_loops:
+                depth -= 1
+                line("}")
+            if dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end
+                line(f"{accumulator} = lg_half({accumulator});")
+        for statement in program.outer:
+            line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
+        param, index, value = program.store
+        line(self.render_store(param, program.params[0][1], index, value))
+        return lines

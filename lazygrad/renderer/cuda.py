@@ -24,7 +24,6 @@ import math
 import numpy as np
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.ops import reduce_identity
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.linearize import LoopProgram
 from lazygrad.renderer.opencl import SHIFT_TEMPLATES, render_shift
@@ -97,9 +96,6 @@ class CUDARenderer(CStyleRenderer):
             return f"lg_half({text})"
         return text
 
-    def render_identity(self, op: str, dtype: DType) -> str:
-        return self.render_const(reduce_identity(op, dtype), dtype)
-
     def render_store(self, param: str, dtype: DType, index: str, value: str) -> str:
         if dtype == dtypes.float16:
             return f"{param}[{index}] = __float2half_rn({value});"
@@ -117,10 +113,9 @@ class CUDARenderer(CStyleRenderer):
             params.append(f"{qualifier}{self.storage_name(dtype)}* __restrict__ {name}")
         total = math.prod(loop.size for loop in program.global_loops)
         lines = [f'extern "C" __global__ void {program.name}({", ".join(params)}) {{']
-        depth = 1
 
         def line(text: str) -> None:
-            lines.append("  " * depth + text)
+            lines.append("  " + text)
 
         line("long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
         line(f"if (gid >= {total}) return;")
@@ -129,24 +124,8 @@ class CUDARenderer(CStyleRenderer):
             inner_size //= loop.size
             quotient = "gid" if inner_size == 1 else f"(gid / {inner_size})"
             line(f"long long {loop.var} = {quotient if number == 0 else f'{quotient} % {loop.size}'};")
-        if program.accumulator is not None:
-            accumulator, op, dtype, value = program.accumulator
-            line(f"{self.type_name(dtype)} {accumulator} = {self.render_identity(op, dtype)};")
-            for loop in program.reduce_loops:
-                line(f"for (long long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
-                depth += 1
-            for statement in program.inner:
-                line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
-            line(f"{accumulator} = {self.render_accumulate(op, dtype, accumulator, value)};")
-            for _ in program.reduce_loops:
-                depth -= 1
-                line("}")
-            if dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end
-                line(f"{accumulator} = lg_half({accumulator});")
-        for statement in program.outer:
-            line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
-        param, index, value = program.store
-        line(self.render_store(param, program.params[0][1], index, value))
+        for text in self.render_thread_body(program, "long long"):
+            line(text)
         lines.append("}")
         body = "\n".join(lines)
         helpers = [text for marker, text in HELPERS.items() if marker in body]

@@ -27,7 +27,6 @@ import math
 import numpy as np
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.ops import reduce_identity
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.linearize import Loop, LoopProgram
 
@@ -124,9 +123,6 @@ class OpenCLRenderer(CStyleRenderer):
         # A float16 accumulator stays a float until the loop ends, as numpy sums float16.
         return self.template(op, dtype).format(accumulator, value, f="", ctype=self.type_name(dtype))
 
-    def render_identity(self, op: str, dtype: DType) -> str:
-        return self.render_const(reduce_identity(op, dtype), dtype)
-
     def render_store(self, param: str, dtype: DType, index: str, value: str) -> str:
         if dtype == dtypes.float16:
             return f"vstore_half_rte({value}, {index}, {param});"
@@ -149,10 +145,9 @@ class OpenCLRenderer(CStyleRenderer):
         dimensions = self.global_dimensions(program.global_loops)
         global_size = [math.prod(loop.size for loop in loops) for loops in dimensions] or [1]
         lines = [f"__kernel void {program.name}({', '.join(params)}) {{"]
-        depth = 1
 
         def line(text: str) -> None:
-            lines.append("  " * depth + text)
+            lines.append("  " + text)
 
         for dimension, loops in enumerate(dimensions):
             if len(loops) == 1:
@@ -164,24 +159,8 @@ class OpenCLRenderer(CStyleRenderer):
                 inner_size //= loop.size
                 quotient = f"gid{dimension}" if inner_size == 1 else f"(gid{dimension} / {inner_size})"
                 line(f"long {loop.var} = {quotient if number == 0 else f'{quotient} % {loop.size}'};")
-        if program.accumulator is not None:
-            accumulator, op, dtype, value = program.accumulator
-            line(f"{self.type_name(dtype)} {accumulator} = {self.render_identity(op, dtype)};")
-            for loop in program.reduce_loops:
-                line(f"for (long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
-                depth += 1
-            for statement in program.inner:
-                line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
-            line(f"{accumulator} = {self.render_accumulate(op, dtype, accumulator, value)};")
-            for _ in program.reduce_loops:
-                depth -= 1
-                line("}")
-            if dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end
-                line(f"{accumulator} = lg_half({accumulator});")
-        for statement in program.outer:
-            line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
-        param, index, value = program.store
-        line(self.render_store(param, program.params[0][1], index, value))
+        for text in self.render_thread_body(program, "long"):
+            line(text)
         lines.append("}")
         body = "\n".join(lines)
         helpers = [text for marker, text in HELPERS.items() if marker in body]

@@ -150,8 +150,9 @@ class Lin:
         return f"<{self.render()} in [{self.min}, {self.max}]>"
 
 
-class _PlainFloor:
-    """Floor division and modulo in C syntax; dialects may override."""
+class FloorSyntax:
+    """Floor division and modulo of a possibly negative index, in C-family syntax (the renderers'
+    helpers lg_floordiv/lg_floormod); renderers inherit it and may override."""
     @staticmethod
     def floordiv(text: str, divisor: int) -> str:
         return f"lg_floordiv({text}, {divisor})"
@@ -161,7 +162,7 @@ class _PlainFloor:
         return f"lg_floormod({text}, {divisor})"
 
 
-_PLAIN = _PlainFloor()
+_PLAIN = FloorSyntax()
 
 
 def var(name: str, lo: int, hi: int) -> Lin:
