@@ -122,13 +122,13 @@ class Lin:
         return Lin({Atom("mod", inner=rest, divisor=divisor, lo=lo, hi=hi): 1}, 0)
 
     def _split_multiples(self, divisor: int) -> tuple["Lin", "Lin"]:
-        """Split into (the part divisible by divisor, divided by it) and the remainder part."""
+        """Split into (the whole multiples of divisor, divided by it) and the remainder part: each
+        coefficient gives its whole multiples away, so (19*i + j) % 18 becomes (i + j) % 18."""
         quotient_terms, rest_terms = {}, {}
         for atom, coeff in self.terms.items():
-            if coeff % divisor == 0:
-                quotient_terms[atom] = coeff // divisor
-            else:
-                rest_terms[atom] = coeff
+            whole = abs(coeff) // divisor * (1 if coeff > 0 else -1)
+            quotient_terms[atom] = whole
+            rest_terms[atom] = coeff - whole * divisor
         const_quotient, const_rest = divmod(self.const, divisor)
         return Lin(quotient_terms, const_quotient), Lin(rest_terms, const_rest)
 

@@ -103,6 +103,8 @@ class View:
         new_shape = tuple(new_shape)
         if new_shape == self.shape:
             return self
+        if self.is_empty_mask and not new_shape:
+            return None  # a 0-d view has no dim to carry "nothing is valid": keep this view below
         if 0 in self.shape or self.is_empty_mask:
             mask = tuple((0, 0) for _ in new_shape) if self.is_empty_mask else None
             return View(new_shape, tuple(0 for _ in new_shape), 0, mask)

@@ -226,7 +226,7 @@ def test_pow_special_values(device):
     pairs = [(2, 3), (-2, 3), (-2, 2), (-2, 0.5), (0, 0), (0, 2), (0, -1), (1, np.nan), (np.nan, 0),
              (2.5, -1.5), (10, 0.5), (0.5, 10), (-0.5, -3), (np.inf, 0), (np.inf, -1), (-np.inf, 3),
              (-np.inf, 2), (3, np.inf), (0.5, np.inf), (-1, np.inf), (7.25, 2), (100, -2), (1e-3, 0.5),
-             (-3.75, -1)]
+             (-3.75, -1), (-np.inf, 2.5), (-np.inf, -0.5), (-np.inf, -3), (-0.0, -1), (-0.0, 3), (-0.0, -2)]
     for dtype in (F32, F64):
         base = np.array([p[0] for p in pairs], dtype=dtype.np)
         exponent = np.array([p[1] for p in pairs], dtype=dtype.np)
@@ -582,6 +582,18 @@ def test_shapes(name, dtype, case, device):
     if name == "exp" and dtype == F32:
         expected = expected.astype(np.float32)
     check(result, np.asarray(expected).astype(out_dtype.np), out_dtype, transcendental=True)
+
+
+@pytest.mark.parametrize("dtype", [I8, F32, F64], ids=ids([I8, F32, F64]))
+def test_large_elementwise_runs_on_all_cores(dtype, device):
+    # big enough for the multicore outer loop, with a non-contiguous operand and broadcasting
+    a = small_sample(dtype, shape=(260, 160), seed=9)
+    b = small_sample(dtype, shape=(160, 260), seed=10)
+    c = small_sample(dtype, shape=(160,), seed=11)
+    result = tensor(a, device) * 3 + tensor(b, device).T - tensor(c, device)
+    check(result, a * np.array(3, dtype.np) + b.T - c, dtype)
+    check((tensor(a, device) < tensor(c, device)).where(tensor(a, device), tensor(c, device)), np.where(a < c, a, c),
+          dtype)
 
 
 def test_tensor_from_0d_numpy_array(device):

@@ -142,6 +142,20 @@ def test_getitem_numpy_integers_and_0d(device):
     check(tensor(a, device)[..., None][2, 3], a[..., None][2, 3], F32)
 
 
+def test_single_elements_of_padded_tensor(device):
+    # an int index turns the padded view into a 0-d (or lower-rank) one: the padding must stay
+    a = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    padded = np_pad(a, [(2, 1)])
+    for i in (0, 1, 2, -1):
+        check(tensor(a, device).pad(((2, 1),))[i], padded[i], F32)
+    check(tensor(a, device).pad(((2, 1),), value=5.0)[1], np.array(5.0, dtype=np.float32), F32)
+    b = base((2, 3))
+    pb = np_pad(b, [(1, 0), (0, 2)], -1.0)
+    y = tensor(b, device).pad(((1, 0), (0, 2)), value=-1.0)
+    for index in ((0, 1), (2, 4), (1, 1)):
+        check(y[index], pb[index], F32)
+
+
 def test_getitem_of_non_contiguous(device):
     a = base((4, 6))
     x = tensor(a, device)
@@ -266,6 +280,20 @@ def test_matmul_transposed_and_sliced_operands(device):
     check(y @ x[:, ::-1], b @ a[:, ::-1], F32)
     check(x[::2].T @ y.T[::2], a[::2].T @ b.T[::2], F32)
     check(x.dot(x.T @ x), a @ (a.T @ a), F32)
+
+
+TILED_MATMULS = [((16, 24), (24, 12), F32), ((9, 33), (33, 7), F32), ((4, 16, 8), (8, 10), F32),
+                 ((8, 8), (8, 8), I32), ((64, 32), (32, 48), F32), ((24, 16), (16, 40), F64)]
+
+
+@pytest.mark.parametrize("left,right,dtype", TILED_MATMULS, ids=[f"{l}@{r}-{d.name}" for l, r, d in TILED_MATMULS])
+def test_matmul_shapes_that_tile(left, right, dtype, device):
+    # row counts divisible by 8/4/2 take the register-and-cache tiled loop nest
+    a = small_sample(dtype, shape=left, low=-4, high=5, seed=11)
+    b = small_sample(dtype, shape=right, low=-4, high=5, seed=12)
+    check(tensor(a, device) @ tensor(b, device), np.matmul(a, b), dtype, atol=1e-4 if dtype == F32 else None)
+    if len(left) == 2 and dtype == F32:
+        check(tensor(b, device).T @ tensor(a, device).T, b.T @ a.T, dtype, atol=1e-4)
 
 
 def test_matmul_then_bias_relu(device):

@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lazygrad import Tensor, dtypes
+from ops_helpers import tensor
 
 MAX_NUMEL = 1500  # keeps kernels small and fast
 
@@ -68,7 +69,7 @@ def new_input(draw, device: str, shape: tuple[int, ...] | None = None, label: st
         shape = tuple(draw(st.integers(1, 5)) for _ in range(ndim))
     seed = draw(st.integers(0, 2**32 - 1))
     values = np.random.default_rng(seed).uniform(-2, 2, size=shape).astype(np.float32)
-    return Pair(Tensor(values, device=device), Tensor(values, device="NPY"), f"{label}{list(shape)}")
+    return Pair(tensor(values, device), tensor(values, "NPY"), f"{label}{list(shape)}")
 
 
 def factorize(n: int) -> list[int]:

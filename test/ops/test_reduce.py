@@ -229,3 +229,34 @@ def test_reduce_of_broadcast_constant(device):
     check(Tensor.ones(3, 4, device=device).sum(1), np.full((3,), 4, dtype=np.float32), F32)
     check(Tensor.full((2, 3), 7, device=device).sum(), np.array(42, dtype=np.int64), I64)
     check(Tensor.full((2, 3), 2.0, device=device).prod(0), np.full((3,), 4.0, dtype=np.float32), F32)
+
+
+# ---- shapes big enough for the loop optimizations (multicore, accumulator arrays, tiling) ------------
+
+LARGE_REDUCES = [
+    ("sum", F32, (300, 200), 1), ("sum", F32, (300, 200), 0), ("mean", F32, (64, 48), 0),
+    ("max", F32, (64, 48), 0), ("min", I32, (64, 48), 0), ("prod", F64, (16, 40), 0),
+    ("sum", F32, (6, 16, 10), 1), ("max", F32, (16, 9, 24), (0, 2)), ("sum", dtypes.int8, (128, 300), 0),
+    ("sum", F16, (40, 64), 0), ("sum", F32, (512, 96), None),
+]
+
+
+@pytest.mark.parametrize("name,dtype,shape,axis", LARGE_REDUCES,
+                         ids=[f"{n}-{d.name}-{'x'.join(map(str, s))}-{a}" for n, d, s, a in LARGE_REDUCES])
+def test_reduce_large_and_strided(name, dtype, shape, axis, device):
+    if name == "prod":
+        a = np.random.default_rng(6).uniform(0.9, 1.1, size=shape).astype(dtype.np)
+    else:
+        a = small_sample(dtype, shape=shape, low=-4, high=5, seed=6)
+    rtol = 1e-2 if dtype == F16 else (1e-5 if dtype == F32 else None)
+    check(getattr(tensor(a, device), name)(axis), reference(name, a, axis, False), reduce_dtype(name, dtype),
+          rtol=rtol, atol=1e-4 if dtype == F32 else None)
+
+
+def test_strided_reduce_of_padded_and_flipped_input(device):
+    a = small_sample(F32, shape=(40, 24), seed=7)
+    x = tensor(a, device)
+    check(x.pad(((3, 1), (2, 6)), value=1.0).sum(0), np.pad(a, ((3, 1), (2, 6)), constant_values=1.0).sum(0), F32,
+          atol=1e-4)
+    check(x.flip(1).T.max(1), a[:, ::-1].T.max(1), F32)
+    check(x[::3, 1::2].sum(0), a[::3, 1::2].sum(0), F32, atol=1e-4)

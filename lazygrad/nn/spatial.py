@@ -1,0 +1,522 @@
+"""Convolution, pooling and resampling of (N, C, *spatial) tensors, for lazygrad.nn.functional.
+
+Front-end layer: the functions compose Tensor methods only and are exported by
+`lazygrad.nn.functional` under PyTorch's names (F.conv2d, F.max_pool2d, F.interpolate, ...).
+
+Convolution and pooling read their input through a windowed view (`_pool_windows`): the padded
+input seen with shape (..., output positions..., kernel offsets...), where element [o, k] is
+input[o * stride + k * dilation]. Movement ops never copy, so there is no im2col buffer: conv2d of
+realized tensors, bias included, is one kernel whose loads index the input directly. Resampling
+(adaptive pooling, interpolation) applies a host-computed (out, in) matrix along one dim at a time.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lazygrad.dtype import dtypes
+from lazygrad.tensor import Tensor
+
+
+# ---- argument checking -------------------------------------------------------------------------
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _ints(value, count: int, name: str, argument: str, minimum: int = 0) -> tuple[int, ...]:
+    """An int or a sequence of `count` ints (each >= minimum), as a tuple of `count` ints."""
+    values = (value,) * count if _is_int(value) else tuple(value) if isinstance(value, (tuple, list)) else None
+    if values is None or len(values) != count or not all(_is_int(v) for v in values):
+        raise ValueError(f"{name}: {argument} must be an int or a tuple of {count} ints, got {value!r}")
+    if any(v < minimum for v in values):
+        raise ValueError(f"{name}: {argument} must be at least {minimum}, got {value!r}")
+    return tuple(int(v) for v in values)
+
+
+def _batched(name: str, input: Tensor, spatial_dims: int) -> tuple[Tensor, bool]:
+    """(N, C, *spatial) as is, or an unbatched (C, *spatial) with a batch dim of 1 added."""
+    if input.ndim == spatial_dims + 2:
+        return input, False
+    if input.ndim == spatial_dims + 1:
+        return input.unsqueeze(0), True
+    raise ValueError(f"{name}: expected a {spatial_dims + 1}-D (unbatched) or {spatial_dims + 2}-D (batched) "
+                     f"input, got shape {input.shape}")
+
+
+def _check_channel_vector(name: str, argument: str, tensor: Tensor | None, channels: int) -> None:
+    if tensor is not None and tensor.shape != (channels,):
+        raise ValueError(f"{name}: {argument} must have shape ({channels},), got {tensor.shape}")
+
+
+def _interleave(first, second) -> tuple:
+    """(a0, b0, a1, b1, ...) from (a0, a1, ...) and (b0, b1, ...)."""
+    return tuple(value for pair in zip(first, second) for value in pair)
+
+
+# ---- windows: the view behind convolution and pooling ------------------------------------------
+
+def _pool_windows(x: Tensor, kernel, stride, dilation) -> Tensor:
+    """The last len(kernel) dims of x as sliding windows: a view, nothing is copied.
+
+    The result has shape x.shape[:-n] + outputs + kernel, where for each windowed dim
+    outputs = (size - dilation * (kernel - 1) - 1) // stride + 1, and element [..., o..., k...] is
+    x[..., o * stride + k * dilation, ...]. Callers pad x first and check that outputs >= 1.
+    """
+    n = len(kernel)
+    batch, sizes = x.shape[:-n], x.shape[-n:]
+    keep = (None,) * len(batch)
+    no_padding = ((0, 0),) * len(batch)
+    outputs = [(size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(sizes, kernel, stride, dilation)]
+    first = len(batch)
+    if all(k <= s and d == 1 for k, s, d in zip(kernel, stride, dilation)):
+        # Windows that do not overlap: cut each dim to outputs*stride (padding never read, or
+        # cropping unused tail), split it into (outputs, stride) and keep the first `kernel` columns.
+        x = x.pad(no_padding + tuple((0, o * s - size) for o, s, size in zip(outputs, stride, sizes)))
+        x = x.reshape(batch + _interleave(outputs, stride))
+        x = x.shrink(keep + _interleave([(0, o) for o in outputs], [(0, k) for k in kernel]))
+        output_axes = [first + 2 * i for i in range(n)]
+        kernel_axes = [first + 2 * i + 1 for i in range(n)]
+        return x.permute(tuple(range(first)) + tuple(output_axes) + tuple(kernel_axes))
+    # Overlapping windows: lay `repeats` copies of each dim end to end (an expand, then a reshape)
+    # and read that as rows of length + dilation. Row k starts k*(length + dilation) into the copies,
+    # that is at x[k * dilation], so column o*stride of row k is x[o*stride + k*dilation]. The dim is
+    # first padded to `length` so every row has o*stride columns; the padding is never read.
+    lengths = [max(size, o * s - d) for size, o, s, d in zip(sizes, outputs, stride, dilation)]
+    repeats = [-(-k * (length + d) // length) for k, length, d in zip(kernel, lengths, dilation)]  # ceil
+    x = x.pad(no_padding + tuple((0, length - size) for length, size in zip(lengths, sizes)))
+    x = x.reshape(batch + _interleave((1,) * n, lengths))
+    x = x.expand(batch + _interleave(repeats, lengths))
+    x = x.reshape(batch + tuple(r * length for r, length in zip(repeats, lengths)))
+    x = x.shrink(keep + tuple((0, k * (length + d)) for k, length, d in zip(kernel, lengths, dilation)))
+    x = x.reshape(batch + _interleave(kernel, [length + d for length, d in zip(lengths, dilation)]))
+    x = x.shrink(keep + _interleave([(0, k) for k in kernel], [(0, o * s) for o, s in zip(outputs, stride)]))
+    # split the columns into (outputs, stride) and keep column 0 of each stride
+    x = x.reshape(batch + tuple(v for k, o, s in zip(kernel, outputs, stride) for v in (k, o, s)))
+    x = x.shrink(keep + tuple(b for k, o in zip(kernel, outputs) for b in ((0, k), (0, o), (0, 1))))
+    x = x.reshape(batch + _interleave(kernel, outputs))
+    output_axes = [first + 2 * i + 1 for i in range(n)]
+    kernel_axes = [first + 2 * i for i in range(n)]
+    return x.permute(tuple(range(first)) + tuple(output_axes) + tuple(kernel_axes))
+
+
+def _check_windows_fit(name: str, input_shape, padded_sizes, kernel, dilation) -> None:
+    for size, k, d in zip(padded_sizes, kernel, dilation):
+        if size < d * (k - 1) + 1:
+            spans = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
+            raise ValueError(f"{name}: input of shape {tuple(input_shape)} (spatial size {tuple(padded_sizes)} "
+                             f"after padding) is smaller than the kernel's extent {spans}")
+
+
+# ---- convolution -------------------------------------------------------------------------------
+
+def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) -> Tensor:
+    """Convolution of an already padded x (N, C, *spatial) with weight (out, C/groups, *kernel).
+
+    The windows are laid out as (N, groups, 1, *outputs, C/groups, *kernel) against the weight as
+    (1, groups, out/groups, 1..., C/groups, *kernel): one multiply and one sum over the trailing dims,
+    whose result is already in (N, out, *outputs) order, so a bias added after it joins the kernel.
+    """
+    dims = weight.ndim - 2
+    batch = x.shape[0]
+    out_channels, group_channels, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+    windows = _pool_windows(x, kernel, stride, dilation)
+    outputs = windows.shape[2:2 + dims]
+    windows = windows.reshape((batch, groups, group_channels) + outputs + kernel)
+    output_axes, kernel_axes = tuple(range(3, 3 + dims)), tuple(range(3 + dims, 3 + 2 * dims))
+    windows = windows.permute((0, 1) + output_axes + (2,) + kernel_axes).unsqueeze(2)
+    weight = weight.reshape((1, groups, out_channels // groups) + (1,) * dims + (group_channels,) + kernel)
+    summed = (windows * weight).sum(tuple(range(3 + dims, 4 + 2 * dims)))
+    return summed.reshape((batch, out_channels) + outputs)
+
+
+def _check_conv_weight(name: str, input: Tensor, weight: Tensor, bias, groups, dims: int,
+                       transposed: bool) -> None:
+    if transposed:
+        layout = "(in_channels, out_channels/groups, *kernel)"
+    else:
+        layout = "(out_channels, in_channels/groups, *kernel)"
+    if weight.ndim != dims + 2:
+        raise ValueError(f"{name}: weight must be {dims + 2}-D {layout}, got shape {weight.shape}")
+    if not _is_int(groups) or groups < 1:
+        raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
+    divided = weight.shape[0]
+    if divided % groups:
+        which = "in_channels" if transposed else "out_channels"
+        raise ValueError(f"{name}: {which} {divided} (dim 0 of weight of shape {weight.shape}) is not divisible "
+                         f"by groups={groups}")
+    expected = weight.shape[0] if transposed else weight.shape[1] * groups
+    if input.shape[1] != expected:
+        raise ValueError(f"{name}: input of shape {input.shape} has {input.shape[1]} channels, but weight of shape "
+                         f"{weight.shape} with groups={groups} expects {expected}")
+    out_channels = weight.shape[1] * groups if transposed else weight.shape[0]
+    _check_channel_vector(name, "bias", bias, out_channels)
+    if not (input.dtype.is_float and weight.dtype.is_float):
+        raise TypeError(f"{name}: expected floating point input and weight, got {input.dtype.name} and "
+                        f"{weight.dtype.name}")
+
+
+def _conv_padding(name: str, padding, kernel, stride, dilation) -> tuple[tuple[int, int], ...]:
+    """(before, after) per spatial dim for an int, a tuple, 'valid' or 'same'."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * len(kernel)
+        if padding == "same":
+            if any(s != 1 for s in stride):
+                raise ValueError(f"{name}: padding='same' is not supported for strided convolutions "
+                                 f"(stride={stride})")
+            totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+            return tuple((total // 2, total - total // 2) for total in totals)  # extra one after, as PyTorch
+        raise ValueError(f"{name}: padding must be an int, a tuple of ints, 'same' or 'valid', got {padding!r}")
+    return tuple((p, p) for p in _ints(padding, len(kernel), name, "padding"))
+
+
+def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dilation, groups) -> Tensor:
+    x, unbatched = _batched(name, input, dims)
+    _check_conv_weight(name, x, weight, bias, groups, dims, transposed=False)
+    kernel = weight.shape[2:]
+    stride = _ints(stride, dims, name, "stride", minimum=1)
+    dilation = _ints(dilation, dims, name, "dilation", minimum=1)
+    pads = _conv_padding(name, padding, kernel, stride, dilation)
+    x = x.pad(((0, 0), (0, 0)) + pads)
+    _check_windows_fit(name, input.shape, x.shape[2:], kernel, dilation)
+    out = _windowed_product(x, weight, stride, dilation, groups)
+    if bias is not None:
+        out = out + bias.reshape((1, bias.shape[0]) + (1,) * dims)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """1-D convolution (cross-correlation) of input (N, C_in, L) or (C_in, L) with weight
+    (C_out, C_in/groups, k); padding is an int, a 1-tuple, 'valid' or 'same'."""
+    return _convolution("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """2-D convolution (cross-correlation) of input (N, C_in, H, W) or (C_in, H, W) with weight
+    (C_out, C_in/groups, kH, kW). stride, padding and dilation are ints or pairs; padding may also be
+    'valid' or 'same' (stride 1 only; an odd total puts the extra row and column after, as PyTorch).
+    With realized input and weight the whole forward, bias included, is one kernel."""
+    return _convolution("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """3-D convolution of input (N, C_in, D, H, W) or (C_in, D, H, W) with weight
+    (C_out, C_in/groups, kD, kH, kW)."""
+    return _convolution("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv_transpose(name: str, dims: int, input, weight, bias, stride, padding, output_padding, groups,
+                    dilation) -> Tensor:
+    """The gradient of a convolution with respect to its input, as an ordinary convolution: the
+    input spread out by `stride` (zeros between elements, a view), padded by dilation*(k-1) - padding
+    on each side, convolved with the flipped kernel whose in/out channel dims are swapped per group."""
+    x, unbatched = _batched(name, input, dims)
+    _check_conv_weight(name, x, weight, bias, groups, dims, transposed=True)
+    in_channels, per_group, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+    stride = _ints(stride, dims, name, "stride", minimum=1)
+    dilation = _ints(dilation, dims, name, "dilation", minimum=1)
+    padding = _ints(padding, dims, name, "padding")
+    output_padding = _ints(output_padding, dims, name, "output_padding")
+    for extra, s, d in zip(output_padding, stride, dilation):
+        if extra >= max(s, d):
+            raise ValueError(f"{name}: output_padding {output_padding} must be smaller than either stride {stride} "
+                             f"or dilation {dilation}")
+    batch, sizes = x.shape[0], x.shape[2:]
+    outputs = [(size - 1) * s - 2 * p + d * (k - 1) + extra + 1
+               for size, s, p, d, k, extra in zip(sizes, stride, padding, dilation, kernel, output_padding)]
+    if any(size < 1 for size in outputs):
+        raise ValueError(f"{name}: input of shape {input.shape} with weight of shape {weight.shape}, stride {stride} "
+                         f"and padding {padding} gives output size {tuple(outputs)}, which is too small")
+    # stride-1 zeros after every element: (.., size) -> (.., size, 1) -> pad -> (.., size * stride)
+    x = x.reshape((batch, in_channels) + _interleave(sizes, (1,) * dims))
+    x = x.pad(((0, 0), (0, 0)) + _interleave(((0, 0),) * dims, [(0, s - 1) for s in stride]))
+    x = x.reshape((batch, in_channels) + tuple(size * s for size, s in zip(sizes, stride)))
+    # the zeros after the last element are dropped again; negative padding crops
+    edges = [d * (k - 1) - p for d, k, p in zip(dilation, kernel, padding)]
+    x = x.pad(((0, 0), (0, 0)) + tuple((edge, edge + extra - (s - 1))
+                                       for edge, extra, s in zip(edges, output_padding, stride)))
+    conv_weight = weight.reshape((groups, in_channels // groups, per_group) + kernel).transpose(1, 2)
+    conv_weight = conv_weight.reshape((per_group * groups, in_channels // groups) + kernel)
+    conv_weight = conv_weight.flip(tuple(range(2, 2 + dims)))
+    out = _windowed_product(x, conv_weight, (1,) * dims, dilation, groups)
+    if bias is not None:
+        out = out + bias.reshape((1, bias.shape[0]) + (1,) * dims)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+                     output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    """Transposed 1-D convolution of input (N, C_in, L) with weight (C_in, C_out/groups, k); output
+    length (L - 1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1."""
+    return _conv_transpose("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
+
+
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+                     output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    """Transposed 2-D convolution of input (N, C_in, H, W) with weight (C_in, C_out/groups, kH, kW)."""
+    return _conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
+
+
+# ---- pooling -----------------------------------------------------------------------------------
+
+def _pool_geometry(name: str, x: Tensor, dims: int, kernel_size, stride, padding, dilation, ceil_mode):
+    """kernel, stride, dilation, padding, output sizes, and the (before, after) padding that makes
+    the spatial dims end exactly with the last window (more than `padding` after it in ceil_mode,
+    less when floor mode leaves a tail unused)."""
+    kernel = _ints(kernel_size, dims, name, "kernel_size", minimum=1)
+    stride = kernel if stride is None else _ints(stride, dims, name, "stride", minimum=1)
+    padding = _ints(padding, dims, name, "padding")
+    dilation = _ints(dilation, dims, name, "dilation", minimum=1)
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise ValueError(f"{name}: padding {padding} must be at most half of kernel_size {kernel}")
+    outputs, pads = [], []
+    for size, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation):
+        span = d * (k - 1) + 1
+        count = (size + 2 * p - span + (s - 1 if ceil_mode else 0)) // s + 1
+        if ceil_mode and (count - 1) * s >= size + p:  # the last window would start in the padding
+            count -= 1
+        if count < 1:
+            raise ValueError(f"{name}: input of shape {x.shape} is too small for kernel_size {kernel} with "
+                             f"padding {padding} and dilation {dilation}")
+        outputs.append(count)
+        pads.append((p, (count - 1) * s + span - size - p))
+    return kernel, stride, dilation, padding, tuple(outputs), tuple(pads)
+
+
+def _max_pool(name: str, dims: int, input, kernel_size, stride, padding, dilation, ceil_mode,
+              return_indices) -> Tensor:
+    if return_indices:
+        raise NotImplementedError(f"{name}: return_indices=True is not supported")
+    x, unbatched = _batched(name, input, dims)
+    if x.dtype.is_bool:
+        raise TypeError(f"{name}: not supported for bool tensors")
+    kernel, stride, dilation, _, _, pads = _pool_geometry(name, x, dims, kernel_size, stride, padding, dilation,
+                                                          ceil_mode)
+    lowest = -math.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
+    windows = _pool_windows(x.pad(((0, 0), (0, 0)) + pads, value=lowest), kernel, stride, dilation)
+    out = windows.max(tuple(range(2 + dims, 2 + 2 * dims)))
+    return out.squeeze(0) if unbatched else out
+
+
+def max_pool1d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor:
+    """Max over windows of (N, C, L) or (C, L); padding counts as -inf. return_indices is not supported.
+    The gradient of tied maxima is shared equally (PyTorch gives it all to one of them)."""
+    return _max_pool("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor:
+    """Max over windows of (N, C, H, W) or (C, H, W); stride defaults to kernel_size, padding counts as
+    -inf, ceil_mode lets a last partial window in. return_indices is not supported. The gradient of
+    tied maxima is shared equally (PyTorch gives it all to one of them)."""
+    return _max_pool("max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def _average_divisors(sizes, kernel, stride, padding, outputs, count_include_pad: bool):
+    """How many elements each output averages, as PyTorch counts them: padding included or not,
+    never the part of a ceil_mode window beyond the padding. A float when all are equal."""
+    per_dim = []
+    for size, k, s, p, count in zip(sizes, kernel, stride, padding, outputs):
+        starts = np.arange(count) * s - p
+        ends = np.minimum(starts + k, size + p)
+        if count_include_pad:
+            per_dim.append(ends - starts)
+        else:
+            per_dim.append(np.minimum(ends, size) - np.maximum(starts, 0))
+    divisors = per_dim[0]
+    for counts in per_dim[1:]:
+        divisors = np.multiply.outer(divisors, counts)
+    return float(divisors.flat[0]) if np.all(divisors == divisors.flat[0]) else divisors
+
+
+def _avg_pool(name: str, dims: int, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override) -> Tensor:
+    x, unbatched = _batched(name, input, dims)
+    if not x.dtype.is_float:
+        raise TypeError(f"{name}: expected a floating point input, got {x.dtype.name}")
+    kernel, stride, _, padding, outputs, pads = _pool_geometry(name, x, dims, kernel_size, stride, padding, 1,
+                                                               ceil_mode)
+    windows = _pool_windows(x.pad(((0, 0), (0, 0)) + pads), kernel, stride, (1,) * dims)
+    total = windows.sum(tuple(range(2 + dims, 2 + 2 * dims)))
+    if divisor_override is not None:
+        if not _is_int(divisor_override) or divisor_override == 0:
+            raise ValueError(f"{name}: divisor_override must be a non-zero int, got {divisor_override!r}")
+        divisor = float(divisor_override)
+    else:
+        divisor = _average_divisors(x.shape[2:], kernel, stride, padding, outputs, count_include_pad)
+    if isinstance(divisor, np.ndarray):
+        divisor = Tensor(divisor.astype(x.dtype.np), device=x.device)
+    out = total / divisor
+    return out.squeeze(0) if unbatched else out
+
+
+def avg_pool1d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:
+    """Mean over windows of (N, C, L) or (C, L), padding with zeros (counted when count_include_pad)."""
+    return _avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """Mean over windows of (N, C, H, W) or (C, H, W), padding with zeros (counted in the divisor when
+    count_include_pad); divisor_override replaces the divisor."""
+    return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+# ---- resampling along one axis: adaptive pooling and interpolation -----------------------------
+
+def _resample_axis(x: Tensor, axis: int, matrix: np.ndarray) -> Tensor:
+    """x with dim `axis` (size in) replaced by matrix @ x along it; matrix (out, in) is a host constant.
+
+    A matrix that picks one element per row is a selection; a selection that is a slice or a repeat
+    is a view. Otherwise each output sums where(matrix != 0, x * matrix, 0) over the input dim:
+    O(in * out) work per line of x, but exact, since entries outside the mask never touch the value
+    (no 0 * inf)."""
+    out_size, in_size = matrix.shape
+    nonzero = matrix != 0
+    is_selection = bool(np.all(nonzero.sum(axis=1) == 1) and np.all(matrix[nonzero] == 1))
+    if is_selection:
+        sources = matrix.argmax(axis=1)
+        picked = _select_as_view(x, axis, sources, in_size)
+        if picked is not None:
+            return picked
+    trailing = (1,) * (x.ndim - axis - 1)
+    values = x.unsqueeze(axis)  # (..., 1, in, ...) against the (out, in) matrix
+    if not is_selection:
+        values = values * Tensor(matrix.astype(x.dtype.np).reshape((out_size, in_size) + trailing), device=x.device)
+    mask = Tensor(nonzero.reshape((out_size, in_size) + trailing), device=x.device)
+    return mask.where(values, 0).sum(axis + 1).cast(x.dtype)  # sums of integers come back as int64
+
+
+def _select_as_view(x: Tensor, axis: int, sources: np.ndarray, in_size: int) -> Tensor | None:
+    """x[..., sources, ...] along `axis` when the sources are a strided slice or a repeat, else None."""
+    count = len(sources)
+    step = int(sources[1] - sources[0]) if count > 1 else 1
+    if step >= 1 and np.array_equal(sources, sources[0] + step * np.arange(count)):
+        start = int(sources[0])
+        return x[(slice(None),) * axis + (slice(start, start + step * (count - 1) + 1, step),)]
+    factor = count // in_size
+    if factor * in_size == count and np.array_equal(sources, np.arange(count) // factor):
+        repeated = x.unsqueeze(axis + 1)
+        repeated = repeated.expand(x.shape[:axis + 1] + (factor,) + x.shape[axis + 1:])
+        return repeated.reshape(x.shape[:axis] + (count,) + x.shape[axis + 1:])
+    return None
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
+    """Mean over PyTorch's adaptive windows: output cell i of a dim of size n covers
+    [floor(i*n/out), ceil((i+1)*n/out)). None in output_size keeps that dim's size. A dim whose size is
+    a multiple of its output is a window view; any other dim is resampled (see `_resample_axis`)."""
+    name = "adaptive_avg_pool2d"
+    x, unbatched = _batched(name, input, 2)
+    if not x.dtype.is_float:
+        raise TypeError(f"{name}: expected a floating point input, got {x.dtype.name}")
+    if output_size is None or _is_int(output_size):
+        output_size = (output_size, output_size)
+    if not isinstance(output_size, (tuple, list)) or len(output_size) != 2:
+        raise ValueError(f"{name}: output_size must be an int or a pair, got {output_size!r}")
+    sizes = x.shape[2:]
+    outputs = tuple(size if out is None else out for size, out in zip(sizes, output_size))
+    if not all(_is_int(out) and out >= 1 for out in outputs):
+        raise ValueError(f"{name}: output_size must be positive ints (or None), got {output_size!r}")
+    kernel = tuple(size // out if size % out == 0 else 1 for size, out in zip(sizes, outputs))
+    if kernel != (1, 1):
+        x = _pool_windows(x, kernel, kernel, (1, 1)).mean((4, 5))
+    for axis, (size, out) in enumerate(zip(sizes, outputs)):
+        if size % out:
+            matrix = np.zeros((out, size))
+            for cell in range(out):
+                start, end = cell * size // out, -(-(cell + 1) * size // out)
+                matrix[cell, start:end] = 1.0 / (end - start)
+            x = _resample_axis(x, 2 + axis, matrix)
+    return x.squeeze(0) if unbatched else x
+
+
+_LINEAR_MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def _nearest_matrix(in_size: int, out_size: int, scale: float | None) -> np.ndarray:
+    """PyTorch's 'nearest' source index floor(dst * in/out), in float32 as PyTorch computes it."""
+    if out_size == in_size:
+        sources = np.arange(out_size)
+    elif out_size == 2 * in_size:
+        sources = np.arange(out_size) // 2
+    else:
+        ratio = np.float32(1.0 / scale) if scale else np.float32(in_size) / np.float32(out_size)
+        sources = np.floor(np.arange(out_size, dtype=np.float32) * ratio).astype(np.int64)
+        sources = np.minimum(sources, in_size - 1)
+    matrix = np.zeros((out_size, in_size))
+    matrix[np.arange(out_size), sources] = 1.0
+    return matrix
+
+
+def _linear_matrix(in_size: int, out_size: int, scale: float | None, align_corners: bool, float_type) -> np.ndarray:
+    """PyTorch's linear interpolation weights: two neighbours per output, in the input's precision."""
+    if align_corners:
+        ratio = float_type(in_size - 1) / float_type(out_size - 1) if out_size > 1 else float_type(0)
+        sources = ratio * np.arange(out_size, dtype=float_type)
+    else:
+        ratio = float_type(1.0 / scale) if scale else float_type(in_size) / float_type(out_size)
+        sources = ratio * (np.arange(out_size, dtype=float_type) + float_type(0.5)) - float_type(0.5)
+        sources = np.maximum(sources, float_type(0))
+    first = np.minimum(np.floor(sources).astype(np.int64), in_size - 1)
+    second = np.minimum(first + 1, in_size - 1)
+    weight = np.clip(sources - first, 0, 1).astype(np.float64)
+    matrix = np.zeros((out_size, in_size))
+    np.add.at(matrix, (np.arange(out_size), first), 1.0 - weight)
+    np.add.at(matrix, (np.arange(out_size), second), weight)
+    return matrix
+
+
+def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,
+                recompute_scale_factor=None) -> Tensor:
+    """Resize the spatial dims of (N, C, *spatial) to `size`, or by `scale_factor` (output size
+    floor(size * factor)). Modes: 'nearest' (3-D to 5-D input), 'linear' (3-D), 'bilinear' (4-D),
+    'trilinear' (5-D), with PyTorch's source-index arithmetic and align_corners. Each spatial dim is
+    resampled in turn (see `_resample_axis`): nearest with an integer factor is a view."""
+    name = "interpolate"
+    if mode != "nearest" and mode not in _LINEAR_MODES:
+        raise ValueError(f"{name}: mode must be 'nearest', 'linear', 'bilinear' or 'trilinear', got {mode!r}")
+    if mode == "nearest":
+        if input.ndim not in (3, 4, 5):
+            raise ValueError(f"{name}: mode 'nearest' expects a 3-D, 4-D or 5-D input, got shape {input.shape}")
+        if align_corners is not None:
+            raise ValueError(f"{name}: align_corners can only be set with the interpolating modes "
+                             "'linear', 'bilinear' and 'trilinear'")
+    elif input.ndim != _LINEAR_MODES[mode] + 2:
+        raise ValueError(f"{name}: mode {mode!r} expects a {_LINEAR_MODES[mode] + 2}-D input, got shape {input.shape}")
+    elif not input.dtype.is_float:
+        raise TypeError(f"{name}: mode {mode!r} expects a floating point input, got {input.dtype.name}")
+    dims, sizes = input.ndim - 2, input.shape[2:]
+    if (size is None) == (scale_factor is None):
+        raise ValueError(f"{name}: give exactly one of size and scale_factor")
+    if size is not None:
+        outputs = _ints(size, dims, name, "size", minimum=1)
+        scales = (None,) * dims
+    else:
+        factors = (scale_factor,) * dims if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+        if len(factors) != dims or not all(isinstance(f, (int, float)) and f > 0 for f in factors):
+            raise ValueError(f"{name}: scale_factor must be a positive number or {dims} of them, got {scale_factor!r}")
+        outputs = tuple(math.floor(float(s) * float(f)) for s, f in zip(sizes, factors))
+        scales = (None,) * dims if recompute_scale_factor else tuple(float(f) for f in factors)
+        if any(out < 1 for out in outputs):
+            raise ValueError(f"{name}: scale_factor {scale_factor} gives output size {outputs} for input of shape "
+                             f"{input.shape}")
+    float_type = np.float64 if input.dtype == dtypes.float64 else np.float32
+    x = input
+    for axis, (in_size, out_size, scale) in enumerate(zip(sizes, outputs, scales)):
+        if mode == "nearest":
+            matrix = _nearest_matrix(in_size, out_size, scale)
+        else:
+            matrix = _linear_matrix(in_size, out_size, scale, bool(align_corners), float_type)
+        x = _resample_axis(x, 2 + axis, matrix)
+    return x

@@ -1,0 +1,112 @@
+"""Gradients of lazygrad.nn.functional against central finite differences in float64, on CPU and NPY.
+
+Each case reduces the function's output to a scalar through a fixed random projection (so every
+output element matters with its own weight) and checks the gradient of every input. Inputs are small
+and drawn away from kinks (no ties inside a max-pool window, no |x| near 0 in a loss).
+"""
+import numpy as np
+import pytest
+
+import lazygrad.nn.functional as F
+from lazygrad import Tensor, no_grad
+
+DEVICES = ["CPU", "NPY"]
+rng = np.random.default_rng(1)
+
+
+def numeric_gradient(function, arrays, index, device, eps=1e-6):
+    grad = np.zeros_like(arrays[index])
+    for position in np.ndindex(arrays[index].shape):
+        values = []
+        for sign in (1, -1):
+            shifted = [array.copy() for array in arrays]
+            shifted[index][position] += sign * eps
+            with no_grad():
+                values.append(function(*[Tensor(a, device=device) for a in shifted]).item())
+        grad[position] = (values[0] - values[1]) / (2 * eps)
+    return grad
+
+
+def check_gradients(function, *arrays, device):
+    tensors = [Tensor(array, device=device, requires_grad=True) for array in arrays]
+    function(*tensors).backward()
+    for index, tensor in enumerate(tensors):
+        assert tensor.grad is not None, f"input {index} got no gradient"
+        expected = numeric_gradient(function, arrays, index, device)
+        np.testing.assert_allclose(tensor.grad.numpy(), expected, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"gradient of input {index}")
+
+
+def projected(output: Tensor) -> Tensor:
+    """sum(output * R) for a fixed R of output's shape: a scalar depending on every element."""
+    weights = np.random.default_rng(abs(hash(output.shape)) % 2**32).uniform(-1.0, 1.0, output.shape)
+    return (output * Tensor(weights, device=output.device)).sum()
+
+
+def randn(*shape):
+    return rng.standard_normal(shape)
+
+
+def distinct(*shape):
+    """Values at least 0.05 apart, so no max-pool window holds a near tie."""
+    count = int(np.prod(shape))
+    return rng.permutation(np.arange(count) * 0.05 - count * 0.025).reshape(shape) + rng.uniform(0, 0.01, shape)
+
+
+def logits_and_targets():
+    logits = randn(4, 3, 2)
+    target = np.array([[0, 2], [1, -100], [2, 2], [-100, 0]])
+    return logits, target
+
+
+CASES = {
+    "conv2d": (lambda x, w, b: projected(F.conv2d(x, w, b, stride=2, padding=1)),
+               [randn(1, 2, 5, 4), randn(3, 2, 3, 3), randn(3)]),
+    "conv2d_dilated_grouped": (lambda x, w: projected(F.conv2d(x, w, stride=(1, 2), padding=(2, 1), dilation=2,
+                                                                groups=2)),
+                               [randn(1, 4, 5, 5), randn(2, 2, 2, 3)]),
+    "conv_transpose2d": (lambda x, w, b: projected(F.conv_transpose2d(x, w, b, stride=2, padding=1,
+                                                                      output_padding=1)),
+                         [randn(1, 2, 3, 3), randn(2, 3, 3, 2), randn(3)]),
+    "max_pool2d": (lambda x: projected(F.max_pool2d(x, 3, stride=2, padding=1)), [distinct(1, 2, 5, 6)]),
+    "max_pool2d_ceil_dilated": (lambda x: projected(F.max_pool2d(x, 2, stride=2, dilation=2, ceil_mode=True)),
+                                [distinct(1, 1, 6, 7)]),
+    "avg_pool2d": (lambda x: projected(F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True,
+                                                    count_include_pad=False)),
+                   [randn(1, 2, 6, 5)]),
+    "adaptive_avg_pool2d": (lambda x: projected(F.adaptive_avg_pool2d(x, (3, 2))), [randn(1, 2, 5, 4)]),
+    "layer_norm": (lambda x, w, b: projected(F.layer_norm(x, (3, 4), w, b)),
+                   [randn(2, 3, 4), randn(3, 4), randn(3, 4)]),
+    "batch_norm_training": (lambda x, w, b: projected(F.batch_norm(x, None, None, w, b, training=True)),
+                            [randn(3, 2, 2, 2), randn(2), randn(2)]),
+    "group_norm": (lambda x, w, b: projected(F.group_norm(x, 2, w, b)), [randn(2, 4, 3), randn(4), randn(4)]),
+    "cross_entropy_smoothing_ignore_index": (
+        lambda x, w: F.cross_entropy(x, Tensor(logits_and_targets()[1], device=x.device), w, label_smoothing=0.2),
+        [logits_and_targets()[0], rng.uniform(0.5, 2.0, 3)]),
+    "cross_entropy_probabilities": (
+        lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1, reduction="sum"),
+        [randn(3, 4), rng.dirichlet(np.ones(4), size=3)]),
+    "binary_cross_entropy_with_logits": (
+        lambda x, t, w, p: F.binary_cross_entropy_with_logits(x, t, w, pos_weight=p),
+        [randn(3, 4) * 3, rng.random((3, 4)), rng.random(4), rng.uniform(0.5, 3.0, 4)]),
+    "scaled_dot_product_attention_causal": (
+        lambda q, k, v: projected(F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+        [randn(1, 2, 3, 4), randn(1, 2, 4, 4), randn(1, 2, 4, 3)]),
+    "scaled_dot_product_attention_mask": (
+        lambda q, k, v: projected(F.scaled_dot_product_attention(
+            q, k, v, attn_mask=Tensor(np.array([[True, False, True], [True, True, False]]), device=q.device))),
+        [randn(2, 2, 3), randn(2, 3, 3), randn(2, 3, 2)]),
+    "interpolate_bilinear": (lambda x: projected(F.interpolate(x, size=(5, 3), mode="bilinear")), [randn(1, 2, 3, 4)]),
+    "interpolate_bilinear_align_corners": (
+        lambda x: projected(F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)),
+        [randn(1, 1, 3, 2)]),
+    "embedding": (lambda w: projected(F.embedding(Tensor(np.array([[3, 0], [3, 1]]), device=w.device), w)),
+                  [randn(4, 3)]),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_matches_finite_differences(name, device):
+    function, arrays = CASES[name]
+    check_gradients(function, *arrays, device=device)
