@@ -136,3 +136,13 @@ def test_backward_stays_lazy_and_fuses():
     assert stats.kernels == 0
     x.grad.realize(w.grad)
     assert stats.kernels <= 4
+
+
+def test_creation_functions_take_requires_grad():
+    for tensor in (Tensor.randn(3, requires_grad=True), Tensor.zeros(2, 2, requires_grad=True),
+                   Tensor.uniform(4, low=-1.0, high=1.0, requires_grad=True)):
+        assert tensor.requires_grad and tensor.grad is None
+        (tensor * 2).sum().backward()
+        np.testing.assert_allclose(tensor.grad.numpy(), np.full(tensor.shape, 2.0))
+    with pytest.raises(TypeError, match="floating point"):
+        Tensor.arange(3, requires_grad=True)

@@ -1,0 +1,432 @@
+"""Elementwise methods of Tensor: arithmetic, logic, where, math functions and activations, composed from
+the op table's unary, binary and ternary primitives.
+
+Front-end layer, a mixin of lazygrad.tensor.Tensor; the operators (`+`, `<`, `&`, ...) and the dtype
+promotion they share (`_operands`) stay in tensor.py.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from lazygrad.dtype import dtypes, least_float, result_type, scalar_dtype
+from lazygrad.lazy import LazyBuffer
+from lazygrad.tensor_methods.helpers import broadcast_shapes
+
+if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
+    from lazygrad.tensor import Tensor
+
+
+def _polynomial(x: "Tensor", coefficients) -> "Tensor":
+    """coefficients[0] + coefficients[1] * x + ..., by Horner's rule."""
+    result = x._const_like(coefficients[-1])
+    for coefficient in reversed(coefficients[:-1]):
+        result = result * x + coefficient
+    return result
+
+
+# erf(x) = x * P(x*x) for |x| < 1, and erfc(a) = exp(-a*a) * t * Q(t) with t = 1 / (1 + a/2) for a >= 1.
+# Fitted to 40-digit mpmath values (least squares on the relative error, reweighted towards
+# minimax): relative error below 4e-11 for erf and 2e-10 for erfc over all x, so float32 results are
+# within one ulp, float64 ones are not to full precision. test_api_elementwise.py checks against math.erf.
+_ERF_NEAR_ZERO = (1.1283791670580225, -0.37612638434638757, 0.11283781973904389, -0.026865400030071238,
+                  0.005220945398481868, -0.0008482828344822093, 0.00011256944292501075, -9.641505816282891e-06)
+_ERFC_TAIL = (0.2820947917638943, 0.2820947970984638, 0.24683247590896681, 0.17632519402424715,
+              0.08346664500713104, -0.0015146708057485827, -0.0755762448033353, 0.026396593396418543,
+              -0.22480799463361842, 0.4329973187524891, -0.3073919253316566, 0.07791581069340037,
+              0.0013050703974874034)
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+class ElementwiseMethods:
+    """Arithmetic, logic and elementwise functions of Tensor."""
+    __slots__ = ()
+
+    # ---- arithmetic ---------------------------------------------------------------------------
+
+    def add(self, other, reverse=False):
+        return self._binary("ADD", other, reverse, "add")
+
+    def mul(self, other, reverse=False):
+        return self._binary("MUL", other, reverse, "mul")
+
+    def sub(self, other, reverse=False):
+        x, y = self._operands(other, "sub", reverse)
+        if x.dtype == dtypes.bool:
+            raise TypeError("sub: subtracting bool tensors is not supported; use logical_xor or cast first")
+        return x._apply("ADD", y._apply("NEG"))
+
+    def div(self, other, reverse=False):
+        """True division: integer inputs give the default float dtype."""
+        x, y = self._operands(other, "div", reverse)
+        x, y = x._to_float(), y._to_float()
+        return x._apply("DIV", y)
+
+    def floordiv(self, other, reverse=False):
+        """Python's //: the quotient rounded toward negative infinity."""
+        x, y = self._operands(other, "floordiv", reverse)
+        if x.dtype.is_bool:
+            raise TypeError("floordiv: not supported for bool tensors")
+        remainder = x._apply("MOD", y)
+        off_by_one = (remainder != 0).logical_and((remainder < 0) != (y < 0))
+        if not x.dtype.is_float:
+            return x._apply("DIV", y) - off_by_one.cast(x.dtype)
+        # floor(x / y) computed from the exact remainder, so 2.0 // 0.1 is 19 as in numpy, not 20
+        quotient = (x - remainder) / y
+        quotient = off_by_one.where(quotient - 1, quotient)
+        floored = quotient.floor()
+        floored = (quotient - floored > 0.5).where(floored + 1, floored)
+        return (y == 0).where(x / y, floored)
+
+    def remainder(self, other, reverse=False):
+        """Python's %: the result takes the sign of the divisor."""
+        x, y = self._operands(other, "remainder", reverse)
+        if x.dtype.is_bool:
+            raise TypeError("remainder: not supported for bool tensors")
+        remainder = x._apply("MOD", y)
+        wrong_sign = (remainder != 0).logical_and((remainder < 0) != (y < 0))
+        return wrong_sign.where(remainder + y, remainder)
+
+    def pow(self, exponent, reverse=False):
+        """`self ** exponent` with C's pow semantics for floats (1**nan == 1, (-8)**(1/3) is nan)."""
+        small_int = isinstance(exponent, int) and not isinstance(exponent, bool) and abs(exponent) <= 8
+        if not reverse and small_int and (exponent >= 0 or self.dtype.is_float):
+            result = self._const_like(1)
+            for _ in range(abs(exponent)):
+                result = result * self
+            return result.reciprocal() if exponent < 0 else result
+        x, y = self._operands(exponent, "pow", reverse)
+        if x.dtype.is_bool:
+            raise TypeError("pow: not supported for bool tensors")
+        if not x.dtype.is_float:
+            if isinstance(exponent, int) and not reverse and exponent < 0:
+                raise ValueError(f"pow: integers to negative integer powers are not allowed (got {exponent})")
+            return x._integer_pow(y)
+        result_dtype = x.dtype
+        x, y = x.double(), y.double()  # log2/exp2 in double keep float32 results correctly rounded
+        magnitude = (y * x.abs().log2()).exp2()
+        finite_y = y.abs() != math.inf
+        odd_integer = finite_y.logical_and(y.remainder(2) == 1)
+        negative_sign = (x < 0).logical_or((x == 0).logical_and(x.reciprocal() < 0))  # -0.0 counts
+        result = negative_sign.logical_and(odd_integer).where(-magnitude, magnitude)
+        fractional = finite_y.logical_and(y != y.trunc())
+        negative_finite = (x < 0).logical_and(x != -math.inf)
+        result = negative_finite.logical_and(fractional).where(math.nan, result)
+        result = (x == -1).logical_and(finite_y.logical_not()).where(1.0, result)
+        result = (y == 0).logical_or(x == 1).where(1.0, result)
+        return result.cast(result_dtype)
+
+    def _integer_pow(self, exponent: "Tensor") -> "Tensor":
+        """Integer power by squaring over the exponent's bits; negative exponents give 0 unless the
+        base is 1 or -1 (PyTorch's answer for tensors)."""
+        result, base = self._const_like(1), self
+        for bit in range(self.dtype.itemsize * 8 - 1):
+            result = ((exponent & (1 << bit)) != 0).where(result * base, result)
+            base = base * base
+        negative = exponent < 0
+        minus_one_result = (exponent.remainder(2) == 1).where(self._const_like(-1), self._const_like(1))
+        special = (self == 1).where(self._const_like(1), (self == -1).where(minus_one_result, self._const_like(0)))
+        return negative.where(special, result)
+
+    def maximum(self, other):
+        return self._binary("MAX", other, name="maximum")
+
+    def minimum(self, other):
+        x, y = self._operands(other, "minimum")
+        if x.dtype.is_float:
+            return -((-x).maximum(-y))
+        return (x < y).where(x, y)
+
+    # ---- logic --------------------------------------------------------------------------------
+
+    def logical_not(self) -> "Tensor":
+        from lazygrad.tensor import Tensor
+        return self.bool()._apply("XOR", Tensor.full(self.shape, True, dtypes.bool, self.device))
+
+    def logical_and(self, other) -> "Tensor":
+        from lazygrad.tensor import Tensor
+        return self.bool()._bitwise("AND", other.bool() if isinstance(other, Tensor) else bool(other), "logical_and")
+
+    def logical_or(self, other) -> "Tensor":
+        from lazygrad.tensor import Tensor
+        return self.bool()._bitwise("OR", other.bool() if isinstance(other, Tensor) else bool(other), "logical_or")
+
+    def logical_xor(self, other) -> "Tensor":
+        from lazygrad.tensor import Tensor
+        return self.bool()._bitwise("XOR", other.bool() if isinstance(other, Tensor) else bool(other), "logical_xor")
+
+    def where(self, if_true, if_false) -> "Tensor":
+        """`self ? if_true : if_false` elementwise (self is the condition), broadcasting all three."""
+        from lazygrad.tensor import Tensor
+        condition = self.bool()
+        if not isinstance(if_true, Tensor):
+            if not isinstance(if_false, Tensor):
+                dtype = result_type([], [], [scalar_dtype(if_true), scalar_dtype(if_false)])
+                if_true = Tensor(LazyBuffer.const(if_true, dtype, (), self.device))
+            else:
+                if_true, if_false = if_false._operands(if_true, "where", reverse=True)
+        x, y = if_true._operands(if_false, "where")
+        shape = broadcast_shapes("where", condition.shape, x.shape)
+        condition, x, y = condition._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
+        return condition._apply("WHERE", x, y)
+
+    # ---- elementwise functions ----------------------------------------------------------------
+
+    def _unary_float(self, op: str) -> "Tensor":
+        return self._to_float()._apply(op)
+
+    def neg(self) -> "Tensor":
+        if self.dtype.is_bool:
+            raise TypeError("neg: negating a bool tensor is not supported; use logical_not()")
+        return self._apply("NEG")
+
+    def exp2(self): return self._unary_float("EXP2")
+    def log2(self): return self._unary_float("LOG2")
+    def sqrt(self): return self._unary_float("SQRT")
+    def sin(self): return self._unary_float("SIN")
+    def reciprocal(self): return self._unary_float("RECIP")
+
+    def exp(self): return (self._to_float() * (1 / math.log(2))).exp2()
+    def log(self): return self.log2() * math.log(2)
+    def rsqrt(self): return self.sqrt().reciprocal()
+    def cos(self):
+        # cos(x) = sin(pi/2 - x); the subtraction is done in float64 so it does not round x away
+        x = self._to_float()
+        return (math.pi / 2 - x.double()).sin().cast(x.dtype) if x.dtype != dtypes.float64 else (math.pi / 2 - x).sin()
+    def tan(self): return self.sin() / self.cos()
+
+    def sigmoid(self) -> "Tensor":
+        # exp(-|x|) never overflows, so large |x| gives 0 or 1 and a finite gradient
+        x = self._to_float()
+        e = (-x.abs()).exp()
+        return (x >= 0).where(1, e) / (1 + e)
+
+    def tanh(self) -> "Tensor":
+        # tanh(|x|) = -expm1(-2|x|) / (2 + expm1(-2|x|)): relative precision near 0, no overflow
+        x = self._to_float()
+        em = (-2 * x.abs()).expm1()
+        magnitude = -em / (2 + em)
+        return (x < 0).where(-magnitude, magnitude)
+
+    def relu(self): return self.maximum(0)
+    def square(self): return self * self
+
+    def abs(self) -> "Tensor":
+        if self.dtype.is_bool or self.dtype.is_unsigned:
+            return self
+        return (self < 0).where(-self, self)
+
+    def _with_zero_gradient(self, value: "Tensor") -> "Tensor":
+        """`value` (computed from self without autograd) joined to self's graph with a zero gradient:
+        PyTorch's gradient of sign, floor, ceil, trunc and round."""
+        from lazygrad.tensor import Tensor
+        if not (Tensor.grad_enabled and self.requires_grad):
+            return value
+        return Tensor.full(self.shape, False, dtypes.bool, self.device).where(self, value)
+
+    def sign(self) -> "Tensor":
+        from lazygrad.tensor import no_grad
+        if self.dtype.is_bool:
+            return self
+        with no_grad():
+            value = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+        return self._with_zero_gradient(value)
+
+    def trunc(self) -> "Tensor":
+        from lazygrad.tensor import no_grad
+        if not self.dtype.is_float:
+            return self
+        with no_grad():
+            whole = self - self._apply("MOD", self._const_like(1))
+            whole = self.isinf().where(self, whole)  # fmod(inf, 1) is NaN
+        return self._with_zero_gradient(whole)
+
+    def floor(self) -> "Tensor":
+        from lazygrad.tensor import no_grad
+        if not self.dtype.is_float:
+            return self
+        with no_grad():
+            truncated = self.trunc()
+            value = (self < truncated).where(truncated - 1, truncated)
+        return self._with_zero_gradient(value)
+
+    def ceil(self) -> "Tensor":
+        from lazygrad.tensor import no_grad
+        if not self.dtype.is_float:
+            return self
+        with no_grad():
+            truncated = self.trunc()
+            value = (self > truncated).where(truncated + 1, truncated)
+        return self._with_zero_gradient(value)
+
+    def round(self, decimals: int = 0) -> "Tensor":
+        """Round half to even, as PyTorch (and numpy) do: 0.5 -> 0, 1.5 -> 2, -2.5 -> -2.
+        With `decimals`, rounds x * 10**decimals (or x / 10**-decimals) and scales back, as PyTorch."""
+        from lazygrad.tensor import no_grad
+        if not self.dtype.is_float:
+            return self
+        if decimals > 0:
+            return (self * 10.0 ** decimals).round() / 10.0 ** decimals
+        if decimals < 0:
+            return (self / 10.0 ** -decimals).round() * 10.0 ** -decimals
+        with no_grad():
+            floor = self.floor()
+            fraction = self - floor  # exact in binary floating point
+            odd = floor._apply("MOD", floor._const_like(2)) != 0
+            up = (fraction > 0.5).logical_or((fraction == 0.5).logical_and(odd))
+            value = up.where(floor + 1, floor)
+        return self._with_zero_gradient(value)
+
+    def clamp(self, min=None, max=None) -> "Tensor":
+        if min is None and max is None:
+            raise ValueError("clamp: at least one of min and max must be given")
+        result = self
+        if min is not None:
+            result = result.maximum(min)
+        if max is not None:
+            result = result.minimum(max)
+        return result
+
+    clip = clamp
+
+    def isnan(self) -> "Tensor":
+        from lazygrad.tensor import Tensor
+        return self != self if self.dtype.is_float else Tensor.full(self.shape, False, dtypes.bool, self.device)
+
+    def isinf(self) -> "Tensor":
+        from lazygrad.tensor import Tensor
+        if not self.dtype.is_float:
+            return Tensor.full(self.shape, False, dtypes.bool, self.device)
+        return self.abs() == math.inf
+
+    def isfinite(self) -> "Tensor":
+        from lazygrad.tensor import Tensor
+        if not self.dtype.is_float:
+            return Tensor.full(self.shape, True, dtypes.bool, self.device)
+        return self.abs() < math.inf  # False for NaN too
+
+    def lerp(self, end, weight) -> "Tensor":
+        """self + weight * (end - self), with PyTorch's formula (exact at weight 0 and 1)."""
+        from lazygrad.tensor import Tensor
+        start, end = self._operands(end, "lerp")
+        if not start.dtype.is_float:
+            raise TypeError(f"lerp: inputs must be floating point, got {start.dtype.name}")
+        if not isinstance(weight, Tensor):
+            diff = end - start
+            return start + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
+        shape = broadcast_shapes("lerp", start.shape, weight.shape)
+        start, end = start._broadcast_to(shape), end._broadcast_to(shape)
+        weight = weight.cast(start.dtype)._broadcast_to(shape)
+        diff = end - start
+        return (weight.abs() < 0.5).where(start + weight * diff, end - diff * (1 - weight))
+
+    def clone(self) -> "Tensor":
+        """A copy in new memory (when realized), differentiable like the original."""
+        return self._apply("CONTIGUOUS")
+
+    # ---- more accurate compositions: expm1, log1p, erf ----------------------------------------
+    # Each uses a short series where the plain formula loses digits and the plain formula elsewhere;
+    # the series only ever sees the inputs it is used for, so no branch produces inf or NaN and the
+    # gradient through `where` stays finite.
+
+    def expm1(self) -> "Tensor":
+        """exp(x) - 1, accurate for small x."""
+        x = self._to_float()
+        small = x.abs() < 0.5
+        near_zero = small.where(x, 0.0)
+        terms = {dtypes.float16: 6, dtypes.float32: 9}.get(x.dtype, 15)  # 0.5**n / (n+1)! below the dtype's epsilon
+        series = near_zero._const_like(1.0)
+        for k in range(terms, 1, -1):  # x * (1 + x/2 * (1 + x/3 * (1 + ...)))
+            series = 1 + near_zero * series * (1.0 / k)
+        return small.where(near_zero * series, x.exp() - 1)
+
+    def log1p(self) -> "Tensor":
+        """log(1 + x), accurate for small x."""
+        x = self._to_float()
+        small = x.abs() < 0.25
+        near_zero = small.where(x, 0.0)
+        # log(1 + x) = 2 atanh(s) = 2 (s + s**3/3 + s**5/5 + ...) with s = x / (2 + x), |s| < 1/7
+        s = near_zero / (2 + near_zero)
+        terms = {dtypes.float16: 3, dtypes.float32: 5}.get(x.dtype, 10)
+        series = _polynomial(s * s, [1.0 / (2 * k + 1) for k in range(terms)])
+        return small.where(2 * s * series, (1 + x).log())
+
+    def _erf_pieces(self) -> tuple["Tensor", "Tensor", "Tensor", "Tensor"]:
+        """In float64: (x, |x| < 1, erf(x) where |x| < 1, erfc(|x|) where |x| >= 1)."""
+        x = self.double()
+        a = x.abs()
+        small = a < 1
+        inner = small.where(x, 0.0)
+        outer = small.where(1.0, a)
+        t = (1 + 0.5 * outer).reciprocal()
+        tail = (-(outer * outer)).exp() * t * _polynomial(t, _ERFC_TAIL)
+        return x, small, inner * _polynomial(inner * inner, _ERF_NEAR_ZERO), tail
+
+    def erf(self) -> "Tensor":
+        """The error function; computed in float64, relative error below 4e-11 (see _ERF_NEAR_ZERO)."""
+        x, small, near_zero, tail = self._erf_pieces()
+        return small.where(near_zero, (x < 0).where(tail - 1, 1 - tail)).cast(least_float(self.dtype))
+
+    def erfc(self) -> "Tensor":
+        """1 - erf(x), with relative precision in the tail (erfc(10) is 2.1e-45, not 0)."""
+        x, small, near_zero, tail = self._erf_pieces()
+        return small.where(1 - near_zero, (x < 0).where(2 - tail, tail)).cast(least_float(self.dtype))
+
+    # ---- activations --------------------------------------------------------------------------
+
+    def relu6(self) -> "Tensor":
+        return self.clamp(0, 6)
+
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> "Tensor":
+        if min_val > max_val:
+            raise ValueError(f"hardtanh: min_val ({min_val}) must not be greater than max_val ({max_val})")
+        return self.clamp(min_val, max_val)
+
+    def leaky_relu(self, negative_slope: float = 0.01) -> "Tensor":
+        x = self._to_float()
+        return (x > 0).where(x, x * negative_slope)
+
+    def elu(self, alpha: float = 1.0) -> "Tensor":
+        x = self._to_float()
+        return (x > 0).where(x, alpha * x.minimum(0).expm1())
+
+    def selu(self) -> "Tensor":
+        return _SELU_SCALE * self.elu(_SELU_ALPHA)
+
+    def gelu(self, approximate: str = "none") -> "Tensor":
+        """x * Phi(x); approximate='tanh' uses 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))."""
+        x = self._to_float()
+        if approximate == "none":
+            wide = x.double()  # erfc(-x/sqrt 2) needs x/sqrt 2 unrounded in its tail
+            return (0.5 * wide * (wide * -math.sqrt(0.5)).erfc()).cast(x.dtype)
+        if approximate == "tanh":
+            # 0.5 (1 + tanh(u)) == sigmoid(2u)
+            return x * (2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).sigmoid()
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+    def silu(self) -> "Tensor":
+        return self * self.sigmoid()
+
+    swish = silu
+
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> "Tensor":
+        """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch)."""
+        x = self._to_float()
+        scaled = x * beta
+        linear = scaled > threshold
+        return linear.where(x, linear.where(0.0, scaled).exp().log1p() / beta)
+
+    def mish(self) -> "Tensor":
+        return self * self.softplus().tanh()
+
+    def softsign(self) -> "Tensor":
+        x = self._to_float()
+        return x / (1 + x.abs())
+
+    def hardsigmoid(self) -> "Tensor":
+        return (self._to_float() + 3).relu6() / 6
+
+    def hardswish(self) -> "Tensor":
+        x = self._to_float()
+        return x * (x + 3).relu6() / 6

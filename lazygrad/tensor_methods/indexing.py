@@ -1,0 +1,310 @@
+"""Indexing of Tensor: x[...], x[...] = value, gather, scatter, masked_fill, tril, triu and one_hot.
+
+Front-end layer, a mixin of lazygrad.tensor.Tensor. Built from movement ops, and from a one-hot
+comparison and a sum where integer Tensors index, so indexing stays lazy, fuses and differentiates.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lazygrad.dtype import dtypes
+from lazygrad.tensor_methods.helpers import _normalize_axis, _zero_of, broadcast_shapes
+
+if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
+    from lazygrad.tensor import Tensor
+
+
+class IndexingMethods:
+    """Reading and writing parts of a Tensor by position."""
+    __slots__ = ()
+
+    # ---- indexing -----------------------------------------------------------------------------
+
+    def _slice_dim(self, dim: int, index: slice) -> "Tensor":
+        size = self.shape[dim]
+        start, stop, step = index.indices(size)
+        count = len(range(start, stop, step))
+        if count == 0:
+            return self.shrink(tuple((0, 0) if d == dim else None for d in range(self.ndim)))
+        first, last = start, start + (count - 1) * step
+        low, high = min(first, last), max(first, last)
+        result = self.shrink(tuple((low, high + 1) if d == dim else None for d in range(self.ndim)))
+        if step < 0:
+            result = result.flip(dim)
+        stride = abs(step)
+        if stride > 1:
+            # pad to count*stride, split the dim into (count, stride) and keep column 0
+            length = result.shape[dim]
+            result = result.pad(tuple((0, count * stride - length) if d == dim else (0, 0) for d in range(self.ndim)))
+            split = result.shape[:dim] + (count, stride) + result.shape[dim + 1:]
+            result = result.reshape(split).shrink(
+                tuple((0, 1) if d == dim + 1 else None for d in range(self.ndim + 1)))
+            result = result.reshape(result.shape[:dim + 1] + result.shape[dim + 2:])
+        return result
+
+    def _normalized_indices(self, indices, op: str) -> tuple:
+        """The index as a tuple with one entry per dim of self (plus the Nones), Ellipsis expanded."""
+        from lazygrad.tensor import Tensor
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        for index in indices:
+            if isinstance(index, Tensor):
+                if index.dtype.is_bool:
+                    raise TypeError(f"{op}: boolean mask indices need data-dependent shapes and are not supported; "
+                                    "use where() or masked_fill()")
+                continue
+            if not (index is None or index is Ellipsis or isinstance(index, (int, slice, np.integer))) \
+                    or isinstance(index, bool):
+                raise TypeError(f"{op}: index {index!r}: only ints, slices, None, ... and integer Tensors "
+                                "are supported here")
+        if sum(index is Ellipsis for index in indices) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        consuming = [index for index in indices if index is not None and index is not Ellipsis]
+        if len(consuming) > self.ndim:
+            raise IndexError(f"too many indices for tensor of dimension {self.ndim}")
+        if any(index is Ellipsis for index in indices):  # not `in`: == on a Tensor index compares elements
+            at = next(i for i, index in enumerate(indices) if index is Ellipsis)
+            return indices[:at] + (slice(None),) * (self.ndim - len(consuming)) + indices[at + 1:]
+        return indices + (slice(None),) * (self.ndim - len(consuming))
+
+    def __getitem__(self, indices) -> "Tensor":
+        """Indexing as in PyTorch: ints, slices (any step), None, Ellipsis and integer Tensors.
+
+        Integer Tensor indices gather: several broadcast together like numpy's advanced indexing, and
+        their broadcast dims replace the indexed dims when those are adjacent, else come first. As in
+        PyTorch (not numpy), an int among Tensor indices selects first and so does not count in that
+        adjacency. Tensor index values are not bounds-checked (that would need their data): an
+        out-of-range value reads 0. Gathering is a one-hot comparison and a sum, so it stays lazy,
+        fuses and differentiates.
+        """
+        from lazygrad.tensor import Tensor
+        indices = self._normalized_indices(indices, "index")
+        result, dim, final_shape, gathers = self, 0, [], []
+        for index in indices:
+            if index is None:
+                final_shape.append(1)
+                continue
+            size = self.shape[dim]
+            if isinstance(index, Tensor):
+                gathers.append((len(final_shape), index))
+                final_shape.append(size)
+            elif isinstance(index, slice):
+                result = result._slice_dim(dim, index)
+                final_shape.append(result.shape[dim])
+            else:
+                position = int(index)
+                if not -size <= position < size:
+                    raise IndexError(f"index {position} is out of bounds for dimension {dim} with size {size}")
+                position %= size
+                result = result.shrink(tuple((position, position + 1) if d == dim else None
+                                             for d in range(self.ndim)))
+            dim += 1
+        result = result.reshape(tuple(final_shape))
+        return result._gather_dims(gathers) if gathers else result
+
+    def _gather_dims(self, gathers: list[tuple[int, "Tensor"]]) -> "Tensor":
+        """Advanced indexing of the dims in `gathers` ((dim, integer index tensor) pairs)."""
+        from lazygrad.tensor import Tensor
+        positions = [dim for dim, _ in gathers]
+        for _, index in gathers:
+            if not index.dtype.is_int:
+                raise IndexError(f"tensors used as indices must be integer tensors, got {index.dtype.name}")
+            if index.device != self.device:
+                raise ValueError(f"index: index tensor is on {index.device}, the indexed tensor on {self.device}")
+        try:
+            index_shape = broadcast_shapes("index", *[index.shape for _, index in gathers])
+        except ValueError:
+            shapes = ", ".join(str(index.shape) for _, index in gathers)
+            raise IndexError(f"shape mismatch: index tensors of shapes {shapes} cannot be broadcast together") from None
+        # one flat index into the indexed dims, negative values counting from the end
+        flat = None
+        for dim, index in gathers:
+            size = self.shape[dim]
+            index = index.cast(dtypes.int64)
+            index = (index < 0).where(index + size, index)
+            flat = index if flat is None else flat * size + index
+        count = math.prod(self.shape[dim] for dim in positions)
+        rest = [d for d in range(self.ndim) if d not in positions]
+        adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
+        before = [d for d in rest if adjacent and d < positions[0]]
+        after = [d for d in rest if d not in before]
+        before_shape = tuple(self.shape[d] for d in before)
+        after_shape = tuple(self.shape[d] for d in after)
+        out_shape = before_shape + index_shape + after_shape
+        source = self.permute(before + after + positions).reshape(
+            before_shape + (1,) * len(index_shape) + after_shape + (count,))
+        flat = flat._broadcast_to(index_shape).reshape(
+            (1,) * len(before) + index_shape + (1,) * len(after) + (1,))
+        hit = flat == Tensor.arange(count, device=self.device).reshape((1,) * len(out_shape) + (count,))
+        return hit.where(source, _zero_of(self.dtype))._reduce("SUM", -1, False, "index")
+
+    def gather(self, dim: int, index: "Tensor") -> "Tensor":
+        """out[i][j][k] = self[i][index[i][j][k]][k] for dim=1 (torch.gather); index has self's ndim and
+        is no larger than self outside dim. Index values are not bounds-checked: out of range reads 0."""
+        from lazygrad.tensor import Tensor
+        dim = _normalize_axis(dim, self.ndim, "gather")
+        if not isinstance(index, Tensor) or not index.dtype.is_int:
+            raise TypeError(f"gather: index must be an integer Tensor, got "
+                            f"{index.dtype.name if isinstance(index, Tensor) else type(index).__name__}")
+        if self.ndim == 0:
+            return self.reshape(1).gather(0, index.reshape(1)).reshape(index.shape)
+        if index.ndim != self.ndim or any(i > s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
+            raise ValueError(f"gather: index of shape {index.shape} must have the {self.ndim} dims of the input "
+                             f"{self.shape} and be no larger outside dim {dim}")
+        size = self.shape[dim]
+        source = self.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
+        # source: index's shape with `size` at dim; move dim last and let index's dim broadcast over it
+        source = source.unsqueeze(-1).transpose(dim, -1)  # size 1 at dim, `size` last
+        hit = index.unsqueeze(-1) == Tensor.arange(size, device=self.device)
+        return hit.where(source, _zero_of(self.dtype))._reduce("SUM", -1, False, "gather")
+
+    def scatter(self, dim: int, index: "Tensor", src, reduce: str | None = None) -> "Tensor":
+        """A copy of self with self[index[i][j]][j] = src[i][j] for dim=0 (torch.scatter, not in place);
+        reduce="add" or "multiply" combines instead of replacing. src may be a number. With repeated
+        indices and no reduce (undefined in PyTorch), the values written to one place are added."""
+        from lazygrad.tensor import Tensor
+        if reduce not in (None, "add", "multiply"):
+            raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        dim = _normalize_axis(dim, self.ndim, "scatter")
+        if not isinstance(index, Tensor) or not index.dtype.is_int:
+            raise TypeError("scatter: index must be an integer Tensor")
+        if self.ndim == 0:
+            src = src.reshape(1) if isinstance(src, Tensor) else src
+            return self.reshape(1).scatter(0, index.reshape(1), src, reduce).reshape(())
+        shape = index.shape
+        if index.ndim != self.ndim or any(i > s for d, (i, s) in enumerate(zip(shape, self.shape)) if d != dim):
+            raise ValueError(f"scatter: index of shape {shape} must have the {self.ndim} dims of the input "
+                             f"{self.shape} and be no larger outside dim {dim}")
+        if isinstance(src, Tensor):
+            if src.ndim != self.ndim or any(i > s for i, s in zip(shape, src.shape)):
+                raise ValueError(f"scatter: index of shape {shape} must be no larger than src {src.shape}")
+            src = src.shrink(tuple((0, i) for i in shape)).cast(self.dtype)
+        else:
+            src = Tensor.full(shape, src, self.dtype, self.device)
+        size = self.shape[dim]
+        # target position p along dim receives src[s] for every s (last, new axis) with index[s] == p
+        def spread(t: "Tensor") -> "Tensor":
+            moved = t.unsqueeze(-1).transpose(dim, -1)  # (.., 1 at dim, .., k)
+            return moved.expand(moved.shape[:dim] + (size,) + moved.shape[dim + 1:])
+        positions = Tensor.arange(size, device=self.device).reshape(
+            tuple(size if d == dim else 1 for d in range(self.ndim)) + (1,))
+        hit, values = spread(index) == positions, spread(src)
+        padding = tuple((0, 0) if d == dim else (0, s - i) for d, (i, s) in enumerate(zip(shape, self.shape)))
+        if reduce == "multiply":
+            factor = hit.where(values, values._const_like(1))._reduce("PROD", -1, False, "scatter")
+            return self * factor.pad(padding, value=1)
+        total = hit.where(values, _zero_of(self.dtype))._reduce("SUM", -1, False, "scatter").pad(padding)
+        if reduce == "add":
+            return self + total
+        written = hit.any(-1).pad(padding)
+        return written.where(total, self)
+
+    def masked_fill(self, mask: "Tensor", value) -> "Tensor":
+        """value where mask is True (mask broadcasts to self's shape; value takes self's dtype)."""
+        from lazygrad.tensor import Tensor
+        if not isinstance(mask, Tensor) or not mask.dtype.is_bool:
+            raise TypeError(f"masked_fill: mask must be a bool Tensor, got "
+                            f"{mask.dtype.name if isinstance(mask, Tensor) else type(mask).__name__}")
+        if broadcast_shapes("masked_fill", self.shape, mask.shape) != self.shape:
+            raise ValueError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the input's {self.shape}")
+        if isinstance(value, Tensor):
+            if value.ndim:
+                raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
+            value = value.cast(self.dtype)._broadcast_to(self.shape)
+        else:
+            value = Tensor.full(self.shape, value, self.dtype, self.device)
+        return mask.where(value, self)
+
+    def _triangle(self, keep_below: bool, diagonal: int, name: str) -> "Tensor":
+        from lazygrad.tensor import Tensor
+        if self.ndim < 2:
+            raise ValueError(f"{name}: input must have at least 2 dims, got shape {self.shape}")
+        rows, columns = self.shape[-2:]
+        offset = Tensor.arange(columns, device=self.device).reshape(1, columns) - \
+            Tensor.arange(rows, device=self.device).reshape(rows, 1)  # column - row
+        keep = offset <= diagonal if keep_below else offset >= diagonal
+        return keep.where(self, _zero_of(self.dtype))
+
+    def tril(self, diagonal: int = 0) -> "Tensor":
+        """Zeros above the `diagonal`-th diagonal of the last two dims."""
+        return self._triangle(True, diagonal, "tril")
+
+    def triu(self, diagonal: int = 0) -> "Tensor":
+        """Zeros below the `diagonal`-th diagonal of the last two dims."""
+        return self._triangle(False, diagonal, "triu")
+
+    def one_hot(self, num_classes: int = -1) -> "Tensor":
+        """int64 one-hot vectors in a new last dim. num_classes=-1 reads the max (realizes self).
+        Values outside [0, num_classes) give a row of zeros (PyTorch raises)."""
+        from lazygrad.tensor import Tensor
+        if not self.dtype.is_int:
+            raise TypeError(f"one_hot: expects an integer tensor, got {self.dtype.name}")
+        if num_classes == -1:
+            if self.numel() == 0:
+                raise ValueError("one_hot: cannot infer num_classes of an empty tensor; pass num_classes")
+            num_classes = int(self.max().item()) + 1
+        return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).cast(dtypes.int64)
+
+    def _embed_dim(self, dim: int, index, size: int) -> "Tensor":
+        """The inverse of indexing dim with `index` (an int or slice) on a dim of `size`: self's values
+        where the index selects, zeros elsewhere. Only movement ops."""
+        def pad_dim(t: "Tensor", before: int, after: int) -> "Tensor":
+            return t.pad(tuple((before, after) if d == dim else (0, 0) for d in range(t.ndim)))
+        if not isinstance(index, slice):
+            position = int(index) % size
+            return pad_dim(self, position, size - position - 1)
+        start, stop, step = index.indices(size)
+        count = len(range(start, stop, step))
+        if count == 0:
+            return pad_dim(self, 0, size)
+        result, low = self, start
+        if step < 0:
+            result, low, step = result.flip(dim), start + (count - 1) * step, -step
+        if step > 1:  # element k goes to k * step: give each element step - 1 zeros after it
+            shape = result.shape
+            spread = result.unsqueeze(dim + 1).pad(
+                tuple((0, step - 1) if d == dim + 1 else (0, 0) for d in range(result.ndim + 1)))
+            result = spread.reshape(shape[:dim] + (count * step,) + shape[dim + 1:])
+            result = result.narrow(dim, 0, (count - 1) * step + 1)
+        return pad_dim(result, low, size - low - result.shape[dim])
+
+    def __setitem__(self, indices, value) -> None:
+        """`x[indices] = value` for basic indexing (ints, slices, None, ...); value broadcasts to x[indices].
+
+        Functional underneath: x's node becomes `where(indexed region, value, old x)`, so it stays lazy
+        and fuses. Differences from PyTorch: tensors made by indexing are not views, so `x[0][1] = 5`
+        leaves x unchanged (write `x[0, 1] = 5`); and a tensor that requires grad can only be assigned
+        to under no_grad (earlier uses of it would otherwise get wrong gradients).
+        """
+        from lazygrad.tensor import Tensor
+        indices = self._normalized_indices(indices, "setitem")
+        if any(isinstance(index, Tensor) for index in indices):
+            raise TypeError("setitem: integer Tensor indices are not supported here; use scatter()")
+        if Tensor.grad_enabled and self.requires_grad:
+            raise RuntimeError("setitem: cannot assign into a tensor that requires grad; do it under "
+                               "`with no_grad():` or build the new value with where() or masked_fill()")
+        target_shape = self[indices].shape
+        if isinstance(value, Tensor):
+            if value.device != self.device:
+                raise ValueError(f"setitem: value is on {value.device}, the tensor on {self.device}")
+            if broadcast_shapes("setitem", value.shape, target_shape) != target_shape:
+                raise ValueError(f"setitem: value of shape {value.shape} cannot be broadcast to the indexed "
+                                 f"shape {target_shape}")
+            value = value.cast(self.dtype)._broadcast_to(target_shape)
+        else:
+            value = Tensor.full(target_shape, value, self.dtype, self.device)
+        # one dim per dim of self: the Nones (size 1) go, each int-indexed dim comes back as size 1
+        consuming = [index for index in indices if index is not None]
+        per_dim_shape = tuple(1 if not isinstance(index, slice) else len(range(*index.indices(size)))
+                              for index, size in zip(consuming, self.shape))
+        placed = value.reshape(per_dim_shape)
+        inside = Tensor.full(per_dim_shape, True, dtypes.bool, self.device)
+        for dim, (index, size) in enumerate(zip(consuming, self.shape)):
+            placed, inside = placed._embed_dim(dim, index, size), inside._embed_dim(dim, index, size)
+        result = inside.where(placed, Tensor(self.lazydata))
+        self.lazydata = result.lazydata
+        if result._ctx is not None:
+            self._ctx, self.requires_grad = result._ctx, True

@@ -1,0 +1,179 @@
+"""Linear algebra of Tensor: matmul (and @), dot, outer and einsum, composed as a broadcast multiply and a SUM.
+
+Front-end layer, a mixin of lazygrad.tensor.Tensor.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lazygrad.dtype import result_type
+from lazygrad.tensor_methods.helpers import broadcast_shapes
+
+if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
+    from lazygrad.tensor import Tensor
+
+
+def _parse_einsum(equation: str, ndims: list[int]) -> tuple[list[list[str]], list[str]]:
+    """Labels of each operand and of the output; "..." becomes one label per dim it covers ("0", "1", ..
+    right-aligned across operands, so they broadcast as in numpy)."""
+    text = equation.replace(" ", "")
+    if text.count("->") > 1:
+        raise ValueError(f"einsum: equation {equation!r} has more than one '->'")
+    input_text, output_text = text.split("->") if "->" in text else (text, None)
+    terms = input_text.split(",")
+    if len(terms) != len(ndims):
+        raise ValueError(f"einsum: equation {equation!r} has {len(terms)} operand(s) but {len(ndims)} tensor(s) "
+                         "were given")
+
+    def letters(term: str, what: str) -> list[str]:
+        if term.count("...") > 1 or term.replace("...", "").count("."):
+            raise ValueError(f"einsum: {what} {term!r} of {equation!r} has a '.' that is not part of one '...'")
+        for char in term.replace("...", ""):
+            if not (char.isascii() and char.isalpha()):
+                raise ValueError(f"einsum: invalid subscript {char!r} in {equation!r}; use letters a-z, A-Z")
+        return list(term.replace("...", ""))
+
+    ellipsis_dims = 0
+    for number, (term, ndim) in enumerate(zip(terms, ndims)):
+        count = len(letters(term, "operand"))
+        if ("..." not in term and count != ndim) or count > ndim:
+            raise ValueError(f"einsum: operand {number} has {ndim} dims but subscripts {term!r} in {equation!r}")
+        if "..." in term:
+            ellipsis_dims = max(ellipsis_dims, ndim - count)
+
+    def expand(term: str, covered: int) -> list[str]:
+        if "..." not in term:
+            return list(term)
+        before, after = term.split("...")
+        return list(before) + [str(ellipsis_dims - covered + i) for i in range(covered)] + list(after)
+
+    inputs = [expand(term, ndim - len(letters(term, "operand"))) for term, ndim in zip(terms, ndims)]
+    seen = [label for labels in inputs for label in labels]
+    if output_text is None:
+        once = sorted(label for label in set(seen) if label.isalpha() and seen.count(label) == 1)
+        return inputs, [str(i) for i in range(ellipsis_dims)] + once
+    output_letters = letters(output_text, "output")
+    for label in output_letters:
+        if label not in seen:
+            raise ValueError(f"einsum: output label {label!r} does not appear in the inputs of {equation!r}")
+        if output_letters.count(label) > 1:
+            raise ValueError(f"einsum: output label {label!r} appears more than once in {equation!r}")
+    if "..." not in output_text and ellipsis_dims and any("..." in term for term in terms):
+        raise ValueError(f"einsum: the inputs of {equation!r} have '...' but its output does not")
+    return inputs, expand(output_text, ellipsis_dims)
+
+
+def _einsum_diagonals(operand: "Tensor", labels: list[str], equation: str) -> tuple["Tensor", list[str]]:
+    """Take the diagonal over every label repeated within one operand ("ii->i")."""
+    while len(set(labels)) < len(labels):
+        label = next(label for label in labels if labels.count(label) > 1)
+        first = labels.index(label)
+        second = labels.index(label, first + 1)
+        size = operand.shape[first]
+        if operand.shape[second] != size:
+            raise ValueError(f"einsum: label {label!r} is repeated in one operand of {equation!r} with sizes "
+                             f"{size} and {operand.shape[second]}")
+        others = [d for d in range(operand.ndim) if d not in (first, second)]
+        moved = operand.permute(others + [first, second])
+        outer_shape = moved.shape[:-2]
+        # rows of size + 1 over the flattened square: element (i, 0) is (i, i)
+        flat = moved.reshape(outer_shape + (size * size,)).pad(((0, 0),) * len(outer_shape) + ((0, size),))
+        operand = flat.reshape(outer_shape + (size, size + 1))[..., 0]
+        labels = [labels[d] for d in others] + [label]
+    return operand, labels
+
+
+def _align_labels(operand: "Tensor", labels: list[str], order: list[str]) -> "Tensor":
+    """operand's dims permuted into `order`, with size-1 dims for the labels it lacks."""
+    present = [label for label in order if label in labels]
+    moved = operand.permute([labels.index(label) for label in present])
+    return moved.reshape(tuple(moved.shape[present.index(label)] if label in labels else 1 for label in order))
+
+
+class LinalgMethods:
+    """Products of Tensors."""
+    __slots__ = ()
+
+    # ---- linear algebra -----------------------------------------------------------------------
+
+    def matmul(self, other: "Tensor") -> "Tensor":
+        from lazygrad.tensor import Tensor
+        if not isinstance(other, Tensor):
+            other = Tensor(other, device=self.device)
+        x, w = self, other
+        if x.ndim == 0 or w.ndim == 0:
+            raise ValueError(f"matmul: both arguments need at least 1 dimension, got shapes {x.shape} and {w.shape}")
+        x_vector, w_vector = x.ndim == 1, w.ndim == 1
+        if x_vector:
+            x = x.reshape(1, x.shape[0])
+        if w_vector:
+            w = w.reshape(w.shape[0], 1)
+        if x.shape[-1] != w.shape[-2]:
+            raise ValueError(f"matmul: shapes {self.shape} and {other.shape} are not aligned: "
+                             f"{x.shape[-1]} (dim {self.ndim - 1}) != {w.shape[-2]} (dim {max(other.ndim - 2, 0)})")
+        try:
+            broadcast_shapes("matmul", x.shape[:-2], w.shape[:-2])
+        except ValueError:
+            raise ValueError(f"matmul: the batch dims of shapes {self.shape} and {other.shape} "
+                             "cannot be broadcast together") from None
+        m, k, n = x.shape[-2], x.shape[-1], w.shape[-1]
+        dtype = result_type([x.dtype, w.dtype], [], [])
+        left = x.cast(dtype).reshape(x.shape[:-2] + (m, 1, k))
+        right = w.cast(dtype).transpose(-1, -2).reshape(w.shape[:-2] + (1, n, k))
+        result = (left * right)._reduce("SUM", -1, False, "matmul")
+        if x_vector:
+            result = result.reshape(result.shape[:-2] + (n,))
+        if w_vector:
+            result = result.reshape(result.shape[:-1])
+        return result
+
+    def dot(self, other: "Tensor") -> "Tensor":
+        return self.matmul(other)
+
+    def outer(self, other: "Tensor") -> "Tensor":
+        from lazygrad.tensor import Tensor
+        if self.ndim != 1 or not isinstance(other, Tensor) or other.ndim != 1:
+            raise ValueError(f"outer: expects two 1-d tensors, got shapes {self.shape} and "
+                             f"{other.shape if isinstance(other, Tensor) else type(other).__name__}")
+        return self.reshape(-1, 1) * other.reshape(1, -1)
+
+    @staticmethod
+    def einsum(equation: str, *operands) -> "Tensor":
+        """Einstein summation, as torch.einsum: "ij,jk->ik", implicit outputs ("ij,jk" sums j and
+        keeps the labels seen once, sorted), "..." for leading dims, repeated labels in one operand
+        for diagonals and traces ("ii->i", "ii"). Size-1 dims broadcast. Operands are combined
+        left to right, each label summed as soon as no later operand or the output needs it."""
+        from lazygrad.tensor import Tensor
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = tuple(operands[0])
+        for number, operand in enumerate(operands):
+            if not isinstance(operand, Tensor):
+                raise TypeError(f"einsum: operand {number} is a {type(operand).__name__}, not a Tensor")
+        inputs, output = _parse_einsum(equation, [operand.ndim for operand in operands])
+        sizes: dict[str, int] = {}
+        for number, (labels, operand) in enumerate(zip(inputs, operands)):
+            for label, size in zip(labels, operand.shape):
+                known = sizes.setdefault(label, size)
+                if size != known and 1 not in (size, known):
+                    raise ValueError(f"einsum: label {label!r} has size {size} in operand {number} but size "
+                                     f"{known} in an earlier one ({equation!r})")
+                if known == 1:
+                    sizes[label] = size
+        terms = [_einsum_diagonals(operand, list(labels), equation) for operand, labels in zip(operands, inputs)]
+        result, labels = terms[0]
+        for position in range(1, len(terms) + 1):
+            later = {label for _, term_labels in terms[position:] for label in term_labels} | set(output)
+            if position < len(terms):
+                other, other_labels = terms[position]
+                combined = labels + [label for label in other_labels if label not in labels]
+            else:
+                other, combined = None, labels
+            kept = [label for label in combined if label in later]
+            order = kept + [label for label in combined if label not in later]  # summed labels last
+            result = _align_labels(result, labels, order)
+            if other is not None:
+                result = result * _align_labels(other, other_labels, order)
+            if len(kept) < len(order):
+                result = result._reduce("SUM", tuple(range(len(kept), len(order))), False, "einsum")
+            labels = kept
+        return result.permute([labels.index(label) for label in output]) if labels else result

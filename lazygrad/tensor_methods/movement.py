@@ -1,0 +1,348 @@
+"""Movement of Tensor: reshape, permute, expand, pad, shrink, flip and what is built from them (squeeze,
+flatten, narrow, roll, repeat, ...), plus joining and splitting (cat, stack, split, chunk, unbind).
+
+Front-end layer, a mixin of lazygrad.tensor.Tensor. Composed from the RESHAPE/PERMUTE/EXPAND/PAD/SHRINK/FLIP
+primitives, so these are views and never copy (cat places its pieces with `where`).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from lazygrad.dtype import dtypes, result_type
+from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis
+
+if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
+    from lazygrad.tensor import Tensor
+
+
+def _tensor_list_and_dim(first, others: tuple, dim, axis, op: str) -> tuple[list, int]:
+    """The tensors and dim of `x.cat(y, z, dim=1)` and of `Tensor.cat([x, y, z], 1)` alike (called through
+    the class, the list arrives as `self`)."""
+    from lazygrad.tensor import Tensor
+    if isinstance(first, (list, tuple)):
+        tensors = list(first)
+        if len(others) == 1 and isinstance(others[0], int):
+            dim = others[0]
+        elif others:
+            raise TypeError(f"{op}: expected {op}(tensors, dim), got extra arguments {others}")
+    else:
+        tensors = [first, *others]
+    if not tensors:
+        raise ValueError(f"{op}: expected a non-empty list of tensors")
+    for number, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: expected Tensors, got {type(t).__name__} at entry {number}")
+    return tensors, _pick_axis(axis, dim, op, 0)
+
+
+class MovementMethods:
+    """Shape-changing views of Tensor, and joining and splitting along a dim."""
+    __slots__ = ()
+
+    # ---- movement -----------------------------------------------------------------------------
+
+    def reshape(self, *shape) -> "Tensor":
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        shape = tuple(int(size) for size in shape)
+        if shape.count(-1) > 1:
+            raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+        if -1 in shape:
+            known = math.prod(size for size in shape if size != -1)
+            if known == 0 or self.numel() % known:
+                raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
+                                 f"into shape {shape}")
+            shape = tuple(self.numel() // known if size == -1 else size for size in shape)
+        if any(size < 0 for size in shape) or math.prod(shape) != self.numel():
+            raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
+                             f"into shape {shape}")
+        return self if shape == self.shape else self._apply("RESHAPE", arg=shape)
+
+    view = reshape
+
+    def permute(self, *order) -> "Tensor":
+        order = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else tuple(order)
+        normalized = tuple(_normalize_axis(axis, self.ndim, "permute") for axis in order)
+        if sorted(normalized) != list(range(self.ndim)):
+            raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dims of shape {self.shape}")
+        return self._apply("PERMUTE", arg=normalized)
+
+    def transpose(self, dim0: int = -2, dim1: int = -1) -> "Tensor":
+        if self.ndim < 2 and dim0 in (-2, 0) and dim1 in (-1, 0):
+            return self
+        order = list(range(self.ndim))
+        first, second = _normalize_axis(dim0, self.ndim, "transpose"), _normalize_axis(dim1, self.ndim, "transpose")
+        order[first], order[second] = order[second], order[first]
+        return self.permute(order)
+
+    @property
+    def T(self) -> "Tensor":
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def expand(self, *shape) -> "Tensor":
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        if len(shape) < self.ndim:
+            raise ValueError(f"expand: shape {shape} has fewer dims than the tensor's shape {self.shape}")
+        current = (1,) * (len(shape) - self.ndim) + self.shape
+        target = tuple(old if new == -1 else new for old, new in zip(current, shape))
+        for old, new in zip(current, target):
+            if old != new and old != 1:
+                raise ValueError(f"expand: cannot expand shape {self.shape} to {shape}")
+        return self._broadcast_to(target)
+
+    def pad(self, padding, value=0.0, mode: str = "constant") -> "Tensor":
+        """padding: one (before, after) pair per dim, or PyTorch's flat list starting at the last dim.
+        mode: "constant" (value), "reflect" (mirror without the edge), "replicate" (repeat the edge),
+        "circular" (wrap around). Negative constant padding crops."""
+        from lazygrad.tensor import Tensor
+        if mode != "constant":
+            return self._pad_with_mode(padding, value, mode)
+        pairs = self._padding_pairs(padding)
+        value = 0.0 if value is None else value
+        result = self
+        if any(lo < 0 or hi < 0 for lo, hi in pairs):  # negative padding crops
+            result = result.shrink(tuple((-min(lo, 0), size + min(hi, 0)) for (lo, hi), size in zip(pairs, self.shape)))
+            pairs = [(max(lo, 0), max(hi, 0)) for lo, hi in pairs]
+        padded = result._apply("PAD", arg=tuple(pairs))
+        if value == 0:
+            return padded
+        inside = Tensor.full(result.shape, True, dtypes.bool, self.device)._apply("PAD", arg=tuple(pairs))
+        return inside.where(padded, Tensor.full(padded.shape, value, self.dtype, self.device))
+
+    def _padding_pairs(self, padding) -> list[tuple[int, int]]:
+        """One (before, after) pair per dim from either form pad() accepts."""
+        padding = list(padding)
+        if padding and all(isinstance(p, int) for p in padding):
+            if len(padding) % 2 or len(padding) // 2 > self.ndim:
+                raise ValueError(f"pad: flat padding {padding} needs an even length of at most {2 * self.ndim}")
+            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
+            padding = [(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs))
+        if len(padding) != self.ndim:
+            raise ValueError(f"pad: got {len(padding)} (before, after) pairs for a tensor of shape {self.shape}")
+        return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+
+    def _pad_with_mode(self, padding, value, mode: str) -> "Tensor":
+        from lazygrad.tensor import Tensor
+        if mode not in ("reflect", "replicate", "circular"):
+            raise ValueError(f"pad: unknown mode {mode!r}; expected 'constant', 'reflect', 'replicate' or 'circular'")
+        if value not in (None, 0):
+            raise ValueError(f"pad: mode {mode!r} takes no value (got {value})")
+        pairs = self._padding_pairs(padding)
+        result = self
+        for dim, (before, after) in enumerate(pairs):
+            if before == 0 and after == 0:
+                continue
+            size = self.shape[dim]
+            limit = {"reflect": size - 1, "replicate": math.inf if size else 0, "circular": size}[mode]
+            if min(before, after) < 0 or max(before, after) > limit:
+                raise ValueError(f"pad: {mode} padding {(before, after)} of dim {dim} needs values between 0 and "
+                                 f"{limit} for shape {self.shape}")
+            if mode == "reflect":
+                parts = (result.narrow(dim, 1, before).flip(dim), result,
+                         result.narrow(dim, size - 1 - after, after).flip(dim))
+            elif mode == "replicate":
+                edge_shape = lambda count: result.shape[:dim] + (count,) + result.shape[dim + 1:]  # noqa: E731
+                parts = (result.narrow(dim, 0, 1).expand(edge_shape(before)), result,
+                         result.narrow(dim, size - 1, 1).expand(edge_shape(after)))
+            else:
+                parts = (result.narrow(dim, size - before, before), result, result.narrow(dim, 0, after))
+            result = Tensor.cat(parts, dim=dim)
+        return result
+
+    def shrink(self, bounds) -> "Tensor":
+        bounds = tuple((0, size) if b is None else (int(b[0]), int(b[1])) for b, size in zip(bounds, self.shape))
+        for (start, end), size in zip(bounds, self.shape):
+            if not 0 <= start <= end <= size:
+                raise ValueError(f"shrink: bounds {bounds} do not fit shape {self.shape}")
+        return self._apply("SHRINK", arg=bounds)
+
+    def flip(self, *axis) -> "Tensor":
+        axis = tuple(axis[0]) if len(axis) == 1 and isinstance(axis[0], (tuple, list)) else tuple(axis)
+        return self._apply("FLIP", arg=tuple(_normalize_axis(a, self.ndim, "flip") for a in axis))
+
+    def contiguous(self) -> "Tensor":
+        return self._apply("CONTIGUOUS")
+
+    def squeeze(self, dim=None) -> "Tensor":
+        if dim is None:
+            return self.reshape(tuple(size for size in self.shape if size != 1))
+        dim = _normalize_axis(dim, self.ndim, "squeeze")
+        if self.ndim == 0 or self.shape[dim] != 1:
+            return self
+        return self.reshape(self.shape[:dim] + self.shape[dim + 1:])
+
+    def unsqueeze(self, dim: int) -> "Tensor":
+        dim = _normalize_axis(dim, self.ndim + 1, "unsqueeze")
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = _normalize_axis(start_dim, self.ndim, "flatten"), _normalize_axis(end_dim, self.ndim, "flatten")
+        return self.reshape(self.shape[:start] + (math.prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
+
+    def expand_as(self, other: "Tensor") -> "Tensor":
+        return self.expand(other.shape)
+
+    def unflatten(self, dim: int, sizes) -> "Tensor":
+        dim = _normalize_axis(dim, self.ndim, "unflatten")
+        sizes, size = tuple(int(s) for s in sizes), self.shape[dim]
+        if sizes.count(-1) > 1:
+            raise ValueError(f"unflatten: only one size can be -1, got {sizes}")
+        if -1 in sizes:
+            known = math.prod(s for s in sizes if s != -1)
+            sizes = tuple(size // known if s == -1 and known else s for s in sizes)
+        if math.prod(sizes) != size or any(s < 0 for s in sizes):
+            raise ValueError(f"unflatten: sizes {sizes} do not multiply to the size {size} of dim {dim} "
+                             f"of shape {self.shape}")
+        return self.reshape(self.shape[:dim] + sizes + self.shape[dim + 1:])
+
+    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
+        """The `length` elements from `start` along dim (a view)."""
+        if self.ndim == 0:
+            raise ValueError("narrow: cannot narrow a 0-d tensor")
+        dim = _normalize_axis(dim, self.ndim, "narrow")
+        size = self.shape[dim]
+        start, length = int(start), int(length)
+        if not -size <= start <= size:
+            raise IndexError(f"narrow: start {start} is out of range for dim {dim} of size {size} "
+                             f"(expected to be in range of [{-size}, {size}])")
+        start = start + size if start < 0 else start
+        if length < 0 or start + length > size:
+            raise ValueError(f"narrow: start ({start}) + length ({length}) exceeds dim {dim} of size {size}")
+        return self.shrink(tuple((start, start + length) if d == dim else None for d in range(self.ndim)))
+
+    def _tiled(self, dim: int, copies: int) -> "Tensor":
+        """`copies` copies of self one after another along dim, as a view (expand, then reshape)."""
+        shape = self.shape
+        expanded = self.unsqueeze(dim).expand(shape[:dim] + (copies,) + shape[dim:])
+        return expanded.reshape(shape[:dim] + (copies * shape[dim],) + shape[dim + 1:])
+
+    def roll(self, shifts, dims=None) -> "Tensor":
+        """Shift elements along dims, wrapping around; with no dims, over the flattened tensor."""
+        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        if dims is None:
+            if len(shifts) != 1:
+                raise ValueError(f"roll: without dims, shifts must be one int, got {shifts}")
+            return self.flatten().roll(shifts, 0).reshape(self.shape)
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if len(shifts) != len(dims):
+            raise ValueError(f"roll: shifts {shifts} and dims {dims} must have the same length")
+        result = self
+        for shift, dim in zip(shifts, dims):
+            dim = _normalize_axis(dim, self.ndim, "roll")
+            size = self.shape[dim] if self.ndim else 1
+            if size == 0 or shift % size == 0:
+                continue
+            result = result._tiled(dim, 2).narrow(dim, size - shift % size, size)
+        return result
+
+    def repeat(self, *sizes) -> "Tensor":
+        """Tile self `sizes[d]` times along each dim; extra leading sizes add dims (PyTorch's repeat)."""
+        sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+        sizes = tuple(int(s) for s in sizes)
+        if len(sizes) < self.ndim:
+            raise ValueError(f"repeat: got {len(sizes)} repeat sizes {sizes}, fewer than the {self.ndim} dims of "
+                             f"shape {self.shape}")
+        if any(s < 0 for s in sizes):
+            raise ValueError(f"repeat: sizes must be non-negative, got {sizes}")
+        shape = (1,) * (len(sizes) - self.ndim) + self.shape
+        singles = tuple(size for dim_size in shape for size in (1, dim_size))
+        repeated = tuple(size for count, dim_size in zip(sizes, shape) for size in (count, dim_size))
+        return self.reshape(singles).expand(repeated).reshape(tuple(c * s for c, s in zip(sizes, shape)))
+
+    def tile(self, *dims) -> "Tensor":
+        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        return self.repeat((1,) * (self.ndim - len(dims)) + tuple(dims))
+
+    def repeat_interleave(self, repeats: int, dim: int | None = None) -> "Tensor":
+        """Each element `repeats` times in a row along dim (flattened when dim is None).
+        Only an int `repeats`: per-element counts would give a shape that depends on the data."""
+        from lazygrad.tensor import Tensor
+        if isinstance(repeats, Tensor):
+            if repeats.numel() != 1:
+                raise TypeError(f"repeat_interleave: repeats must be an int (per-element repeats of shape "
+                                f"{repeats.shape} are not supported)")
+            repeats = repeats.item()
+        repeats = int(repeats)
+        if repeats < 0:
+            raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+        source = self.flatten() if dim is None else self
+        dim = 0 if dim is None else _normalize_axis(dim, self.ndim, "repeat_interleave")
+        if source.ndim == 0:
+            source = source.reshape(1)
+        return source.unsqueeze(dim + 1)._tiled(dim + 1, repeats).reshape(
+            source.shape[:dim] + (source.shape[dim] * repeats,) + source.shape[dim + 1:])
+
+    # ---- joining and splitting ----------------------------------------------------------------
+
+    def cat(self, *others, dim: int | None = None, axis: int | None = None) -> "Tensor":
+        """Join tensors along dim: `x.cat(y, z, dim=1)` or `Tensor.cat([x, y, z], dim=1)` (torch.cat).
+        Each tensor is padded to the full size and placed with `where`: one kernel, any count."""
+        from lazygrad.tensor import Tensor
+        tensors, dim = _tensor_list_and_dim(self, others, dim, axis, "cat")
+        tensors = [t for t in tensors if t.shape != (0,)] or tensors[:1]  # PyTorch skips legacy empty 1-d tensors
+        first = tensors[0]
+        if first.ndim == 0:
+            raise ValueError("cat: zero-dimensional tensors cannot be concatenated; unsqueeze them or use stack")
+        dim = _normalize_axis(dim, first.ndim, "cat")
+        for number, t in enumerate(tensors):
+            if t.device != first.device:
+                raise ValueError(f"cat: tensor {number} is on {t.device}, tensor 0 on {first.device}")
+            if t.ndim != first.ndim or any(a != b for d, (a, b) in enumerate(zip(t.shape, first.shape)) if d != dim):
+                raise ValueError(f"cat: shapes must match except in dim {dim}: tensor 0 has shape {first.shape}, "
+                                 f"tensor {number} has shape {t.shape}")
+        dtype = result_type([t.dtype for t in tensors], [], [])
+        total = sum(t.shape[dim] for t in tensors)
+        result, offset = None, 0
+        for t in tensors:
+            size = t.shape[dim]
+            padding = tuple((offset, total - offset - size) if d == dim else (0, 0) for d in range(first.ndim))
+            placed = t.cast(dtype).pad(padding)
+            if result is None:
+                result = placed
+            elif size:
+                inside = Tensor.full(t.shape, True, dtypes.bool, t.device).pad(padding)
+                result = inside.where(placed, result)
+            offset += size
+        return result
+
+    def stack(self, *others, dim: int | None = None, axis: int | None = None) -> "Tensor":
+        """Join equally shaped tensors along a new dim: `x.stack(y, dim=0)` or `Tensor.stack([x, y])`."""
+        from lazygrad.tensor import Tensor
+        tensors, dim = _tensor_list_and_dim(self, others, dim, axis, "stack")
+        for number, t in enumerate(tensors):
+            if t.shape != tensors[0].shape:
+                raise ValueError(f"stack: expects tensors of equal shape, got {tensors[0].shape} at entry 0 and "
+                                 f"{t.shape} at entry {number}")
+        dim = _normalize_axis(dim, tensors[0].ndim + 1, "stack")
+        return Tensor.cat([t.unsqueeze(dim) for t in tensors], dim=dim)
+
+    def split(self, split_size_or_sections, dim: int = 0) -> tuple["Tensor", ...]:
+        """Views of consecutive pieces along dim: an int gives pieces of that size (the last may be
+        smaller), a list gives the size of each piece."""
+        dim = _normalize_axis(dim, self.ndim, "split")
+        size = self.shape[dim]
+        if isinstance(split_size_or_sections, int):
+            piece = split_size_or_sections
+            if piece <= 0 and not (piece == 0 and size == 0):
+                raise ValueError(f"split: split_size must be positive, got {piece}")
+            sizes = [min(piece, size - start) for start in range(0, size, piece)] if size else [0]
+        else:
+            sizes = [int(s) for s in split_size_or_sections]
+            if sum(sizes) != size or any(s < 0 for s in sizes):
+                raise ValueError(f"split: sizes {sizes} must be non-negative and add up to the size {size} "
+                                 f"of dim {dim}")
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return tuple(self.narrow(dim, start, piece) for start, piece in zip(starts, sizes))
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple["Tensor", ...]:
+        """Split into `chunks` pieces of ceil(size / chunks) (so possibly fewer pieces, as in PyTorch)."""
+        if chunks <= 0:
+            raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+        size = self.shape[_normalize_axis(dim, self.ndim, "chunk")]
+        return self.split(max(-(-size // chunks), 1) if size else 0, dim)
+
+    def unbind(self, dim: int = 0) -> tuple["Tensor", ...]:
+        dim = _normalize_axis(dim, self.ndim, "unbind")
+        return tuple(self[(slice(None),) * dim + (i,)] for i in range(self.shape[dim]))

@@ -1,0 +1,214 @@
+"""Reductions of Tensor: sum, prod, max, min, mean, var, std, any, all, argmax, argmin, logsumexp, softmax
+and the cumulative ops, composed from the SUM/MAX_REDUCE/PROD primitives.
+
+Front-end layer, a mixin of lazygrad.tensor.Tensor.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lazygrad.dtype import dtypes
+from lazygrad.ops import reduce_identity
+from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis
+
+if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
+    from lazygrad.tensor import Tensor
+
+
+class ReduceMethods:
+    """Reductions over axes, softmax and running (cumulative) reductions of Tensor."""
+    __slots__ = ()
+
+    # ---- reductions ---------------------------------------------------------------------------
+
+    def _reduce_axes(self, axis, op: str) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        normalized = tuple(_normalize_axis(a, self.ndim, op) for a in axes)
+        if self.ndim == 0:
+            return ()  # a 0-d tensor accepts dim 0 and -1, as in PyTorch, and has nothing to reduce
+        if len(set(normalized)) != len(normalized):
+            raise ValueError(f"{op}: axis {axis} repeats a dimension")
+        return normalized
+
+    def _reduce(self, op: str, axis, keepdim: bool, name: str) -> "Tensor":
+        axes = self._reduce_axes(axis, name)
+        if self.ndim == 0:
+            return self
+        reduced = self._apply(op, arg=axes)
+        if keepdim:
+            return reduced
+        return reduced.reshape(tuple(size for a, size in enumerate(self.shape) if a not in axes))
+
+    def sum(self, axis=None, keepdim: bool = False, dtype=None, *, dim=None) -> "Tensor":
+        axis = dim if dim is not None else axis
+        source = self.cast(dtype) if dtype is not None else (
+            self.cast(dtypes.int64) if not self.dtype.is_float else self)
+        return source._reduce("SUM", axis, keepdim, "sum")
+
+    def prod(self, axis=None, keepdim: bool = False, dtype=None, *, dim=None) -> "Tensor":
+        axis = dim if dim is not None else axis
+        source = self.cast(dtype) if dtype is not None else (
+            self.cast(dtypes.int64) if not self.dtype.is_float else self)
+        return source._reduce("PROD", axis, keepdim, "prod")
+
+    def _check_not_empty(self, axis, name: str) -> None:
+        axes = self._reduce_axes(axis, name)
+        if any(self.shape[a] == 0 for a in axes) or (axis is None and self.numel() == 0):
+            raise ValueError(f"{name}: cannot reduce over an empty dimension of a tensor of shape {self.shape}")
+
+    def max(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
+        axis = dim if dim is not None else axis
+        self._check_not_empty(axis, "max")
+        return self._reduce("MAX_REDUCE", axis, keepdim, "max")
+
+    def min(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
+        axis = dim if dim is not None else axis
+        self._check_not_empty(axis, "min")
+        if self.dtype.is_float:
+            return -((-self).max(axis, keepdim))
+        return ~((~self).max(axis, keepdim))  # ~ reverses the order of integers without overflow
+
+    def mean(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
+        axis = dim if dim is not None else axis
+        if not self.dtype.is_float:
+            raise TypeError(f"mean: input dtype must be floating point, got {self.dtype.name}")
+        axes = self._reduce_axes(axis, "mean")
+        count = math.prod(self.shape[a] for a in axes)
+        total = self.sum(axis, keepdim)
+        return total / count if count else total * float("nan")
+
+    def var(self, axis=None, unbiased: bool | None = None, keepdim: bool = False, *, correction=None,
+            dim=None) -> "Tensor":
+        """Sum of squared deviations / (N - correction); correction=1 (Bessel's) by default, as PyTorch."""
+        axis = _pick_axis(axis, dim, "var")
+        if not self.dtype.is_float:
+            raise TypeError(f"var: input dtype must be floating point, got {self.dtype.name}")
+        if unbiased is not None and correction is not None:
+            raise ValueError("var: pass either unbiased or correction, not both")
+        if correction is None:
+            correction = 0 if unbiased is False else 1
+        axes = self._reduce_axes(axis, "var")
+        count = math.prod(self.shape[a] for a in axes)
+        centered = self - self.mean(axis, keepdim=True)
+        return centered.square().sum(axis, keepdim) / max(count - correction, 0)  # N <= correction: inf or NaN
+
+    def std(self, axis=None, unbiased: bool | None = None, keepdim: bool = False, *, correction=None,
+            dim=None) -> "Tensor":
+        return self.var(axis, unbiased, keepdim, correction=correction, dim=dim).sqrt()
+
+    def any(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
+        return self.bool()._reduce("MAX_REDUCE", _pick_axis(axis, dim, "any"), keepdim, "any")
+
+    def all(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
+        return self.logical_not().any(_pick_axis(axis, dim, "all"), keepdim).logical_not()
+
+    def argmax(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
+        """Index (int64) of the first maximum; NaN counts as the maximum, as in PyTorch. With no axis,
+        the index into the flattened tensor."""
+        return self.detach()._first_max_index(_pick_axis(axis, dim, "argmax"), keepdim, "argmax")
+
+    def argmin(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
+        """Index (int64) of the first minimum; NaN counts as the minimum, as in PyTorch."""
+        x = self.detach()
+        if x.dtype.is_float:
+            reversed_order = -x
+        elif x.dtype.is_bool:
+            reversed_order = x.logical_not()
+        else:
+            reversed_order = ~x  # reverses the order of integers without overflow
+        return reversed_order._first_max_index(_pick_axis(axis, dim, "argmin"), keepdim, "argmin")
+
+    def _first_max_index(self, axis, keepdim: bool, name: str) -> "Tensor":
+        from lazygrad.tensor import Tensor
+        self._check_not_empty(axis, name)
+        if axis is None:
+            index = self.reshape(-1)._first_max_index(0, False, name)
+            return index.reshape((1,) * self.ndim) if keepdim else index
+        axis = _normalize_axis(axis, self.ndim, name)
+        if self.ndim == 0:
+            return Tensor.zeros((), dtype=dtypes.int64, device=self.device)
+        size = self.shape[axis]
+        is_max = self == self.max(axis, keepdim=True)
+        if self.dtype.is_float:
+            is_max = is_max.logical_or(self != self)
+        # the largest of (size - index) over the maxima is the first maximum
+        countdown = Tensor.arange(size, 0, -1, device=self.device).reshape(
+            tuple(size if d == axis else 1 for d in range(self.ndim)))
+        return size - is_max.where(countdown, 0)._reduce("MAX_REDUCE", axis, keepdim, name)
+
+    def logsumexp(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
+        """log(sum(exp(x))), shifted by the max so it neither overflows nor underflows."""
+        axis = _pick_axis(axis, dim, "logsumexp")
+        x = self._to_float()
+        axes = x._reduce_axes(axis, "logsumexp")
+        if any(x.shape[a] == 0 for a in axes):
+            return x.sum(axis, keepdim).log()  # -inf, as in PyTorch
+        top = x.detach().max(axis, keepdim=True)  # any shift gives the same value and gradient
+        top = top.isinf().where(0.0, top)
+        total = (x - top).exp().sum(axis, keepdim=True).log() + top
+        return total if keepdim else total.reshape(tuple(s for a, s in enumerate(x.shape) if a not in axes))
+
+    # ---- softmax and cumulative reductions ----------------------------------------------------
+
+    def _shifted_by_max(self, axis, dtype, name: str) -> tuple["Tensor", int]:
+        """self minus its max along axis (softmax is unchanged by the shift, and exp cannot overflow)."""
+        x = self.cast(dtype) if dtype is not None else self
+        if not x.dtype.is_float:
+            raise TypeError(f"{name}: input dtype must be floating point, got {x.dtype.name}; pass dtype=")
+        axis = _normalize_axis(axis, x.ndim, name)
+        if x.numel() == 0:
+            return x, axis
+        return x - x.detach().max(axis, keepdim=True), axis
+
+    def softmax(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
+        """exp(x) / sum(exp(x)) along axis (default the last, as in tinygrad): 3 kernels."""
+        shifted, axis = self._shifted_by_max(_pick_axis(axis, dim, "softmax", -1), dtype, "softmax")
+        e = shifted.exp()
+        return e / e.sum(axis, keepdim=True)
+
+    def log_softmax(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
+        shifted, axis = self._shifted_by_max(_pick_axis(axis, dim, "log_softmax", -1), dtype, "log_softmax")
+        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+    def _sliding_windows(self, pad_value) -> "Tensor":
+        """(..., n) -> (..., n, n) where row i holds the first i + 1 elements of the last dim, right-aligned
+        after n - 1 - i copies of pad_value. A view (pad, expand, reshape, shrink): nothing is copied.
+
+        padded = n - 1 pad values, then x (length L = 2n - 1). n + 1 copies of it, flattened and read
+        back in rows of L + 1, start one element later on each row: row i, column j is padded[i + j]."""
+        n, batch = self.shape[-1], self.shape[:-1]
+        length = 2 * n - 1
+        padded = self.pad(((0, 0),) * len(batch) + ((n - 1, 0),), value=pad_value)
+        repeated = padded.unsqueeze(-2).expand(batch + (n + 1, length)).reshape(batch + ((n + 1) * length,))
+        rows = repeated[..., :n * (length + 1)].reshape(batch + (n, length + 1))
+        return rows[..., :n]
+
+    def _cumulative(self, op: str, axis, pad_value, name: str) -> "Tensor":
+        """A running reduce along axis: one reduce over a windowed view, so one kernel, no loop."""
+        axis = _normalize_axis(axis, self.ndim, name)
+        if self.ndim == 0 or self.numel() == 0 or self.shape[axis] == 1:
+            return self
+        # windows along the last dim, then the output dim back in place before reducing: a permute
+        # after the reduce would cost a second kernel
+        windows = self.transpose(axis, -1)._sliding_windows(pad_value).transpose(axis, -2)
+        return windows._reduce(op, -1, False, name)
+
+    def cumsum(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
+        source = self.cast(dtype) if dtype is not None else (self if self.dtype.is_float else self.cast(dtypes.int64))
+        return source._cumulative("SUM", _pick_axis(axis, dim, "cumsum", 0), 0, "cumsum")
+
+    def cumprod(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
+        """Running product. Its gradient divides by the input (the PROD rule), so it is NaN at zeros."""
+        source = self.cast(dtype) if dtype is not None else (self if self.dtype.is_float else self.cast(dtypes.int64))
+        return source._cumulative("PROD", _pick_axis(axis, dim, "cumprod", 0), 1, "cumprod")
+
+    def cummax(self, axis: int | None = None, *, dim=None) -> "Tensor":
+        """Running maximum: the values only (PyTorch also returns their indices); NaN propagates.
+        Ties share the gradient, as for max."""
+        lowest = np.asarray(reduce_identity("MAX_REDUCE", self.dtype)).item()
+        return self._cumulative("MAX_REDUCE", _pick_axis(axis, dim, "cummax", 0), lowest, "cummax")
