@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))  # so the test files can import ops_helpers
 
-from ops_helpers import available_devices  # noqa: E402
+from ops_helpers import EXTRA_DEVICES, available_devices, unavailable_reason  # noqa: E402
 
 
 def pytest_generate_tests(metafunc):
@@ -19,3 +19,12 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("device", available_devices())
     if "compiled_device" in metafunc.fixturenames:
         metafunc.parametrize("compiled_device", [d for d in available_devices() if d != "NPY"])
+
+
+def pytest_report_header(config):
+    lines = [f"op tests run on: {', '.join(available_devices())}"]
+    for name in EXTRA_DEVICES:
+        reason = unavailable_reason(name)
+        if reason is not None:
+            lines.append(f"op tests skip {name}: {reason}")
+    return lines

@@ -6,6 +6,8 @@ device, never used as the oracle here (test_random_graphs.py compares devices wi
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from lazygrad import Tensor, dtypes
@@ -20,22 +22,26 @@ NON_BOOL_DTYPES = INT_DTYPES + FLOAT_DTYPES
 
 
 # Devices other than CPU and NPY that the op tests also run on, when this machine can run a kernel
-# on them. Empty for now: add "OPENCL" and "CUDA" as those devices land (each compiled device adds
-# about as much compile time to a cold run as CPU does).
-EXTRA_DEVICES: tuple[str, ...] = ()
+# on them (OPENCL through PoCL runs anywhere `pip install .[opencl]` worked; CUDA needs a GPU).
+# Each compiled device adds about as much compile time to a cold run as CPU does.
+EXTRA_DEVICES: tuple[str, ...] = ("OPENCL", "CUDA")
 
 
-def _can_run(device: str) -> bool:
+@functools.lru_cache(maxsize=None)
+def unavailable_reason(device: str) -> str | None:
+    """None when this machine can run a kernel on device, else why not."""
     try:
-        return (Tensor([1.0, 2.0], device=device) + 1).numpy().tolist() == [2.0, 3.0]
-    except Exception:  # not built yet, or no runtime / hardware on this machine
-        return False
+        if (Tensor([1.0, 2.0], device=device) + 1).numpy().tolist() == [2.0, 3.0]:
+            return None
+        return "a test kernel gave a wrong result"
+    except Exception as error:  # no runtime, package or hardware on this machine
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
 
 def available_devices() -> list[str]:
     """The devices the op tests run on: CPU and NPY always, plus each of EXTRA_DEVICES this machine
-    can run a kernel on."""
-    return ["CPU", "NPY"] + [name for name in EXTRA_DEVICES if _can_run(name)]
+    can run a kernel on (the others are named, with the reason, in pytest's header)."""
+    return ["CPU", "NPY"] + [name for name in EXTRA_DEVICES if unavailable_reason(name) is None]
 
 
 def ids(values) -> list[str]:
