@@ -1,4 +1,7 @@
-"""Packaging for lazygrad; extras: test, opencl (PoCL on machines without a GPU), cuda, examples."""
+"""Packaging for lazygrad; extras: test, opencl (PoCL on machines without a GPU), cuda, examples.
+
+The test extra includes the examples' packages, so the checkpoint interop tests and the digits
+demo's tests (test/models) always run."""
 
 from setuptools import find_packages, setup
 
@@ -10,7 +13,7 @@ setup(
     python_requires=">=3.10",
     install_requires=["numpy"],
     extras_require={
-        "test": ["pytest", "hypothesis", "pytest-xdist"],
+        "test": ["pytest", "hypothesis", "pytest-xdist", "safetensors", "scikit-learn", "matplotlib", "tqdm"],
         "opencl": ["pyopencl", "pocl-binary-distribution"],
         "cuda": ["cupy-cuda12x"],
         "examples": ["scikit-learn", "matplotlib", "tqdm", "safetensors"],

@@ -1,0 +1,320 @@
+"""Optimizers (SGD, Adam, AdamW, LAMB) and learning-rate schedules; front-end layer.
+
+    optimizer = Adam(get_parameters(model), lr=1e-3)
+    scheduler = CosineAnnealingLR(optimizer, T_max=epochs)
+    for x, y in batches:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()            # one realize for every parameter's update and optimizer state
+    scheduler.step()                # once per epoch: sets optimizer.lr
+
+How a step runs. `step()` builds every parameter's new value (and new optimizer state) as lazy
+expressions, realizes all of them in one `Tensor.realize(...)` call (the backward pass, when its
+gradients were not read yet, runs in the same schedule), then points each parameter at its new
+buffer. The engine has no in-place ASSIGN yet, so a step allocates new buffers rather than writing
+into the old ones (the host allocator's pool hands the freed ones back on the next step). The
+parameter keeps requires_grad; its new value is detached, so graphs never grow across steps.
+
+Values that change between steps (the learning rate, Adam's bias corrections) are read from a
+small tensor made each step, not baked into kernels as constants: the same kernels run, from the
+program cache, on every step. Hyperparameters fixed for the optimizer's life (betas, momentum,
+weight decay) are constants.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lazygrad.tensor import Tensor, no_grad
+
+
+class Optimizer:
+    """Holds the parameters; subclasses define `_updates`, which returns each parameter's new value."""
+
+    def __init__(self, params, lr: float):
+        params = list(params)
+        unique, seen = [], set()
+        for param in params:
+            if not isinstance(param, Tensor):
+                raise TypeError(f"{type(self).__name__}: parameters must be Tensors, got {type(param).__name__}")
+            if not param.requires_grad:
+                raise ValueError(f"{type(self).__name__}: a parameter of shape {param.shape} does not require grad; "
+                                 "create it with requires_grad=True or pass get_parameters(model)")
+            if id(param) not in seen:
+                seen.add(id(param))
+                unique.append(param)
+        if not unique:
+            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+        if lr < 0:
+            raise ValueError(f"{type(self).__name__}: invalid learning rate {lr}")
+        self.params: list[Tensor] = unique
+        self.lr = lr
+        self.steps = 0  # completed steps
+        self._step_scalars: dict[tuple, list[Tensor]] = {}  # (device, precision) -> this step's scalars
+
+    def zero_grad(self) -> None:
+        """Forget the gradients (PyTorch's set_to_none=True)."""
+        for param in self.params:
+            param.grad = None
+
+    def _state(self, param: Tensor) -> Tensor:
+        """A zero-filled state tensor shaped like param (a real buffer, so step 1 runs the same kernels
+        as every later step)."""
+        return Tensor(np.zeros(param.shape, dtype=param.dtype.np), device=param.device)
+
+    def _step_values(self) -> list[float]:
+        """The scalars that change from step to step, in the order `_updates` reads them."""
+        return [self.lr]
+
+    def _scalars(self, param: Tensor) -> list[Tensor]:
+        """This step's changing scalars as 0-d views of one small buffer, made once per device and
+        precision (float64 for float64 parameters, else float32)."""
+        precision = np.float64 if param.dtype.itemsize == 8 else np.float32
+        key = (param.device, precision)
+        if key not in self._step_scalars:
+            packed = Tensor(np.array(self._step_values(), dtype=precision), device=param.device)
+            self._step_scalars[key] = [packed[index] for index in range(packed.shape[0])]
+        return self._step_scalars[key]
+
+    def _updates(self) -> list[tuple[Tensor, Tensor, list]]:
+        """[(parameter, its new value, [(state list, index, new state tensor), ...])] for the
+        parameters that have a gradient."""
+        raise NotImplementedError
+
+    def step(self) -> None:
+        """Update every parameter that has a gradient: all updates realize together."""
+        self._step_scalars = {}
+        with no_grad():
+            updates = [(param, new_value.cast(param.dtype), states) for param, new_value, states in self._updates()]
+            outputs = [new_value for _, new_value, _ in updates]
+            outputs += [new_state for _, _, states in updates for _, _, new_state in states]
+            if outputs:
+                Tensor.realize(*outputs)
+            for param, new_value, states in updates:
+                param.lazydata = new_value.lazydata
+                for holder, key, new_state in states:
+                    holder[key] = new_state
+        self.steps += 1
+
+
+class SGD(Optimizer):
+    """PyTorch's SGD: g = grad + weight_decay * p; with momentum, b = momentum * b + (1 - dampening) * g
+    (b = g on the first step) and g = g + momentum * b (nesterov) or g = b; then p = p - lr * g."""
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False):
+        super().__init__(params, lr)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: nesterov momentum requires a momentum and zero dampening")
+        self.momentum, self.dampening, self.weight_decay, self.nesterov = momentum, dampening, weight_decay, nesterov
+        self.momentum_buffers = [self._state(p) for p in self.params] if momentum else []
+
+    def _step_values(self) -> list[float]:
+        # the first step takes b = g: the same formula with dampening 0 and b = 0
+        return [self.lr, 1.0 if self.steps == 0 else 1.0 - self.dampening]
+
+    def _updates(self):
+        updates = []
+        for index, param in enumerate(self.params):
+            if param.grad is None:
+                continue
+            lr, gradient_share = self._scalars(param)
+            gradient = param.grad.detach()
+            if self.weight_decay:
+                gradient = gradient + self.weight_decay * param.detach()
+            states = []
+            if self.momentum:
+                buffer = self.momentum * self.momentum_buffers[index] + gradient_share * gradient
+                states.append((self.momentum_buffers, index, buffer))
+                gradient = gradient + self.momentum * buffer if self.nesterov else buffer
+            updates.append((param, param.detach() - lr * gradient, states))
+        return updates
+
+
+class Adam(Optimizer):
+    """PyTorch's Adam (amsgrad not supported): g = grad + weight_decay * p, m = b1 m + (1 - b1) g,
+    v = b2 v + (1 - b2) g^2, p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)."""
+    decoupled_weight_decay = False
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False):
+        super().__init__(params, lr)
+        if amsgrad:
+            raise NotImplementedError(f"{type(self).__name__}: amsgrad=True is not supported")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got {betas}")
+        self.betas, self.eps, self.weight_decay = tuple(betas), eps, weight_decay
+        self.exp_avgs = [self._state(p) for p in self.params]
+        self.exp_avg_sqs = [self._state(p) for p in self.params]
+
+    def _step_values(self) -> list[float]:
+        t = self.steps + 1
+        beta1, beta2 = self.betas
+        return [self.lr, self.lr / (1 - beta1 ** t), 1 / math.sqrt(1 - beta2 ** t)]
+
+    def _updates(self):
+        beta1, beta2 = self.betas
+        updates = []
+        for index, param in enumerate(self.params):
+            if param.grad is None:
+                continue
+            lr, step_size, inverse_root_correction = self._scalars(param)
+            gradient, value = param.grad.detach(), param.detach()
+            if self.weight_decay and self.decoupled_weight_decay:
+                value = value * (1 - lr * self.weight_decay)
+            elif self.weight_decay:
+                gradient = gradient + self.weight_decay * value
+            exp_avg = beta1 * self.exp_avgs[index] + (1 - beta1) * gradient
+            exp_avg_sq = beta2 * self.exp_avg_sqs[index] + (1 - beta2) * gradient * gradient
+            denominator = exp_avg_sq.sqrt() * inverse_root_correction + self.eps
+            new_value = value - step_size * exp_avg / denominator
+            updates.append((param, new_value, [(self.exp_avgs, index, exp_avg), (self.exp_avg_sqs, index, exp_avg_sq)]))
+        return updates
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (PyTorch's AdamW): p = p * (1 - lr * weight_decay) before the
+    Adam update, the gradient untouched. weight_decay defaults to 0.01."""
+    decoupled_weight_decay = True
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, amsgrad: bool = False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad)
+
+
+class LAMB(Optimizer):
+    """LAMB (You et al., 2019), as tinygrad computes it: Adam's bias-corrected direction
+    u = m_hat / (sqrt(v_hat) + eps) + weight_decay * p, scaled per parameter by the trust ratio
+    r = ||p|| / ||u|| (1 when either norm is 0): p = p - lr * r * u. adam=True skips the trust ratio."""
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.0, adam: bool = False):
+        super().__init__(params, lr)
+        self.betas, self.eps, self.weight_decay, self.adam = tuple(betas), eps, weight_decay, adam
+        self.exp_avgs = [self._state(p) for p in self.params]
+        self.exp_avg_sqs = [self._state(p) for p in self.params]
+
+    def _step_values(self) -> list[float]:
+        t = self.steps + 1
+        beta1, beta2 = self.betas
+        return [self.lr, 1 / (1 - beta1 ** t), 1 / (1 - beta2 ** t)]
+
+    def _updates(self):
+        beta1, beta2 = self.betas
+        updates = []
+        for index, param in enumerate(self.params):
+            if param.grad is None:
+                continue
+            lr, inverse_correction1, inverse_correction2 = self._scalars(param)
+            gradient, value = param.grad.detach(), param.detach()
+            exp_avg = beta1 * self.exp_avgs[index] + (1 - beta1) * gradient
+            exp_avg_sq = beta2 * self.exp_avg_sqs[index] + (1 - beta2) * gradient * gradient
+            direction = (exp_avg * inverse_correction1) / ((exp_avg_sq * inverse_correction2).sqrt() + self.eps)
+            if self.weight_decay:
+                direction = direction + self.weight_decay * value
+            if self.adam:
+                new_value = value - lr * direction
+            else:
+                weight_norm = (value * value).sum().sqrt()
+                direction_norm = (direction * direction).sum().sqrt()
+                ratio = (weight_norm > 0).where((direction_norm > 0).where(weight_norm / direction_norm, 1.0), 1.0)
+                new_value = value - lr * ratio * direction
+            updates.append((param, new_value, [(self.exp_avgs, index, exp_avg), (self.exp_avg_sqs, index, exp_avg_sq)]))
+        return updates
+
+
+# ---- learning-rate schedules ---------------------------------------------------------------------
+
+class LRScheduler:
+    """Sets optimizer.lr from the number of `step()` calls so far (last_epoch), as PyTorch's schedulers
+    do; the learning rate the optimizer had when the scheduler was made is the base. Making the
+    scheduler sets the rate for step 0."""
+
+    def __init__(self, optimizer: Optimizer):
+        self.optimizer = optimizer
+        self.base_lr = optimizer.lr
+        self.last_epoch = 0
+        optimizer.lr = self.get_lr()
+
+    def get_lr(self) -> float:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        self.last_epoch += 1
+        self.optimizer.lr = self.get_lr()
+
+    def get_last_lr(self) -> list[float]:
+        return [self.optimizer.lr]
+
+
+class StepLR(LRScheduler):
+    """lr = base_lr * gamma ** (last_epoch // step_size)."""
+
+    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
+        self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        return self.base_lr * self.gamma ** (self.last_epoch // self.step_size)
+
+
+class CosineAnnealingLR(LRScheduler):
+    """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * last_epoch / T_max)) / 2 (PyTorch's closed form)."""
+
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0):
+        self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        return self.eta_min + (self.base_lr - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+
+
+class LinearLR(LRScheduler):
+    """Linear warmup (PyTorch's LinearLR): the factor on base_lr goes from start_factor to end_factor
+    over total_iters steps, then stays at end_factor."""
+
+    def __init__(self, optimizer: Optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
+                 total_iters: int = 5):
+        if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
+            raise ValueError(f"LinearLR: start_factor must be in (0, 1] and end_factor in [0, 1], got "
+                             f"{start_factor} and {end_factor}")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        progress = min(self.last_epoch, self.total_iters) / self.total_iters if self.total_iters else 1.0
+        return self.base_lr * (self.start_factor + (self.end_factor - self.start_factor) * progress)
+
+
+class OneCycleLR(LRScheduler):
+    """PyTorch's OneCycleLR (learning rate only, momentum is not cycled): from max_lr / div_factor up to
+    max_lr over the first pct_start of total_steps, then down to max_lr / (div_factor * final_div_factor),
+    along a cosine ('cos') or a straight line ('linear'). Call step() after every batch."""
+
+    def __init__(self, optimizer: Optimizer, max_lr: float, total_steps: int, pct_start: float = 0.3,
+                 anneal_strategy: str = "cos", div_factor: float = 25.0, final_div_factor: float = 1e4,
+                 three_phase: bool = False):
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
+        if three_phase:
+            raise NotImplementedError("OneCycleLR: three_phase=True is not supported")
+        self.max_lr, self.total_steps, self.anneal_strategy = max_lr, total_steps, anneal_strategy
+        self.initial_lr = max_lr / div_factor
+        self.min_lr = self.initial_lr / final_div_factor
+        self.warmup_end = float(pct_start * total_steps) - 1
+        super().__init__(optimizer)
+
+    def _anneal(self, start: float, end: float, fraction: float) -> float:
+        if self.anneal_strategy == "linear":
+            return start + (end - start) * fraction
+        return end + (start - end) / 2 * (math.cos(math.pi * fraction) + 1)
+
+    def get_lr(self) -> float:
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"OneCycleLR: stepped {step} times, more than total_steps={self.total_steps}")
+        if step <= self.warmup_end:
+            return self._anneal(self.initial_lr, self.max_lr, step / self.warmup_end if self.warmup_end else 1.0)
+        span = self.total_steps - 1 - self.warmup_end
+        return self._anneal(self.max_lr, self.min_lr, (step - self.warmup_end) / span if span else 1.0)

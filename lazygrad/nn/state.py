@@ -1,0 +1,272 @@
+"""Finding a model's tensors by name, loading them back, and safetensors checkpoints; front-end layer.
+
+A model is any Python object: its tensors are found by walking attributes, lists, tuples and dicts,
+so layers need no registration. Names are dotted paths, as in PyTorch (`layers.0.weight`), so a
+PyTorch state dict maps onto the same model 1:1:
+
+    state = get_state_dict(model)            # {"conv1.weight": Tensor, ..., "bn.running_mean": ...}
+    safe_save(state, "model.safetensors")
+    load_state_dict(fresh_model, safe_load("model.safetensors"))
+
+The checkpoint format is safetensors, written and read here by hand: an 8-byte little-endian header
+length, a JSON header giving each tensor's dtype, shape and byte range (`data_offsets`, relative
+to the end of the header), then the raw little-endian data. Files interoperate both ways with the
+`safetensors` package. The names (`get_parameters`, `safe_load`, ...) are tinygrad's.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import tempfile
+import types
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from lazygrad.dtype import DType, dtypes
+from lazygrad.tensor import Tensor
+
+# ---- walking a model ----------------------------------------------------------------------------
+
+
+_NO_TENSORS_INSIDE = (str, bytes, int, float, bool, type(None), np.ndarray, type, types.FunctionType,
+                      types.MethodType, types.BuiltinFunctionType, types.ModuleType, functools.partial)
+
+
+def named_children(obj: Any) -> list[tuple[str, Any]]:
+    """The named things inside obj that may hold tensors: list/tuple items, dict entries, and the
+    public attributes of other objects (names starting with '_' are private and skipped)."""
+    if isinstance(obj, (list, tuple)):
+        return [(str(index), item) for index, item in enumerate(obj)]
+    if isinstance(obj, dict):
+        return [(str(key), value) for key, value in obj.items()]
+    if isinstance(obj, _NO_TENSORS_INSIDE):
+        return []
+    attributes = getattr(obj, "__dict__", None)
+    if attributes is None:
+        return []
+    return [(name, value) for name, value in attributes.items() if not name.startswith("_")]
+
+
+def get_state_dict(model: Any, prefix: str = "") -> dict[str, Tensor]:
+    """Every Tensor reachable from model, by dotted name, in the order the attributes were set.
+
+    This includes buffers that do not train (BatchNorm's `running_mean`, `num_batches_tracked`), as
+    PyTorch's `state_dict()` does. A tensor reachable under two names (tied weights) appears under both.
+    """
+    state: dict[str, Tensor] = {}
+    visiting: set[int] = set()
+
+    def visit(obj: Any, name: str) -> None:
+        if isinstance(obj, Tensor):
+            state[name] = obj
+            return
+        if id(obj) in visiting:  # a cycle (a child that points back at its parent)
+            return
+        visiting.add(id(obj))
+        for child_name, child in named_children(obj):
+            visit(child, f"{name}.{child_name}" if name else child_name)
+        visiting.discard(id(obj))
+
+    visit(model, prefix)
+    return state
+
+
+def get_parameters(model: Any) -> list[Tensor]:
+    """The tensors of model that require grad, each once (tied weights are not repeated): what an
+    optimizer trains. Unlike tinygrad's function of the same name, buffers such as BatchNorm's
+    running statistics are left out, as in PyTorch's `model.parameters()`."""
+    parameters, seen = [], set()
+    for tensor in get_state_dict(model).values():
+        if tensor.requires_grad and id(tensor) not in seen:
+            seen.add(id(tensor))
+            parameters.append(tensor)
+    return parameters
+
+
+class LoadResult(NamedTuple):
+    """What load_state_dict(strict=False) skipped, as PyTorch returns it."""
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+def load_state_dict(model: Any, state: dict[str, Tensor], strict: bool = True) -> LoadResult:
+    """Copy the tensors of `state` into the model's tensors of the same name.
+
+    strict=True (the default) requires the names to match exactly. A shape or dtype that differs is
+    always an error. Everything is checked before anything is changed, so a failed load leaves the
+    model as it was. Each model tensor keeps its device and requires_grad; the new value is moved to
+    its device when needed.
+    """
+    model_state = get_state_dict(model)
+    missing = [name for name in model_state if name not in state]
+    unexpected = [name for name in state if name not in model_state]
+    problems = []
+    if strict and missing:
+        problems.append(f"missing key(s) in state dict: {', '.join(missing)}")
+    if strict and unexpected:
+        problems.append(f"unexpected key(s) in state dict: {', '.join(unexpected)}")
+    for name, target in model_state.items():
+        if name not in state:
+            continue
+        source = state[name]
+        if not isinstance(source, Tensor):
+            problems.append(f"{name}: expected a Tensor, got {type(source).__name__}")
+        elif source.shape != target.shape:
+            problems.append(f"size mismatch for {name}: the state dict has shape {source.shape}, "
+                            f"the model has shape {target.shape}")
+        elif source.dtype != target.dtype:
+            problems.append(f"dtype mismatch for {name}: the state dict has {source.dtype.name}, the model has "
+                            f"{target.dtype.name}; cast it first (for example with .cast(dtypes.{target.dtype.name}))")
+    if problems:
+        raise RuntimeError(f"load_state_dict into {type(model).__name__} failed:\n  " + "\n  ".join(problems))
+    loaded = []
+    for name, target in model_state.items():
+        if name in state:
+            source = state[name]
+            new_value = source if source.device == target.device else source.to(target.device)
+            target.lazydata = new_value.lazydata
+            loaded.append(target)
+    if loaded:
+        Tensor.realize(*loaded)
+    return LoadResult(missing, unexpected)
+
+
+# ---- safetensors ---------------------------------------------------------------------------------
+
+SAFETENSORS_DTYPES: dict[str, DType] = {
+    "BOOL": dtypes.bool, "U8": dtypes.uint8, "I8": dtypes.int8, "I16": dtypes.int16, "I32": dtypes.int32,
+    "I64": dtypes.int64, "F16": dtypes.float16, "F32": dtypes.float32, "F64": dtypes.float64,
+}
+SAFETENSORS_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors package's own limit
+
+
+def safe_save(state: dict[str, Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+    """Write tensors to a safetensors file (atomically: a crash never leaves half a file at `path`).
+
+    metadata, a dict of strings, goes into the header's `__metadata__` entry."""
+    for name, tensor in state.items():
+        if not isinstance(name, str) or name == "__metadata__":
+            raise ValueError(f"safe_save: tensor names must be strings other than '__metadata__', got {name!r}")
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"safe_save: {name!r} is a {type(tensor).__name__}, not a Tensor")
+    if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise ValueError("safe_save: metadata must map strings to strings")
+    tensors = list(state.values())
+    if tensors:
+        Tensor.realize(*tensors)
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    arrays, offset = [], 0
+    for name, tensor in state.items():
+        array = np.ascontiguousarray(tensor.numpy()).astype(tensor.dtype.np.newbyteorder("<"), copy=False)
+        header[name] = {"dtype": SAFETENSORS_NAMES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + array.nbytes]}
+        arrays.append(array)
+        offset += array.nbytes
+    header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    header_bytes += b" " * (-len(header_bytes) % 8)  # data starts 8-byte aligned, as the package writes it
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".safetensors")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(len(header_bytes).to_bytes(8, "little"))
+            file.write(header_bytes)
+            for array in arrays:
+                file.write(array.tobytes())
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _read_header(path: str, file_size: int) -> tuple[dict[str, Any], int]:
+    """The parsed JSON header and the byte position where the data starts; ValueError if malformed."""
+    if file_size < 8:
+        raise ValueError(f"safe_load: {path} is {file_size} bytes long, too short for the 8-byte header length: "
+                         "the file is truncated or not a safetensors file")
+    with open(path, "rb") as file:
+        header_length = int.from_bytes(file.read(8), "little")
+        if header_length > MAX_HEADER_BYTES:
+            raise ValueError(f"safe_load: {path} declares a header of {header_length} bytes (more than the "
+                             f"{MAX_HEADER_BYTES} allowed): not a safetensors file")
+        if 8 + header_length > file_size:
+            raise ValueError(f"safe_load: {path} declares a {header_length}-byte header but holds only "
+                             f"{file_size - 8} bytes after the length: the file is truncated")
+        raw = file.read(header_length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"safe_load: the header of {path} is not valid JSON ({error})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"safe_load: the header of {path} must be a JSON object, got {type(header).__name__}")
+    return header, 8 + header_length
+
+
+def _check_entry(path: str, name: str, entry: Any, data_size: int) -> tuple[DType, tuple[int, ...], int, int]:
+    """dtype, shape and byte range of one header entry, checked against the data the file holds."""
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+        raise ValueError(f"safe_load: {path}: entry {name!r} needs 'dtype', 'shape' and 'data_offsets', got {entry!r}")
+    dtype_name, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if dtype_name not in SAFETENSORS_DTYPES:
+        raise ValueError(f"safe_load: {path}: tensor {name!r} has dtype {dtype_name!r}; supported dtypes are "
+                         f"{', '.join(SAFETENSORS_DTYPES)}")
+    if not isinstance(shape, list) or not all(isinstance(size, int) and not isinstance(size, bool) and size >= 0
+                                              for size in shape):
+        raise ValueError(f"safe_load: {path}: tensor {name!r} has shape {shape!r}; expected a list of sizes >= 0")
+    integers = isinstance(offsets, list) and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+    if not (integers and len(offsets) == 2 and 0 <= offsets[0] <= offsets[1]):
+        raise ValueError(f"safe_load: {path}: tensor {name!r} has data_offsets {offsets!r}; expected [begin, end] "
+                         "with 0 <= begin <= end")
+    dtype = SAFETENSORS_DTYPES[dtype_name]
+    begin, end = offsets
+    expected = math.prod(shape) * dtype.itemsize
+    if end - begin != expected:
+        raise ValueError(f"safe_load: {path}: tensor {name!r} of dtype {dtype_name} and shape {tuple(shape)} needs "
+                         f"{expected} bytes, but its data_offsets [{begin}, {end}] span {end - begin}")
+    if end > data_size:
+        raise ValueError(f"safe_load: {path}: tensor {name!r} needs bytes [{begin}, {end}) of the data, but the file "
+                         f"holds only {data_size} bytes of data: the file is truncated")
+    return dtype, tuple(shape), begin, end
+
+
+def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
+    """Read a safetensors file into {name: Tensor} (on `device`, default DEV).
+
+    The file is memory-mapped and each tensor's bytes are copied straight into its buffer. The whole
+    header is checked first: a truncated or malformed file raises ValueError naming the problem,
+    and no tensor is returned.
+    """
+    path = os.fspath(path)
+    file_size = os.path.getsize(path)
+    header, data_start = _read_header(path, file_size)
+    metadata = header.pop("__metadata__", None)
+    if metadata is not None and not (isinstance(metadata, dict)
+                                     and all(isinstance(v, str) for v in metadata.values())):
+        raise ValueError(f"safe_load: {path}: '__metadata__' must map strings to strings, got {metadata!r}")
+    data_size = file_size - data_start
+    entries = {name: _check_entry(path, name, entry, data_size) for name, entry in header.items()}
+    ranges = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items() if end > begin)
+    for (_, previous_end, previous), (begin, _, name) in zip(ranges, ranges[1:]):
+        if begin < previous_end:
+            raise ValueError(f"safe_load: {path}: the data of tensors {previous!r} and {name!r} overlap")
+    if data_size == 0:
+        data = np.zeros(0, dtype=np.uint8)
+    else:
+        data = np.memmap(path, dtype=np.uint8, mode="r", offset=data_start, shape=(data_size,))
+    tensors = {}
+    for name, (dtype, shape, begin, end) in entries.items():
+        array = data[begin:end].view(dtype.np.newbyteorder("<")).reshape(shape)
+        tensors[name] = Tensor(array, dtype=dtype, device=device)  # copies: the map can close
+    del data
+    return tensors
+
+
+def safe_load_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The `__metadata__` strings of a safetensors file ({} when it has none)."""
+    path = os.fspath(path)
+    header, _ = _read_header(path, os.path.getsize(path))
+    return dict(header.get("__metadata__") or {})
