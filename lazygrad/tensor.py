@@ -26,6 +26,7 @@ from lazygrad.tensor_methods.helpers import _normalize_axis, broadcast_shapes
 from lazygrad.tensor_methods.indexing import IndexingMethods
 from lazygrad.tensor_methods.linalg import LinalgMethods
 from lazygrad.tensor_methods.movement import MovementMethods
+from lazygrad.tensor_methods.nn import NNMethods
 from lazygrad.tensor_methods.reduce import ReduceMethods
 
 class no_grad:
@@ -46,7 +47,7 @@ class no_grad:
 
 
 class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods, IndexingMethods,
-             LinalgMethods):
+             LinalgMethods, NNMethods):
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx")
     __hash__ = object.__hash__  # == builds a comparison, so hashing stays by identity
     grad_enabled = True         # False inside `with no_grad():`

@@ -840,3 +840,15 @@ ERRORS = [
 def test_bad_arguments_raise_with_the_function_and_the_shapes(build, error, message):
     with pytest.raises(error, match=message):
         build()
+
+
+def test_functions_are_also_tensor_methods():
+    import lazygrad.nn.functional as F
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal((2, 3, 6, 6)).astype(np.float32))
+    w = Tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    np.testing.assert_array_equal(x.conv2d(w, padding=1).numpy(), F.conv2d(x, w, padding=1).numpy())
+    np.testing.assert_array_equal(x.max_pool2d(2).numpy(), F.max_pool2d(x, 2).numpy())
+    logits = Tensor(rng.standard_normal((4, 5)).astype(np.float32))
+    target = Tensor(np.array([0, 4, 2, 1]))
+    np.testing.assert_array_equal(logits.cross_entropy(target).numpy(), F.cross_entropy(logits, target).numpy())
