@@ -843,7 +843,6 @@ def test_bad_arguments_raise_with_the_function_and_the_shapes(build, error, mess
 
 
 def test_functions_are_also_tensor_methods():
-    import lazygrad.nn.functional as F
     rng = np.random.default_rng(3)
     x = Tensor(rng.standard_normal((2, 3, 6, 6)).astype(np.float32))
     w = Tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
