@@ -15,15 +15,22 @@ from lazygrad.dtype import DType
 ALIGNMENT = 64
 
 
-class HostAllocator:
-    """Aligned host memory with an LRU pool of freed blocks, bounded by `pool_limit` bytes."""
+class PooledAllocator:
+    """Memory blocks with an LRU pool of freed ones keyed by byte size, bounded by `pool_limit`
+    bytes. A device subclasses it and supplies `new_block(nbytes)` and `block_size(block)`."""
 
     def __init__(self, pool_limit: int = 1 << 30):
-        self.pool: collections.OrderedDict[int, list[np.ndarray]] = collections.OrderedDict()
+        self.pool: collections.OrderedDict[int, list] = collections.OrderedDict()
         self.pooled_bytes = 0
         self.pool_limit = pool_limit
 
-    def alloc(self, nbytes: int) -> np.ndarray:
+    def new_block(self, nbytes: int):
+        raise NotImplementedError(f"{type(self).__name__} must say how to allocate a block")
+
+    def block_size(self, block) -> int:
+        raise NotImplementedError(f"{type(self).__name__} must say how big a block is")
+
+    def alloc(self, nbytes: int):
         blocks = self.pool.get(nbytes)
         if blocks:
             self.pooled_bytes -= nbytes
@@ -31,12 +38,10 @@ class HostAllocator:
             if not blocks:
                 del self.pool[nbytes]
             return block
-        raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-        start = (-raw.ctypes.data) % ALIGNMENT
-        return raw[start:start + nbytes]
+        return self.new_block(nbytes)
 
-    def free(self, block: np.ndarray) -> None:
-        nbytes = block.nbytes
+    def free(self, block) -> None:
+        nbytes = self.block_size(block)
         if nbytes == 0 or nbytes > self.pool_limit:
             return
         self.pool.setdefault(nbytes, []).append(block)
@@ -48,6 +53,18 @@ class HostAllocator:
             self.pooled_bytes -= size
             if not blocks:
                 del self.pool[size]
+
+
+class HostAllocator(PooledAllocator):
+    """Aligned host memory (numpy arrays), pooled."""
+
+    def new_block(self, nbytes: int) -> np.ndarray:
+        raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+        start = (-raw.ctypes.data) % ALIGNMENT
+        return raw[start:start + nbytes]
+
+    def block_size(self, block: np.ndarray) -> int:
+        return block.nbytes
 
 
 class Buffer:

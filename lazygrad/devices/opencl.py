@@ -16,7 +16,6 @@ its source. Each call waits for the kernel to finish, so the engine's timings ar
 """
 from __future__ import annotations
 
-import collections
 import json
 import re
 import struct
@@ -25,6 +24,7 @@ import weakref
 
 import numpy as np
 
+from lazygrad.devices.buffer import PooledAllocator
 from lazygrad.diskcache import cache_get, cache_key, cache_put
 from lazygrad.dtype import DType
 from lazygrad.stats import stats
@@ -74,40 +74,22 @@ def no_platform_message() -> str:
             "for the CPU, or your GPU vendor's OpenCL driver")
 
 
-class OpenCLAllocator:
-    """Device buffers with an LRU pool of freed ones, bounded by `pool_limit` bytes."""
+class OpenCLAllocator(PooledAllocator):
+    """OpenCL device buffers, pooled."""
 
     def __init__(self, context, pool_limit: int = 1 << 30):
+        super().__init__(pool_limit)
         self.context = context
-        self.pool: collections.OrderedDict[int, list] = collections.OrderedDict()
-        self.pooled_bytes = 0
-        self.pool_limit = pool_limit
 
     def alloc(self, nbytes: int):
-        nbytes = max(nbytes, 1)  # OpenCL has no empty buffers
-        blocks = self.pool.get(nbytes)
-        if blocks:
-            self.pooled_bytes -= nbytes
-            block = blocks.pop()
-            if not blocks:
-                del self.pool[nbytes]
-            return block
+        return super().alloc(max(nbytes, 1))  # OpenCL has no empty buffers
+
+    def new_block(self, nbytes: int):
         cl = import_pyopencl()
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
 
-    def free(self, block) -> None:
-        nbytes = block.size
-        if nbytes > self.pool_limit:
-            return
-        self.pool.setdefault(nbytes, []).append(block)
-        self.pool.move_to_end(nbytes)
-        self.pooled_bytes += nbytes
-        while self.pooled_bytes > self.pool_limit:
-            size, blocks = next(iter(self.pool.items()))
-            blocks.pop()
-            self.pooled_bytes -= size
-            if not blocks:
-                del self.pool[size]
+    def block_size(self, block) -> int:
+        return block.size
 
 
 class OpenCLBuffer:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Tensor, dtypes, no_grad
-from test_gradients import check_gradients
+from gradcheck import check_gradients
 
 DEVICES = ["CPU", "NPY"]
 rng = np.random.default_rng(1)

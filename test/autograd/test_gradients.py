@@ -3,32 +3,10 @@ differences in float64, on CPU and NPY."""
 import numpy as np
 import pytest
 
+from gradcheck import check_gradients
 from lazygrad import Tensor, no_grad
 
 DEVICES = ["CPU", "NPY"]
-
-
-def numeric_gradient(function, arrays, index, device, eps=1e-6):
-    grad = np.zeros_like(arrays[index])
-    for position in np.ndindex(arrays[index].shape):
-        values = []
-        for sign in (1, -1):
-            shifted = [array.copy() for array in arrays]
-            shifted[index][position] += sign * eps
-            with no_grad():
-                values.append(function(*[Tensor(a, device=device) for a in shifted]).item())
-        grad[position] = (values[0] - values[1]) / (2 * eps)
-    return grad
-
-
-def check_gradients(function, *arrays, device):
-    tensors = [Tensor(array, device=device, requires_grad=True) for array in arrays]
-    function(*tensors).backward()
-    for index, tensor in enumerate(tensors):
-        expected = numeric_gradient(function, arrays, index, device)
-        assert tensor.grad is not None, f"input {index} got no gradient"
-        np.testing.assert_allclose(tensor.grad.numpy(), expected, rtol=1e-5, atol=1e-6,
-                                   err_msg=f"gradient of input {index}")
 
 
 rng = np.random.default_rng(0)
