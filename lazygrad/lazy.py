@@ -152,7 +152,8 @@ class LazyBuffer:
 
 
 def walk(roots: list[LazyBuffer]) -> list[LazyBuffer]:
-    """Every unrealized node reachable from roots, sources before users (realized nodes are leaves)."""
+    """Every node reachable from roots, sources before users; realized nodes are leaves (their
+    sources are not visited)."""
     order, seen = [], set()
     stack = [(root, False) for root in reversed(roots)]
     while stack:

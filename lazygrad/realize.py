@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from lazygrad.devices import get_device
+from lazygrad.graph import write_graph
 from lazygrad.knobs import knobs
 from lazygrad.lazy import LazyBuffer, walk
 from lazygrad.renderer.c import CRenderer
@@ -112,7 +113,6 @@ def realize(outputs: list[LazyBuffer]) -> None:
         by_device.setdefault(node.device, []).append(node)
     for device_name, nodes in by_device.items():
         if knobs.graph:
-            from lazygrad.graph import write_graph
             write_graph(nodes)
         device = get_device(device_name)
         if hasattr(device, "run_graph"):

@@ -5,14 +5,13 @@ the NPY device instead has `run_graph(outputs)` and interprets the lazy graph wi
 """
 from __future__ import annotations
 
-from lazygrad.knobs import DEVICE_NAMES
+from lazygrad.knobs import DEVICE_NAMES, knobs
 
 _INSTANCES: dict[str, object] = {}
 
 
 def canonical_device(name: str | None) -> str:
     """'cpu' -> 'CPU'; None -> the default device (DEV); an unknown name says which exist."""
-    from lazygrad.knobs import knobs
     text = (name or knobs.dev).upper()
     base, _, index = text.partition(":")
     if base not in DEVICE_NAMES or (text.count(":") and not index.isdigit()):
