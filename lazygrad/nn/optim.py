@@ -80,7 +80,7 @@ class Optimizer:
     def _updates(self) -> list[tuple[Tensor, Tensor, list]]:
         """[(parameter, its new value, [(state list, index, new state tensor), ...])] for the
         parameters that have a gradient."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define _updates()")
 
     def step(self) -> None:
         """Update every parameter that has a gradient: all updates realize together."""
@@ -238,7 +238,7 @@ class LRScheduler:
         optimizer.lr = self.get_lr()
 
     def get_lr(self) -> float:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define get_lr()")
 
     def step(self) -> None:
         self.last_epoch += 1
