@@ -33,6 +33,8 @@ class CStyleRenderer(FloorSyntax):
     # ---- expressions --------------------------------------------------------------------------
 
     def render_const(self, value, dtype: DType) -> str:
+        if self.float16_in_registers_as_float and dtype == dtypes.float16:
+            return self.render_const(float(np.float16(value)), dtypes.float32)
         if dtype.is_bool:
             return "1" if value else "0"
         if dtype.is_int:
@@ -52,7 +54,17 @@ class CStyleRenderer(FloorSyntax):
             text = repr(value)
         return text if dtype != dtypes.float16 else f"(({self.type_name(dtype)}){text})"
 
+    # GPU dialects keep float16 as half in memory and float in registers: they set this and
+    # supply `half_load`, and their float16 constants are written as floats.
+    float16_in_registers_as_float = False
+
+    def half_load(self, param: str, index: str) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must say how to read a half from memory")
+
     def render_load(self, param: str, dtype: DType, index: str, valid) -> str:
+        if self.float16_in_registers_as_float and dtype == dtypes.float16 and valid is not False:
+            load = self.half_load(param, index)
+            return load if valid is True else f"(({valid}) ? {load} : 0.0f)"
         if valid is True:
             return f"{param}[{index}]"
         if valid is False:

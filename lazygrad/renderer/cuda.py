@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer.cstyle import CStyleRenderer
@@ -62,21 +61,15 @@ class CUDARenderer(CStyleRenderer):
     # Types of buffer elements in memory, where they differ from the register type.
     storage_names = {dtypes.float16: "__half"}
 
+    float16_in_registers_as_float = True
+
     def storage_name(self, dtype: DType) -> str:
         return self.storage_names.get(dtype, self.type_name(dtype))
 
     # ---- expressions --------------------------------------------------------------------------
 
-    def render_const(self, value, dtype: DType) -> str:
-        if dtype == dtypes.float16:
-            return super().render_const(float(np.float16(value)), dtypes.float32)
-        return super().render_const(value, dtype)
-
-    def render_load(self, param: str, dtype: DType, index: str, valid) -> str:
-        if dtype != dtypes.float16 or valid is False:
-            return super().render_load(param, dtype, index, valid)
-        load = f"__half2float({param}[{index}])"
-        return load if valid is True else f"(({valid}) ? {load} : 0.0f)"
+    def half_load(self, param: str, index: str) -> str:
+        return f"__half2float({param}[{index}])"
 
     def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
         if op == "BITCAST" and dtypes.float16 in (src_dtypes[0], dtype):

@@ -76,6 +76,8 @@ class OpenCLRenderer(CStyleRenderer):
     # Types of buffer elements in memory, where they differ from the register type.
     storage_names = {dtypes.bool: "uchar", dtypes.float16: "half"}
 
+    float16_in_registers_as_float = True
+
     def storage_name(self, dtype: DType) -> str:
         return self.storage_names.get(dtype, self.type_name(dtype))
 
@@ -84,15 +86,10 @@ class OpenCLRenderer(CStyleRenderer):
     def render_const(self, value, dtype: DType) -> str:
         if dtype == dtypes.int64 and value != np.iinfo(np.int64).min:
             return f"{int(value)}L"
-        if dtype == dtypes.float16:
-            return super().render_const(float(np.float16(value)), dtypes.float32)
         return super().render_const(value, dtype)
 
-    def render_load(self, param: str, dtype: DType, index: str, valid) -> str:
-        if dtype != dtypes.float16 or valid is False:
-            return super().render_load(param, dtype, index, valid)
-        load = f"vload_half({index}, {param})"
-        return load if valid is True else f"(({valid}) ? {load} : 0.0f)"
+    def half_load(self, param: str, index: str) -> str:
+        return f"vload_half({index}, {param})"
 
     def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
         if op == "BITCAST":
