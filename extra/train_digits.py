@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import lazygrad  # noqa: E402
 import lazygrad.nn.functional as F  # noqa: E402
 from lazygrad import Tensor, no_grad, stats  # noqa: E402
+from lazygrad.jit import jit  # noqa: E402
 from lazygrad.nn.layers import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential  # noqa: E402
 from lazygrad.nn.optim import Adam, CosineAnnealingLR  # noqa: E402
 from lazygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save  # noqa: E402
@@ -203,6 +204,18 @@ def train(data: Dataset, epochs: int = 8, batch_size: int = 32, lr: float = 3e-3
     if steps == 0:
         raise ValueError(f"train: {len(data.train_images)} training images are fewer than one batch of {batch_size}")
     result = TrainResult(model)
+
+    @jit
+    def train_step(images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """One Adam step; from the third call on, its recorded kernels replay (lazygrad.jit)."""
+        optimizer.zero_grad()
+        logits = model(images)
+        loss = F.cross_entropy(logits, labels)
+        loss.backward()
+        logits.realize()  # before the step overwrites the weights it reads
+        optimizer.step()
+        return loss, logits
+
     for epoch in range(1, epochs + 1):
         stats.reset()
         order = rng.permutation(len(data.train_images))
@@ -215,12 +228,7 @@ def train(data: Dataset, epochs: int = 8, batch_size: int = 32, lr: float = 3e-3
             batch_images = shift_randomly(data.train_images[batch], rng) if augment else data.train_images[batch]
             images = Tensor(batch_images, device=device)
             labels = Tensor(data.train_labels[batch], device=device)
-            optimizer.zero_grad()
-            logits = model(images)
-            loss = F.cross_entropy(logits, labels)
-            loss.backward()
-            Tensor.realize(loss, logits)
-            optimizer.step()
+            loss, logits = train_step(images, labels)
             losses.append(loss.item())
             correct += int((logits.numpy().argmax(1) == data.train_labels[batch]).sum())
             seen = (step + 1) * batch_size

@@ -17,13 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class DType:
+    """One instance per dtype (the attributes of `dtypes`), so equality and hashing are by identity:
+    cheap, and dtypes are hashed in every graph and kernel key. Pickling keeps that instance."""
     name: str
     itemsize: int
     category: int  # 0 bool, 1 integer, 2 floating
     np_type: type
     c_name: str
+
+    def __reduce__(self):
+        return (_dtype_named, (self.name,))
 
     @property
     def is_float(self) -> bool:
@@ -151,3 +156,7 @@ def result_type(dimensioned: list[DType], zero_dim: list[DType], scalars: list[D
 def least_float(dtype: DType) -> DType:
     """The dtype a float-only op (exp, sqrt, true division) returns for an input of `dtype`."""
     return dtype if dtype.is_float else dtypes.default_float
+
+
+def _dtype_named(name: str) -> DType:
+    return getattr(dtypes, name)

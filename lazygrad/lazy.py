@@ -6,6 +6,12 @@ without any analysis. Movement ops are nodes too; the scheduler folds chains of 
 
 When the engine realizes a node it attaches the device buffer and forgets the sources (`realized`),
 so a training loop does not keep every past step's graph alive.
+
+ASSIGN writes a value into the buffer of an already realized node (an optimizer updating its
+parameters). Every buffer carries a version, bumped by each in-place write, and every realized node
+remembers the version it holds: a node built on the old contents that runs after the write would
+compute with the new ones, so reading a node whose version is behind raises `StaleValueError`
+instead of returning a wrong answer.
 """
 from __future__ import annotations
 
@@ -17,16 +23,22 @@ import numpy as np
 from lazygrad.dtype import DType
 from lazygrad.ops import OPS, MOVEMENT, REDUCE
 
+class StaleValueError(RuntimeError):
+    """A value was computed from a buffer that has since been overwritten in place."""
+
+
+PENDING_ASSIGNS: "weakref.WeakSet[LazyBuffer]" = weakref.WeakSet()  # assigns made, maybe not yet run (jit.py)
 _CONSED: "weakref.WeakValueDictionary[tuple, LazyBuffer]" = weakref.WeakValueDictionary()
 
 
 class LazyBuffer:
-    __slots__ = ("op", "srcs", "arg", "dtype", "shape", "device", "buffer", "_key", "__weakref__")
+    __slots__ = ("op", "srcs", "arg", "dtype", "shape", "device", "buffer", "version", "_key", "__weakref__")
 
     def __init__(self, op: str, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str):
         self.op, self.srcs, self.arg = op, srcs, arg
         self.dtype, self.shape, self.device = dtype, shape, device
         self.buffer = None  # the device Buffer once realized
+        self.version = 0    # the buffer's version this node holds
         self._key = None
 
     @staticmethod
@@ -48,12 +60,16 @@ class LazyBuffer:
     def from_buffer(buffer, shape: tuple[int, ...]) -> "LazyBuffer":
         node = LazyBuffer("BUFFER", (), None, buffer.dtype, tuple(shape), buffer.device)
         node.buffer = buffer
+        node.version = buffer.version
         return node
 
     @staticmethod
     def const(value, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
         """A constant broadcast to `shape` (a view of a single value, never materialized)."""
-        value = np.array(value).astype(dtype.np).item()  # out-of-range integers wrap, as a C cast does
+        try:
+            value = dtype.np_type(value).item()
+        except (OverflowError, ValueError):  # out-of-range integers wrap, as a C cast does
+            value = np.array(value).astype(dtype.np).item()
         scalar = LazyBuffer.create("CONST", (), value, dtype, (), device)
         return scalar.reshape((1,) * len(shape)).expand(tuple(shape)) if shape else scalar
 
@@ -64,10 +80,19 @@ class LazyBuffer:
     def mark_realized(self, buffer) -> None:
         """Attach the computed buffer and drop the graph below this node."""
         self.buffer = buffer
+        self.version = buffer.version
         self.srcs = ()
         if self._key is not None and _CONSED.get(self._key) is self:
             del _CONSED[self._key]
         self._key = None
+
+    def check_current(self) -> None:
+        """Raise StaleValueError if the buffer was written in place after this node was realized."""
+        if self.buffer.version != self.version:
+            raise StaleValueError(
+                f"a {self.dtype.name}{list(self.shape)} tensor on {self.device} was overwritten in place "
+                f"(by assign(), e.g. an optimizer step) after this value was built from it; realize values "
+                f"that read it (loss.item(), .realize()) before the in-place update, or clone() what you keep")
 
     def numel(self) -> int:
         return math.prod(self.shape)
@@ -144,6 +169,14 @@ class LazyBuffer:
 
     def contiguous(self) -> "LazyBuffer":
         return LazyBuffer.create("CONTIGUOUS", (self,), None, self.dtype, self.shape, self.device)
+
+    def assign(self, value: "LazyBuffer") -> "LazyBuffer":
+        """`value` (same shape, dtype and device) stored into this node's buffer when it is realized
+        and the engine finds the write safe, else into a new buffer; the result replaces this node."""
+        assert (value.shape, value.dtype, value.device) == (self.shape, self.dtype, self.device)
+        node = LazyBuffer.create("ASSIGN", (value, self), None, self.dtype, self.shape, self.device)
+        PENDING_ASSIGNS.add(node)
+        return node
 
     def copy_to(self, device: str) -> "LazyBuffer":
         if device == self.device:

@@ -7,6 +7,9 @@
                        run, time, count     here (DEBUG output and lazygrad.stats)
 
 The NPY device skips all of that and interprets the graph with numpy.
+
+While `recording` is set (lazygrad.jit captures a function), every launch is also appended to it, so
+the same programs can later run again on the same buffers without any of the steps above.
 """
 from __future__ import annotations
 
@@ -41,6 +44,42 @@ class CompiledKernel:
 _PROGRAMS: dict[tuple[str, Kernel, bool], CompiledKernel] = {}
 
 
+@dataclass
+class Launch:
+    """One recorded step: a program run on buffers (output first), or a copy of buffers[1] into
+    buffers[0] when program is None (nothing at all for an empty output, which has no buffers[1])."""
+    program: object | None
+    buffers: list
+    in_place: bool
+
+
+class Recording:
+    """What runs while a jit capture is on: launches in order, buffers filled from the host (those
+    with random numbers are drawn anew on each replay), and why replay is impossible if something
+    ran without launches."""
+
+    def __init__(self):
+        self.launches: list[Launch] = []
+        self.refills: list[tuple[object, object]] = []  # (buffer, function returning its new values)
+        self.host_made: set[int] = set()                 # ids of buffers filled from host arrays
+        self.not_replayable: str | None = None
+
+
+recording: Recording | None = None
+
+
+def record_host_buffer(buffer) -> None:
+    """Tensor creation from host data calls this: such a buffer is a constant of the capture."""
+    if recording is not None:
+        recording.host_made.add(id(buffer))
+
+
+def record_refill(buffer, make_values) -> None:
+    """Random creation calls this: a replay refills `buffer` with `make_values()`."""
+    if recording is not None:
+        recording.refills.append((buffer, make_values))
+
+
 def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
     """The runnable program for a kernel, from memory, the disk cache or the compiler."""
     key = (device_name, kernel, knobs.noopt)
@@ -71,12 +110,18 @@ def _run_item(item: ScheduleItem) -> float:
     """Run one schedule item and realize its output; returns seconds spent on the device."""
     output = item.outputs[0]
     device = get_device(output.device)
-    buffer = device.alloc(output.dtype, output.numel())
+    for node in item.inputs:
+        node.check_current()
+    buffer = output.srcs[1].buffer if item.in_place else device.alloc(output.dtype, output.numel())
     if item.kernel is None:  # a copy between devices
         buffer.copyin(item.inputs[0].buffer.array)
+        if recording is not None:
+            recording.launches.append(Launch(None, [buffer, item.inputs[0].buffer], False))
         output.mark_realized(buffer)
         return 0.0
     if output.numel() == 0:
+        if recording is not None:
+            recording.launches.append(Launch(None, [buffer], False))
         output.mark_realized(buffer)
         return 0.0
     compiled = get_program(output.device, item.kernel)
@@ -89,17 +134,22 @@ def _run_item(item: ScheduleItem) -> float:
     stats.flops += compiled.flops
     stats.bytes += moved
     if knobs.debug >= 2:
-        print(f"  {compiled.name:<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
+        print(f"  {compiled.name + (' (in place)' if item.in_place else ''):<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
               f"{compiled.flops / max(elapsed, 1e-9) / 1e9:8.2f} GFLOP/s {moved / max(elapsed, 1e-9) / 1e9:8.2f} GB/s", file=sys.stderr)
+    if recording is not None:
+        recording.launches.append(Launch(compiled.program, [buffer, *inputs], item.in_place))
+    if item.in_place:
+        buffer.version += 1
     output.mark_realized(buffer)
     return elapsed
 
 
-def _realize_copy_sources(outputs: list[LazyBuffer]) -> None:
-    """A copy reads a buffer on another device: realize that buffer there first."""
-    for node in walk(outputs):
-        if node.op == "COPY" and not node.realized and not node.srcs[0].realized:
-            realize([node.srcs[0]])
+def _realize_copy_sources(nodes: list[LazyBuffer]) -> bool:
+    """A copy reads a buffer on another device: realize that buffer there first. True if it did."""
+    sources = [node.srcs[0] for node in nodes if node.op == "COPY" and not node.realized and not node.srcs[0].realized]
+    if sources:
+        realize(sources)
+    return bool(sources)
 
 
 def realize(outputs: list[LazyBuffer]) -> None:
@@ -107,7 +157,10 @@ def realize(outputs: list[LazyBuffer]) -> None:
     pending = [node for node in outputs if not node.realized]
     if not pending:
         return
-    _realize_copy_sources(pending)
+    graph = walk(pending)
+    if _realize_copy_sources(graph):
+        pending = [node for node in pending if not node.realized]
+        graph = walk(pending)
     by_device: dict[str, list[LazyBuffer]] = {}
     for node in pending:
         by_device.setdefault(node.device, []).append(node)
@@ -116,9 +169,11 @@ def realize(outputs: list[LazyBuffer]) -> None:
             write_graph(nodes)
         device = get_device(device_name)
         if hasattr(device, "run_graph"):
+            if recording is not None:
+                recording.not_replayable = f"the {device_name} device computes without kernels"
             device.run_graph(nodes)
             continue
-        schedule = create_schedule(nodes)
+        schedule = create_schedule(nodes, graph if len(by_device) == 1 else None)
         if knobs.debug >= 5:
             for node in walk(nodes):
                 print(f"  lazy: {node}", file=sys.stderr)

@@ -19,7 +19,7 @@ from lazygrad.devices import canonical_device, get_device
 from lazygrad.dtype import DType, dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
 from lazygrad.ops import OPS, REDUCE, UNARY, BINARY, TERNARY
-from lazygrad.realize import realize
+from lazygrad.realize import realize, record_host_buffer
 from lazygrad.tensor_methods.creation import CreationMethods, manual_seed  # noqa: F401 (lazygrad.manual_seed)
 from lazygrad.tensor_methods.elementwise import ElementwiseMethods
 from lazygrad.tensor_methods.helpers import _normalize_axis, broadcast_shapes
@@ -86,6 +86,7 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
                     raise TypeError(f"cannot build a Tensor from elements of type {array.dtype}")
         array = np.array(array, dtype=dtype.np, order="C")  # a copy; keeps 0-d arrays 0-d
         buffer = get_device(device).alloc(dtype, array.size).copyin(array)
+        record_host_buffer(buffer)
         return LazyBuffer.from_buffer(buffer, array.shape)
 
     def _apply(self, op: str, *others: "Tensor", arg=None) -> "Tensor":
@@ -138,9 +139,14 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
         return order
 
     def backward(self, gradient: "Tensor | None" = None) -> None:
-        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad (lazily)."""
+        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad (lazily).
+
+        This tensor itself is realized first, as in PyTorch, where it exists before backward: a
+        `loss.item()` after an optimizer step that wrote the parameters in place then reads the
+        loss of this step instead of a stale value."""
         if not self.requires_grad:
             raise RuntimeError("backward: this tensor does not require grad and has no grad_fn")
+        self.realize()
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError(f"backward: grad can be implicitly created only for scalar outputs, "
@@ -213,8 +219,30 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
                 tensor.lazydata = LazyBuffer.from_buffer(node.buffer, node.shape)
         return self
 
+    def assign(self, value) -> "Tensor":
+        """Give this tensor `value` (a Tensor, array or number, broadcast to this shape and cast to
+        this dtype), stored into this tensor's buffer when it is realized, not into a new one.
+
+        The write is lazy like every op. Values built earlier from this tensor's old contents must be
+        realized before it, else reading them raises StaleValueError. Under autograd a leaf that
+        requires grad can only be assigned inside `no_grad()`, as in PyTorch."""
+        if Tensor.grad_enabled and self.requires_grad and self._ctx is None:
+            raise RuntimeError(f"assign: a leaf tensor {self.shape} that requires grad cannot be written in "
+                               "place while gradients are recorded; wrap the update in `with no_grad():`")
+        if not isinstance(value, Tensor):
+            value = Tensor(np.asarray(value), device=self.device)
+        if value.device != self.device:
+            raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}; "
+                             f"move it with .to({self.device!r})")
+        if broadcast_shapes("assign", self.shape, value.shape) != self.shape:
+            raise ValueError(f"assign: value of shape {value.shape} cannot be broadcast to the tensor's shape {self.shape}")
+        value = value.detach().cast(self.dtype)._broadcast_to(self.shape)
+        self.lazydata = self.lazydata.assign(value.lazydata)
+        return self
+
     def numpy(self) -> np.ndarray:
         self.realize()
+        self.lazydata.check_current()
         return self.lazydata.buffer.array.reshape(self.shape).copy()
 
     def item(self):
@@ -293,7 +321,9 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
             groups = ([self.dtype], [], []) if self.ndim else ([], [self.dtype], [])
             groups[2].append(scalar_dtype(other))
             dtype = result_type(*groups)
-            other = Tensor(LazyBuffer.const(other, dtype, (), self.device))
+            x = self.cast(dtype)
+            constant = Tensor(LazyBuffer.const(other, dtype, self.shape, self.device))  # built broadcast: no grad
+            return (constant, x) if reverse else (x, constant)
         else:
             raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")
         shape = broadcast_shapes(op, self.shape, other.shape)

@@ -6,7 +6,6 @@ by byte size, because touching fresh pages of a large output costs more than the
 from __future__ import annotations
 
 import collections
-import weakref
 
 import numpy as np
 
@@ -69,14 +68,17 @@ class HostAllocator(PooledAllocator):
 
 class Buffer:
     """`size` elements of `dtype` on `device`, in host memory."""
-    __slots__ = ("device", "dtype", "size", "array", "pointer", "__weakref__")
+    __slots__ = ("device", "dtype", "size", "version", "array", "pointer", "_block", "_allocator", "__weakref__")
 
     def __init__(self, device: str, dtype: DType, size: int, allocator: HostAllocator):
         self.device, self.dtype, self.size = device, dtype, size
-        block = allocator.alloc(size * dtype.itemsize)
-        self.array = block.view(dtype.np)
-        self.pointer = block.ctypes.data
-        weakref.finalize(self, allocator.free, block)
+        self.version = 0  # bumped by every in-place write (lazy.py)
+        self._block, self._allocator = allocator.alloc(size * dtype.itemsize), allocator
+        self.array = self._block.view(dtype.np)
+        self.pointer = self._block.ctypes.data
+
+    def __del__(self):  # cheaper than weakref.finalize, which costs more than a small kernel launch
+        self._allocator.free(self._block)
 
     @property
     def nbytes(self) -> int:

@@ -150,11 +150,12 @@ class CUDACompiler:
 
 class CUDABuffer:
     """`size` elements of `dtype` in a GPU's memory (a cupy array)."""
-    __slots__ = ("device", "dtype", "size", "data", "__weakref__")
+    __slots__ = ("device", "dtype", "size", "version", "data", "__weakref__")
 
     def __init__(self, device: str, dtype: DType, size: int, cupy_device):
         cupy = import_cupy()
         self.device, self.dtype, self.size = device, dtype, size
+        self.version = 0  # bumped by every in-place write (lazy.py)
         with cupy_device:
             self.data = cupy.empty(size, dtype=dtype.np)
 

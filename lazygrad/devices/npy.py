@@ -33,11 +33,12 @@ def _movement(op: str, value: np.ndarray, arg) -> np.ndarray:
 def evaluate(node: LazyBuffer, values: dict[int, np.ndarray]) -> np.ndarray:
     """The value of one node, given the values of its sources."""
     if node.realized:
+        node.check_current()
         return node.buffer.array.reshape(node.shape)
     srcs = [values[id(src)] for src in node.srcs]
     if node.op == "CONST":
         return np.full(node.shape, node.arg, dtype=node.dtype.np)
-    if node.op in ("CONTIGUOUS", "COPY"):
+    if node.op in ("CONTIGUOUS", "COPY", "ASSIGN"):
         return np.ascontiguousarray(srcs[0])
     opdef = OPS[node.op]
     with np.errstate(all="ignore"):
@@ -64,7 +65,17 @@ class NPYDevice:
         values: dict[int, np.ndarray] = {}
         for node in walk(outputs):
             values[id(node)] = evaluate(node, values)
+        in_place = []
         for node in outputs:
-            if not node.realized:
-                value = values[id(node)]
-                node.mark_realized(self.alloc(node.dtype, value.size).copyin(np.ascontiguousarray(value)))
+            if node.realized:
+                continue
+            if node.op == "ASSIGN" and node.srcs[1].realized:
+                in_place.append((node, np.array(values[id(node)])))  # written last: other values may
+                continue                                                # be views of the old contents
+            value = values[id(node)]
+            node.mark_realized(self.alloc(node.dtype, value.size).copyin(np.ascontiguousarray(value)))
+        for node, value in in_place:
+            buffer = node.srcs[1].buffer
+            buffer.copyin(value)
+            buffer.version += 1
+            node.mark_realized(buffer)

@@ -94,10 +94,11 @@ class OpenCLAllocator(PooledAllocator):
 
 class OpenCLBuffer:
     """`size` elements of `dtype` in an OpenCL device's memory."""
-    __slots__ = ("device", "dtype", "size", "cl_buffer", "queue", "__weakref__")
+    __slots__ = ("device", "dtype", "size", "version", "cl_buffer", "queue", "__weakref__")
 
     def __init__(self, device: str, dtype: DType, size: int, allocator: OpenCLAllocator, queue):
         self.device, self.dtype, self.size, self.queue = device, dtype, size, queue
+        self.version = 0  # bumped by every in-place write (lazy.py)
         self.cl_buffer = allocator.alloc(size * dtype.itemsize)
         weakref.finalize(self, allocator.free, self.cl_buffer)
 

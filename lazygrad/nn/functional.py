@@ -121,15 +121,15 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, bi
 
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
                weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
-               momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+               momentum: "float | Tensor" = 0.1, eps: float = 1e-5) -> Tensor:
     """Normalize each channel (dim 1) of (N, C, *) by the batch statistics when training, else by
     running_mean and running_var; then scale by weight and shift by bias, each of shape (C,).
 
     When training, running_mean and running_var (if given) are updated in place, as in PyTorch:
-    new = (1 - momentum) * old + momentum * batch value (the unbiased variance for running_var). The
-    update is lazy: each tensor's `lazydata` is replaced by the expression of its new value (no grad),
-    which is computed when the tensor is next realized or read. Realize the running statistics along
-    with the optimizer step (`Tensor.realize(...)`), or each unrealized step keeps its batch alive.
+    new = (1 - momentum) * old + momentum * batch value (the unbiased variance for running_var);
+    momentum may be a 0-d Tensor. The update is a lazy `assign` (no grad), computed when the tensor
+    is next realized or read. Realize the running statistics along with the optimizer step
+    (`Tensor.realize(...)`), or each unrealized step keeps its batch alive.
     """
     name = "batch_norm"
     if input.ndim < 2:
@@ -152,8 +152,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         with no_grad():
             for running, batch_value in ((running_mean, mean), (running_var, variance * (count / (count - 1)))):
                 if running is not None:
-                    updated = running.detach() * (1 - momentum) + batch_value.detach().reshape(channels) * momentum
-                    running.lazydata = updated.cast(running.dtype).lazydata
+                    running.assign(running.detach() * (1 - momentum) + batch_value.detach().reshape(channels) * momentum)
     else:
         if running_mean is None or running_var is None:
             raise ValueError(f"{name}: running_mean and running_var are required when training=False")

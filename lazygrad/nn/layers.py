@@ -266,8 +266,8 @@ class _BatchNorm(Module):
     Training uses the batch's statistics and updates running_mean/running_var lazily (see
     F.batch_norm); the update is computed at the start of the next training forward at the latest,
     so a training loop never keeps more than one step's graph alive. eval() uses the running ones.
-    momentum=None keeps a cumulative average (a different constant every step, so a new kernel each
-    step: prefer a float).
+    momentum=None keeps a cumulative average, 1 / num_batches_tracked, read from the device. The
+    counter and the statistics are written with `assign`, so a jitted training step updates them.
     """
     accepted_ndims: tuple[int, ...] = ()
 
@@ -294,14 +294,13 @@ class _BatchNorm(Module):
             raise ValueError(f"{name}: expected {self.num_features} channels in dim 1, got input of shape {x.shape}")
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
-            pending = [t for t in (self.running_mean, self.running_var) if not t.lazydata.realized]
+            pending = [t for t in (self.running_mean, self.running_var, self.num_batches_tracked)
+                       if not t.lazydata.realized]
             if pending:
                 Tensor.realize(*pending)
-            count = int(self.num_batches_tracked.item()) + 1
-            self.num_batches_tracked.lazydata = Tensor(np.array(count, dtype=np.int64),
-                                                       device=self.num_batches_tracked.device).lazydata
+            self.num_batches_tracked.assign(self.num_batches_tracked + 1)
             if self.momentum is None:
-                momentum = 1.0 / count
+                momentum = self.num_batches_tracked.detach().cast(self.running_mean.dtype).reciprocal()
         use_batch_statistics = self.training or self.running_mean is None
         keep_running = not self.training or self.track_running_stats
         return F.batch_norm(x, self.running_mean if keep_running else None, self.running_var if keep_running else None,

@@ -5,20 +5,23 @@
     for x, y in batches:
         optimizer.zero_grad()
         F.cross_entropy(model(x), y).backward()
-        optimizer.step()            # one realize for every parameter's update and optimizer state
+        optimizer.step()            # one realize for the gradients, every update and optimizer state
     scheduler.step()                # once per epoch: sets optimizer.lr
 
 How a step runs. `step()` builds every parameter's new value (and new optimizer state) as lazy
-expressions, realizes all of them in one `Tensor.realize(...)` call (the backward pass, when its
-gradients were not read yet, runs in the same schedule), then points each parameter at its new
-buffer. The engine has no in-place ASSIGN yet, so a step allocates new buffers rather than writing
-into the old ones (the host allocator's pool hands the freed ones back on the next step). The
-parameter keeps requires_grad; its new value is detached, so graphs never grow across steps.
+expressions and `assign`s them, then realizes the gradients and all assignments in one
+`Tensor.realize(...)`. The engine writes each new value into the parameter's (or state's) own buffer
+after every kernel that reads the old contents has run, so a step allocates nothing for its results.
+Gradients are realized as their own outputs (as PyTorch's backward writes `.grad`): an update then
+reads a gradient instead of recomputing it in each of its kernels, and `param.grad` stays readable
+after the step.
 
-Values that change between steps (the learning rate, Adam's bias corrections) are read from a
-small tensor made each step, not baked into kernels as constants: the same kernels run, from the
-program cache, on every step. Hyperparameters fixed for the optimizer's life (betas, momentum,
-weight decay) are constants.
+What changes from step to step lives on the device, so that a replayed jit step (lazygrad.jit), which
+runs no Python, still does the right thing: a small float64 buffer per device holds the learning
+rate and the number of completed steps; each step adds one to the count in place, and values
+derived from it (Adam's bias corrections) are computed once per step into a small buffer that the
+update kernels read. Setting `optimizer.lr` (a scheduler does) writes the rate into that buffer.
+Hyperparameters fixed for the optimizer's life (betas, momentum, weight decay) are constants.
 """
 from __future__ import annotations
 
@@ -26,7 +29,14 @@ import math
 
 import numpy as np
 
+from lazygrad.dtype import dtypes
 from lazygrad.tensor import Tensor, no_grad
+
+
+def _power(base: float, exponent: Tensor) -> Tensor:
+    """base ** exponent for a constant base in (0, 1) (a beta; 0 gives 0): two ops, where Tensor.pow
+    handles every sign and special value."""
+    return (exponent * math.log2(base)).exp2() if base > 0 else exponent * 0
 
 
 class Optimizer:
@@ -49,9 +59,30 @@ class Optimizer:
         if lr < 0:
             raise ValueError(f"{type(self).__name__}: invalid learning rate {lr}")
         self.params: list[Tensor] = unique
-        self.lr = lr
-        self.steps = 0  # completed steps
-        self._step_scalars: dict[tuple, list[Tensor]] = {}  # (device, precision) -> this step's scalars
+        self._lr = float(lr)
+        # device -> float64 [learning rate, completed steps], written in place
+        self._counters: dict[str, Tensor] = {param.device: self._new_counters(param.device) for param in unique}
+        self._step_scalars: dict[str, list[Tensor]] = {}  # device -> this step's scalars
+
+    def _new_counters(self, device: str) -> Tensor:
+        return Tensor(np.array([self._lr, 0.0]), dtype=dtypes.float64, device=device).realize()
+
+    @property
+    def lr(self) -> float:
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._lr = float(value)
+        for counters in self._counters.values():
+            counters.assign(counters * Tensor(np.array([0.0, 1.0]), device=counters.device)
+                            + Tensor(np.array([self._lr, 0.0]), device=counters.device)).realize()
+
+    @property
+    def steps(self) -> int:
+        """Completed steps (read from the device, so replayed jit steps count too)."""
+        counters = next(iter(self._counters.values()))
+        return int(counters.numpy()[1])
 
     def zero_grad(self) -> None:
         """Forget the gradients (PyTorch's set_to_none=True)."""
@@ -60,42 +91,41 @@ class Optimizer:
 
     def _state(self, param: Tensor) -> Tensor:
         """A zero-filled state tensor shaped like param (a real buffer, so step 1 runs the same kernels
-        as every later step)."""
+        as every later step, and updates can be written into it)."""
         return Tensor(np.zeros(param.shape, dtype=param.dtype.np), device=param.device)
 
-    def _step_values(self) -> list[float]:
-        """The scalars that change from step to step, in the order `_updates` reads them."""
-        return [self.lr]
+    def _step_values(self, lr: Tensor, steps: Tensor) -> list[Tensor]:
+        """The scalars that change from step to step, in the order `_updates` reads them, from the
+        learning rate and the number of completed steps (0-d float64 tensors)."""
+        return [lr]
 
     def _scalars(self, param: Tensor) -> list[Tensor]:
-        """This step's changing scalars as 0-d views of one small buffer, made once per device and
-        precision (float64 for float64 parameters, else float32)."""
-        precision = np.float64 if param.dtype.itemsize == 8 else np.float32
-        key = (param.device, precision)
-        if key not in self._step_scalars:
-            packed = Tensor(np.array(self._step_values(), dtype=precision), device=param.device)
-            self._step_scalars[key] = [packed[index] for index in range(packed.shape[0])]
-        return self._step_scalars[key]
+        """This step's changing scalars as 0-d views of one small buffer computed once per device."""
+        if param.device not in self._step_scalars:
+            counters = self._counters[param.device]
+            packed = Tensor.stack(self._step_values(counters[0], counters[1])).contiguous()
+            self._step_scalars[param.device] = [packed[index] for index in range(packed.shape[0])]
+        return self._step_scalars[param.device]
 
-    def _updates(self) -> list[tuple[Tensor, Tensor, list]]:
-        """[(parameter, its new value, [(state list, index, new state tensor), ...])] for the
-        parameters that have a gradient."""
+    def _updates(self) -> list[tuple[Tensor, Tensor, list[tuple[Tensor, Tensor]]]]:
+        """[(parameter, its new value, [(state tensor, its new value), ...])] for the parameters that
+        have a gradient."""
         raise NotImplementedError(f"{type(self).__name__} must define _updates()")
 
     def step(self) -> None:
-        """Update every parameter that has a gradient: all updates realize together."""
+        """Update every parameter that has a gradient: all updates realize together, in place."""
         self._step_scalars = {}
         with no_grad():
-            updates = [(param, new_value.cast(param.dtype), states) for param, new_value, states in self._updates()]
-            outputs = [new_value for _, new_value, _ in updates]
-            outputs += [new_state for _, _, states in updates for _, _, new_state in states]
-            if outputs:
-                Tensor.realize(*outputs)
-            for param, new_value, states in updates:
-                param.lazydata = new_value.lazydata
-                for holder, key, new_state in states:
-                    holder[key] = new_state
-        self.steps += 1
+            gradients = [param.grad for param in self.params if param.grad is not None]
+            if gradients:
+                Tensor.realize(*gradients)
+            written = []
+            for param, new_value, states in self._updates():
+                written.append(param.assign(new_value))
+                written.extend(state.assign(new_state) for state, new_state in states)
+            for counters in self._counters.values():
+                written.append(counters.assign(counters + Tensor(np.array([0.0, 1.0]), device=counters.device)))
+            Tensor.realize(*written)
 
 
 class SGD(Optimizer):
@@ -110,9 +140,9 @@ class SGD(Optimizer):
         self.momentum, self.dampening, self.weight_decay, self.nesterov = momentum, dampening, weight_decay, nesterov
         self.momentum_buffers = [self._state(p) for p in self.params] if momentum else []
 
-    def _step_values(self) -> list[float]:
+    def _step_values(self, lr, steps):
         # the first step takes b = g: the same formula with dampening 0 and b = 0
-        return [self.lr, 1.0 if self.steps == 0 else 1.0 - self.dampening]
+        return [lr, 1.0 - (steps > 0).cast(steps.dtype) * self.dampening]
 
     def _updates(self):
         updates = []
@@ -126,7 +156,7 @@ class SGD(Optimizer):
             states = []
             if self.momentum:
                 buffer = self.momentum * self.momentum_buffers[index] + gradient_share * gradient
-                states.append((self.momentum_buffers, index, buffer))
+                states.append((self.momentum_buffers[index], buffer))
                 gradient = gradient + self.momentum * buffer if self.nesterov else buffer
             updates.append((param, param.detach() - lr * gradient, states))
         return updates
@@ -148,10 +178,9 @@ class Adam(Optimizer):
         self.exp_avgs = [self._state(p) for p in self.params]
         self.exp_avg_sqs = [self._state(p) for p in self.params]
 
-    def _step_values(self) -> list[float]:
-        t = self.steps + 1
+    def _step_values(self, lr, steps):
         beta1, beta2 = self.betas
-        return [self.lr, self.lr / (1 - beta1 ** t), 1 / math.sqrt(1 - beta2 ** t)]
+        return [lr, lr / (1 - _power(beta1, steps + 1)), (1 - _power(beta2, steps + 1)).rsqrt()]
 
     def _updates(self):
         beta1, beta2 = self.betas
@@ -169,7 +198,7 @@ class Adam(Optimizer):
             exp_avg_sq = beta2 * self.exp_avg_sqs[index] + (1 - beta2) * gradient * gradient
             denominator = exp_avg_sq.sqrt() * inverse_root_correction + self.eps
             new_value = value - step_size * exp_avg / denominator
-            updates.append((param, new_value, [(self.exp_avgs, index, exp_avg), (self.exp_avg_sqs, index, exp_avg_sq)]))
+            updates.append((param, new_value, [(self.exp_avgs[index], exp_avg), (self.exp_avg_sqs[index], exp_avg_sq)]))
         return updates
 
 
@@ -195,10 +224,9 @@ class LAMB(Optimizer):
         self.exp_avgs = [self._state(p) for p in self.params]
         self.exp_avg_sqs = [self._state(p) for p in self.params]
 
-    def _step_values(self) -> list[float]:
-        t = self.steps + 1
+    def _step_values(self, lr, steps):
         beta1, beta2 = self.betas
-        return [self.lr, 1 / (1 - beta1 ** t), 1 / (1 - beta2 ** t)]
+        return [lr, 1 / (1 - _power(beta1, steps + 1)), 1 / (1 - _power(beta2, steps + 1))]
 
     def _updates(self):
         beta1, beta2 = self.betas
@@ -220,7 +248,7 @@ class LAMB(Optimizer):
                 direction_norm = (direction * direction).sum().sqrt()
                 ratio = (weight_norm > 0).where((direction_norm > 0).where(weight_norm / direction_norm, 1.0), 1.0)
                 new_value = value - lr * ratio * direction
-            updates.append((param, new_value, [(self.exp_avgs, index, exp_avg), (self.exp_avg_sqs, index, exp_avg_sq)]))
+            updates.append((param, new_value, [(self.exp_avgs[index], exp_avg), (self.exp_avg_sqs[index], exp_avg_sq)]))
         return updates
 
 

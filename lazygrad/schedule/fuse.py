@@ -7,12 +7,21 @@ The contract (docs/architecture.md):
     reshapes only, and that kernel has no other reduce; otherwise it is stored;
   * a computed value read through an EXPAND inside a reduce is stored first when recomputing it
     for every broadcast copy would cost more than storing it (`worth_storing`);
-  * the user's outputs, CONTIGUOUS and device copies are always materialized.
+  * the user's outputs, CONTIGUOUS, ASSIGN and device copies are always materialized.
+
+An ASSIGN's kernel writes into its target's existing buffer (`ScheduleItem.in_place`) when that is
+safe: the target is realized, the kernel reads that buffer only at the element it writes (no reduce,
+same view), and every other kernel of the schedule that reads the old contents can run first.
+Otherwise it writes a new buffer, which gives the same values.
 
 `create_schedule` returns ScheduleItems in an order where every input exists before it is read.
+A graph of the same structure as one scheduled before (same ops, arguments, dtypes, shapes and
+devices, the same sources realized and sharing the same buffers) reuses that schedule: a training
+loop plans each step's kernels once, not every step.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from lazygrad.dtype import dtypes
@@ -32,6 +41,7 @@ class ScheduleItem:
     kernel: Kernel | None
     outputs: list[LazyBuffer]
     inputs: list[LazyBuffer]
+    in_place: bool = False  # an ASSIGN writing into its target's buffer
 
 
 def _is_reduce(node: LazyBuffer) -> bool:
@@ -46,7 +56,7 @@ class _FusionPlan:
         for node in nodes:
             if node.realized:
                 continue
-            if node.op in ("CONTIGUOUS", "COPY"):
+            if node.op in ("CONTIGUOUS", "COPY", "ASSIGN"):
                 self.materialized.add(id(node))
             if node.op == "COPY" and not node.srcs[0].realized:
                 self.materialized.add(id(node.srcs[0]))
@@ -86,7 +96,7 @@ class _FusionPlan:
             if root.op == "COPY":
                 continue
             seen: set[tuple] = set()
-            start = root.srcs[0] if root.op == "CONTIGUOUS" else root
+            start = root.srcs[0] if root.op in ("CONTIGUOUS", "ASSIGN") else root
             if start is not root and self.is_leaf(start):
                 continue
             stack = [(start, True, False, False)]
@@ -136,7 +146,7 @@ class _KernelBuilder:
 
     def build(self) -> tuple[Kernel, list[LazyBuffer]]:
         root = self.root
-        value_node, top = (root.srcs[0], False) if root.op == "CONTIGUOUS" else (root, True)
+        value_node, top = (root.srcs[0], False) if root.op in ("CONTIGUOUS", "ASSIGN") else (root, True)
         if self.reduce is not None:
             full_shape, axes, out_shape = self.reduce.srcs[0].shape, self.reduce.arg, self.reduce.shape
         else:
@@ -187,9 +197,45 @@ class _KernelBuilder:
         return result
 
 
-def create_schedule(outputs: list[LazyBuffer]) -> list[ScheduleItem]:
-    """The kernels (and copies) that realize `outputs`, in dependency order."""
-    nodes = walk(outputs)
+_SCHEDULES: dict[tuple, list[tuple]] = {}  # graph structure -> items as positions in its walk
+SCHEDULE_CACHE_LIMIT = 4096
+
+
+def _structure(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> tuple:
+    """A hashable description of the graph that determines its schedule, with nodes as positions."""
+    position = {id(node): index for index, node in enumerate(nodes)}
+    first_holder: dict[int, int] = {}
+    described = []
+    for index, node in enumerate(nodes):
+        if node.realized:
+            holder = first_holder.setdefault(id(node.buffer), index)
+            described.append(("REALIZED", node.dtype, node.shape, node.device, holder))
+        else:
+            arg = repr(node.arg) if node.op == "CONST" else node.arg
+            described.append((node.op, arg, node.dtype, node.shape, node.device,
+                              tuple(position[id(src)] for src in node.srcs)))
+    return tuple(described), tuple(position[id(node)] for node in outputs)
+
+
+def create_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer] | None = None) -> list[ScheduleItem]:
+    """The kernels (and copies) that realize `outputs`, in dependency order; `nodes` is
+    walk(outputs) when the caller has it already."""
+    nodes = walk(outputs) if nodes is None else nodes
+    key = _structure(outputs, nodes)
+    cached = _SCHEDULES.get(key)
+    if cached is None:
+        items = _plan_schedule(outputs, nodes)
+        position = {id(node): index for index, node in enumerate(nodes)}
+        if len(_SCHEDULES) >= SCHEDULE_CACHE_LIMIT:
+            _SCHEDULES.clear()
+        _SCHEDULES[key] = [(item.kernel, position[id(item.outputs[0])], [position[id(node)] for node in item.inputs],
+                            item.in_place) for item in items]
+        return items
+    return [ScheduleItem(kernel, [nodes[output]], [nodes[index] for index in inputs], in_place)
+            for kernel, output, inputs, in_place in cached]
+
+
+def _plan_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> list[ScheduleItem]:
     plan = _FusionPlan(outputs, nodes)
     items = []
     for root in plan.roots():
@@ -198,4 +244,62 @@ def create_schedule(outputs: list[LazyBuffer]) -> list[ScheduleItem]:
             continue
         kernel, inputs = _KernelBuilder(root, plan).build()
         items.append(ScheduleItem(kernel, [root], inputs))
-    return items
+    written: set[int] = set()
+    for item in items:
+        if item.outputs[0].op == "ASSIGN" and _can_write_in_place(item) and id(_target(item).buffer) not in written:
+            item.in_place = True
+            written.add(id(_target(item).buffer))
+    return _order(items)
+
+
+def _target(item: ScheduleItem):
+    return item.outputs[0].srcs[1]
+
+
+def _can_write_in_place(item: ScheduleItem) -> bool:
+    """Whether an ASSIGN kernel may overwrite its target: each thread reads the target's buffer only
+    at the element it writes, so no thread sees another's result."""
+    target = _target(item)
+    if not target.realized or target.numel() == 0:
+        return False
+    store_view = item.kernel.ast.arg[1]
+    for node in item.kernel.ast.walk():
+        if node.op == "LOAD" and item.inputs[node.arg[0] - 1].buffer is target.buffer:
+            if item.kernel.reduce_axes or node.arg[1] != store_view:
+                return False
+    return True
+
+
+def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
+    """Items in dependency order, where an in-place write also waits for every other item reading
+    the contents it overwrites. Writes that cannot wait (their readers need their result) are made
+    out of place, and the order is computed again."""
+    producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
+    needs = [{producer[id(node)] for node in item.inputs if id(node) in producer} for item in items]
+    for index, item in enumerate(items):
+        if item.in_place:
+            overwritten = _target(item).buffer
+            needs[index] |= {other for other, reader in enumerate(items) if other != index and
+                             any(node.buffer is overwritten for node in reader.inputs if node.realized)}
+    users: list[list[int]] = [[] for _ in items]
+    for index, sources in enumerate(needs):
+        for source in sources:
+            users[source].append(index)
+    waiting = [len(sources) for sources in needs]
+    ready = [index for index, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        index = heapq.heappop(ready)
+        order.append(items[index])
+        for user in users[index]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, user)
+    if len(order) < len(items):  # a cycle through an in-place write
+        stuck = [items[index] for index, count in enumerate(waiting) if count and items[index].in_place]
+        assert stuck, "schedule: a dependency cycle without an in-place write"
+        for item in stuck:
+            item.in_place = False
+        return _order(items)
+    return order

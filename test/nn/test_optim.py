@@ -156,9 +156,10 @@ KERNELS_PER_PARAMETER = {
 
 @pytest.mark.parametrize("name", KERNELS_PER_PARAMETER)
 def test_kernels_per_step_and_no_compiles_after_the_first_step(name):
-    """Each state tensor and each parameter is one kernel (the engine has no multi-output kernels);
-    the learning rate and bias corrections are read from a buffer, so a changing learning rate never
-    compiles anything new."""
+    """Each state tensor and each parameter is one kernel (the engine has no multi-output kernels),
+    written into the tensor's own buffer; the step adds two kernels in all (this step's scalars, the
+    step counter). The learning rate and bias corrections are read from a buffer, so a changing
+    learning rate never compiles anything new."""
     make_optimizer, per_parameter = KERNELS_PER_PARAMETER[name]
     weight = Tensor(rng.standard_normal((8, 4)).astype(np.float32), requires_grad=True)
     bias = Tensor(rng.standard_normal(8).astype(np.float32), requires_grad=True)
@@ -168,9 +169,11 @@ def test_kernels_per_step_and_no_compiles_after_the_first_step(name):
         ((weight * weight).sum() + (bias * 3).sum()).backward()
         Tensor.realize(weight.grad, bias.grad)  # the backward kernels are not the optimizer's
         optimizer.lr *= 0.5
+        buffers = [weight.lazydata.buffer, bias.lazydata.buffer]
         stats.reset()
         optimizer.step()
-        assert stats.kernels == 2 * per_parameter, f"step {step + 1}"
+        assert stats.kernels == 2 + 2 * per_parameter, f"step {step + 1}"
+        assert [weight.lazydata.buffer, bias.lazydata.buffer] == buffers, "the update was not written in place"
         if step > 0:
             assert stats.compiles == 0 and stats.cache_hits == 0, f"step {step + 1} compiled {stats}"
 
@@ -215,3 +218,17 @@ def test_one_cycle_warms_up_to_max_lr_then_anneals_to_the_minimum():
     np.testing.assert_allclose(linear, [0.1, 0.7, 0.82, 0.46, 0.1])  # the peak falls between steps 1 and 2
     with pytest.raises(ValueError, match="more than total_steps"):
         schedule(lambda o: OneCycleLR(o, max_lr=1.0, total_steps=3), 4)
+
+
+def test_the_loss_read_after_an_in_place_step_is_this_steps_loss():
+    """The usual loop reads the loss after optimizer.step(); backward realized it, so it is the loss
+    of the parameters before the step, as in PyTorch."""
+    start = rng.standard_normal(5).astype(np.float32)
+    weight = Tensor(start, requires_grad=True)
+    optimizer = SGD([weight], lr=0.1)
+    loss = (weight * weight).sum()
+    loss.backward()
+    optimizer.step()
+    np.testing.assert_allclose(loss.item(), (start * start).sum(), rtol=1e-6)
+    np.testing.assert_allclose(weight.grad.numpy(), 2 * start, rtol=1e-6)
+    np.testing.assert_allclose(weight.numpy(), start - 0.1 * 2 * start, rtol=1e-6)

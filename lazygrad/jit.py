@@ -1,0 +1,254 @@
+"""`@jit`: capture the kernels a function launches once, then replay them without Python.
+
+    @jit
+    def train_step(x, y):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+The first call runs the function normally (compiling what it needs). The second runs it again while
+the engine records every launch: the program and the buffers it touched (realize.Recording). From
+the third call on, the recorded launches run again on the same buffers, with the new arguments'
+buffers in place of the captured ones: no graph is built, nothing is scheduled or looked up.
+
+What a replay reproduces, and what it checks:
+  * Tensor arguments must keep their shape, dtype and device, and other arguments must be equal to
+    the captured ones (by `==` for numbers, strings and tuples of them, by identity otherwise);
+    a call that differs raises JitError naming the difference.
+  * State the function writes with `assign` (parameters, optimizer state, batch-norm statistics) is
+    written in place, so every replay reads and updates the same buffers; assigns still pending
+    when the function returns are realized with its outputs. A function that instead gives a tensor it
+    read a new buffer (`w = w - lr * g` without assign) cannot be replayed: the capture raises.
+  * Random numbers (rand, randn, randint, dropout) are drawn anew on each replay from the same
+    generator, so a jitted loop draws what the plain loop draws.
+  * Returned tensors are new buffers on every call, safe to keep. A returned argument raises.
+  * Intermediate buffers are the captured ones, reused by every replay. A tensor that the function
+    left holding one (a parameter's `.grad`) shows the last replay's value.
+  * Python code in the function does not run on a replay: values computed in Python from
+    arguments or globals (`x.numpy()`, `time.time()`) are frozen at the capture. Pass what varies
+    as a Tensor argument.
+  * A function that ran on a device without kernels (NPY) is called normally every time.
+"""
+from __future__ import annotations
+
+import functools
+import gc
+import math
+
+from lazygrad import realize as engine
+from lazygrad.devices import get_device
+from lazygrad.lazy import PENDING_ASSIGNS, LazyBuffer
+from lazygrad.realize import realize
+from lazygrad.stats import stats
+from lazygrad.tensor import Tensor
+
+_PLAIN_TYPES = (int, float, bool, str, bytes, type(None))
+
+
+class JitError(RuntimeError):
+    """A jitted function was called in a way its capture cannot replay."""
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple[list[tuple], list[Tensor]]:
+    """What must stay the same between calls (one entry per argument) and the Tensor arguments."""
+    described, tensors = [], []
+    for name, value in list(enumerate(args)) + sorted(kwargs.items()):
+        if isinstance(value, Tensor):
+            described.append((name, "tensor", (value.shape, value.dtype, value.device)))
+            tensors.append(value)
+        elif isinstance(value, _PLAIN_TYPES) or (isinstance(value, tuple) and all(isinstance(v, _PLAIN_TYPES) for v in value)):
+            described.append((name, "value", value))
+        else:
+            described.append((name, "object", id(value)))
+    return described, tensors
+
+
+def _describe_difference(captured: list[tuple], now: list[tuple]) -> str:
+    if len(captured) != len(now) or [entry[:2] for entry in captured] != [entry[:2] for entry in now]:
+        return f"the arguments changed: captured {[entry[:2] for entry in captured]}, got {[entry[:2] for entry in now]}"
+    for (name, kind, before), (_, _, after) in zip(captured, now):
+        if before != after:
+            what = "argument" if isinstance(name, int) else "keyword argument"
+            if kind == "tensor":
+                return (f"{what} {name!r} is a tensor of shape {after[0]}, {after[1].name} on {after[2]}; "
+                        f"the capture had shape {before[0]}, {before[1].name} on {before[2]}")
+            if kind == "value":
+                return f"{what} {name!r} is {after!r}; the capture had {before!r}"
+            return f"{what} {name!r} is a different object than at the capture"
+    return "nothing changed"
+
+
+def _flatten_outputs(result) -> list[Tensor]:
+    if result is None:
+        return []
+    if isinstance(result, Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)) and all(isinstance(item, Tensor) for item in result):
+        return list(result)
+    raise JitError(f"jit: a jitted function must return a Tensor, a tuple or list of Tensors, or None; "
+                   f"got {type(result).__name__}")
+
+
+def _rebuild_outputs(template, tensors: list[Tensor]):
+    if template is None:
+        return None
+    if isinstance(template, Tensor):
+        return tensors[0]
+    return type(template)(tensors)
+
+
+class _Replay:
+    """The captured launches with each buffer resolved to a slot; runs them for new arguments."""
+
+    def __init__(self, recording: engine.Recording, inputs: list[Tensor], outputs: list[Tensor]):
+        input_buffers = {id(tensor.lazydata.buffer): index for index, tensor in enumerate(inputs)}
+        if len(input_buffers) < len(inputs):
+            raise JitError("jit: two tensor arguments share one buffer; pass distinct tensors")
+        output_buffers = {}
+        for index, tensor in enumerate(outputs):
+            buffer_id = id(tensor.lazydata.buffer)
+            if buffer_id in input_buffers:
+                raise JitError(f"jit: output {index} is the tensor argument {input_buffers[buffer_id]} "
+                               "(an input aliases an output); return a copy, e.g. x.clone()")
+            output_buffers.setdefault(buffer_id, index)
+        produced = {id(launch.buffers[0]) for launch in recording.launches if not launch.in_place}
+        for index, tensor in enumerate(outputs):
+            if id(tensor.lazydata.buffer) not in produced:
+                raise JitError(f"jit: output {index} was not computed by the function (it returns a tensor it "
+                               "did not make, or wrote it in place); return a copy, e.g. x.clone()")
+        self._check_state_stays(recording, produced, input_buffers)
+        self.output_meta = [(tensor.shape, tensor.dtype, get_device(tensor.device)) for tensor in outputs]
+        self.refills = recording.refills
+        # each launch as (function, its buffers with the captured ones in place, [(position, 0 for an
+        # argument or 1 for an output, number)] to substitute on every call)
+        self.steps: list[tuple[object, list, list[tuple[int, int, int]]]] = []
+        for launch in recording.launches:
+            if launch.program is None and len(launch.buffers) == 1:
+                continue  # an empty output: nothing to compute
+            substitutions = []
+            for position, buffer in enumerate(launch.buffers):
+                if id(buffer) in input_buffers:
+                    substitutions.append((position, 0, input_buffers[id(buffer)]))
+                elif id(buffer) in output_buffers:
+                    substitutions.append((position, 1, output_buffers[id(buffer)]))
+            self.steps.append((launch.program or _copy, list(launch.buffers), substitutions))
+        self.kernel_count = sum(1 for launch in recording.launches if launch.program is not None)
+
+    @staticmethod
+    def _check_state_stays(recording: engine.Recording, produced: set[int], input_buffers: dict[int, int]) -> None:
+        """Every buffer that existed before the call and that the function read (parameters,
+        optimizer state) must still be held by a tensor after it: if its holder was given a new
+        buffer instead, a replay would read the old contents forever."""
+        gc.collect()
+        held_by_recording = {id(launch.buffers) for launch in recording.launches}
+        checked = set()
+        for launch in recording.launches:
+            for buffer in launch.buffers[1:]:
+                buffer_id = id(buffer)
+                if buffer_id in produced or buffer_id in input_buffers or buffer_id in recording.host_made \
+                        or buffer_id in checked:
+                    continue
+                checked.add(buffer_id)
+                holders = [ref for ref in gc.get_referrers(buffer) if id(ref) not in held_by_recording]
+                if not any(isinstance(ref, LazyBuffer) for ref in holders):
+                    raise JitError(
+                        f"jit: the function read a {buffer.dtype.name}[{buffer.size}] buffer on {buffer.device} that "
+                        "no tensor holds after the call: a tensor it read was given a new value in a new buffer "
+                        "(e.g. `w = w - lr * g`); write state with `w.assign(...)` so replays update it in place")
+
+    def run(self, inputs: list[Tensor]) -> list[Tensor]:
+        sources = ([tensor.lazydata.buffer for tensor in inputs],
+                   [device.alloc(dtype, math.prod(shape)) for shape, dtype, device in self.output_meta])
+        for buffer, draw in self.refills:
+            buffer.copyin(draw())
+        for function, buffers, substitutions in self.steps:
+            if substitutions:
+                buffers = buffers.copy()
+                for position, source, number in substitutions:
+                    buffers[position] = sources[source][number]
+            function(*buffers)
+        stats.kernels += self.kernel_count
+        return [Tensor(LazyBuffer.from_buffer(buffer, shape)) for buffer, (shape, _, _) in zip(sources[1], self.output_meta)]
+
+
+def _copy(destination, source) -> None:
+    destination.copyin(source.array)
+
+
+class TinyJit:
+    """The jitted function (see the module docstring); `reset()` forgets the capture."""
+
+    def __init__(self, function):
+        self.function = function
+        functools.update_wrapper(self, function)
+        self.reset()
+
+    def reset(self) -> None:
+        self.calls = 0
+        self.signature: list[tuple] | None = None
+        self.replay: _Replay | None = None
+        self.output_template = None
+        self.not_replayable: str | None = None  # why every call runs the function, if it does
+
+    def __get__(self, instance, owner=None):
+        return self if instance is None else functools.partial(self.__call__, instance)
+
+    def __call__(self, *args, **kwargs):
+        signature, inputs = _signature(args, kwargs)
+        if self.signature is not None and signature != self.signature:
+            raise JitError(f"jit: {self.function.__name__} was captured for other arguments: "
+                           f"{_describe_difference(self.signature, signature)}; call reset() to capture again")
+        self.signature = signature
+        self.calls += 1
+        if self.replay is not None:
+            return _rebuild_outputs(self.output_template, self.replay.run(self._realized(inputs)))
+        if self.calls == 1 or self.not_replayable is not None:
+            return self._run_plainly(args, kwargs)
+        return self._capture(args, kwargs, inputs)
+
+    @staticmethod
+    def _realized(inputs: list[Tensor]) -> list[Tensor]:
+        pending = [tensor for tensor in inputs if not tensor.lazydata.realized or tensor.lazydata.op != "BUFFER"]
+        if pending:
+            Tensor.realize(*pending)
+        for tensor in inputs:
+            tensor.lazydata.check_current()
+        return inputs
+
+    def _run_plainly(self, args, kwargs):
+        result = self.function(*args, **kwargs)
+        _realize_effects(_flatten_outputs(result))
+        return result
+
+    def _capture(self, args, kwargs, inputs: list[Tensor]):
+        self._realized(inputs)
+        _realize_effects([])  # assigns made before this call belong to no replay
+        engine.recording = recording = engine.Recording()
+        try:
+            result = self.function(*args, **kwargs)
+            outputs = _flatten_outputs(result)
+            _realize_effects(outputs)
+        finally:
+            engine.recording = None
+        if recording.not_replayable is not None:
+            self.not_replayable = recording.not_replayable
+            return result
+        self.replay = _Replay(recording, inputs, outputs)
+        self.output_template = result
+        return result
+
+
+def _realize_effects(outputs: list[Tensor]) -> None:
+    """Realize the outputs and every pending assign: a function's assigns are its side effects, so
+    they run in the call that made them (and, captured, in every replay)."""
+    realize([node for node in PENDING_ASSIGNS if not node.realized] + [tensor.lazydata for tensor in outputs])
+    PENDING_ASSIGNS.clear()
+    if outputs:
+        Tensor.realize(*outputs)
+
+
+def jit(function):
+    """Decorate a function of Tensors for capture and replay (see lazygrad.jit's docstring)."""
+    return TinyJit(function)

@@ -1,0 +1,166 @@
+"""lazygrad.jit: replays give what plain calls give, run no scheduler, and refuse what they cannot replay."""
+import numpy as np
+import pytest
+
+import lazygrad
+from lazygrad import Tensor, nn, stats
+from lazygrad.jit import JitError, jit
+from lazygrad.nn import functional as F
+from lazygrad.nn.optim import SGD, Adam
+from lazygrad.nn.state import get_parameters
+
+rng = np.random.default_rng(3)
+
+
+def arrays(count, shape=(4, 5)):
+    return [rng.standard_normal(shape).astype(np.float32) for _ in range(count)]
+
+
+def test_replay_matches_plain_calls_without_scheduling(monkeypatch):
+    @jit
+    def f(x, y):
+        return (x * y + 1).sum(1), x.exp()
+    xs, ys = arrays(5), arrays(5)
+    for call, (x, y) in enumerate(zip(xs, ys)):
+        if call == 2:  # from here on the calls are replays: nothing may be scheduled
+            monkeypatch.setattr("lazygrad.realize.create_schedule", lambda *a: pytest.fail("scheduled on a replay"))
+            stats.reset()
+        total, exponential = f(Tensor(x), Tensor(y))
+        np.testing.assert_allclose(total.numpy(), (x * y + 1).sum(1), rtol=1e-5)
+        np.testing.assert_allclose(exponential.numpy(), np.exp(x), rtol=1e-5)
+    assert stats.kernels == 3 * 2
+
+
+def test_outputs_of_a_replay_are_fresh():
+    @jit
+    def f(x):
+        return x * 2
+    results = [f(Tensor(x)) for x in arrays(4)]
+    values = [result.numpy() for result in results]
+    assert len({result.lazydata.buffer for result in results}) == 4
+    assert not np.array_equal(values[2], values[3])
+
+
+def test_changed_arguments_raise_and_say_what_changed():
+    @jit
+    def f(x, scale):
+        return x * scale
+    for _ in range(3):
+        f(Tensor(arrays(1)[0]), 2.0)
+    with pytest.raises(JitError, match=r"argument 0 .*shape \(3, 5\).*capture had shape \(4, 5\)"):
+        f(Tensor(arrays(1, (3, 5))[0]), 2.0)
+    with pytest.raises(JitError, match=r"int32.*float32"):
+        f(Tensor(np.zeros((4, 5), np.int32)), 2.0)
+    with pytest.raises(JitError, match=r"argument 1 is 3.0; the capture had 2.0"):
+        f(Tensor(arrays(1)[0]), 3.0)
+    f.reset()
+    np.testing.assert_allclose(f(Tensor(np.ones((3, 5), np.float32)), 3.0).numpy(), 3.0)
+
+
+def test_returning_an_argument_raises():
+    @jit
+    def f(x):
+        return x
+    f(Tensor(arrays(1)[0]))
+    with pytest.raises(JitError, match="aliases an output"):
+        f(Tensor(arrays(1)[0]))
+
+
+def test_state_given_a_new_buffer_instead_of_assigned_raises():
+    weight = Tensor(arrays(1)[0])
+
+    @jit
+    def f(x):
+        weight.lazydata = (weight - 0.1 * x).realize().lazydata
+        return (weight * 1).sum()
+    f(Tensor(arrays(1)[0]))
+    with pytest.raises(JitError, match="assign"):
+        f(Tensor(arrays(1)[0]))
+
+
+def test_assigned_state_is_updated_by_every_replay():
+    counter = Tensor(np.zeros(3, np.float32)).realize()
+
+    @jit
+    def f(x):
+        counter.assign(counter + x)
+        return counter.sum() * 1
+    for _ in range(6):
+        total = f(Tensor(np.ones(3, np.float32)))
+    np.testing.assert_array_equal(counter.numpy(), np.full(3, 6.0))
+    assert total.item() == 18.0
+
+
+def make_model():
+    lazygrad.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.25), nn.Linear(16, 3))
+
+
+@pytest.mark.parametrize("make_optimizer", [lambda p: SGD(p, lr=0.1, momentum=0.9), lambda p: Adam(p, lr=1e-2)],
+                         ids=["sgd_momentum", "adam"])
+def test_jitted_training_equals_the_plain_loop_bit_for_bit(make_optimizer):
+    """Forward, backward, dropout and an in-place optimizer step, with a learning rate changed
+    between steps: the jitted loop ends with exactly the plain loop's parameters."""
+    batches = [(rng.standard_normal((8, 6)).astype(np.float32), rng.integers(0, 3, 8)) for _ in range(6)]
+
+    def train(use_jit):
+        model = make_model()
+        model.train()
+        optimizer = make_optimizer(get_parameters(model))
+
+        def step(x, y):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss
+        step = jit(step) if use_jit else step
+        lazygrad.manual_seed(1)
+        losses = []
+        for index, (x, y) in enumerate(batches):
+            losses.append(step(Tensor(x), Tensor(y)).item())
+            optimizer.lr = optimizer.lr * 0.9
+        return [p.numpy() for p in get_parameters(model)], losses, optimizer.steps
+    plain, jitted = train(False), train(True)
+    for a, b in zip(plain[0], jitted[0]):
+        np.testing.assert_array_equal(a, b)
+    assert plain[1] == jitted[1]
+    assert plain[2] == jitted[2] == len(batches)
+
+
+def test_dropout_draws_new_numbers_on_every_replay():
+    @jit
+    def f(x):
+        return F.dropout(x, 0.5, training=True)
+    masks = [f(Tensor(np.ones((64,), np.float32))).numpy() != 0 for _ in range(5)]
+    assert all(not np.array_equal(masks[i], masks[i + 1]) for i in range(4))
+
+
+def test_a_device_without_kernels_runs_the_function_each_time():
+    @jit
+    def f(x):
+        return x + 1
+    for x in arrays(4):
+        np.testing.assert_allclose(f(Tensor(x, device="NPY")).numpy(), x + 1)
+    assert f.not_replayable is not None and "NPY" in f.not_replayable
+
+
+def test_batch_norm_statistics_follow_the_plain_loop():
+    """BatchNorm writes its running statistics and counter with assign: replays update them."""
+    batches = [rng.standard_normal((8, 3)).astype(np.float32) for _ in range(5)]
+
+    def run(use_jit, momentum):
+        norm = nn.BatchNorm1d(3, momentum=momentum)
+
+        def forward(x):
+            return norm(x) * 1
+        forward = jit(forward) if use_jit else forward
+        for x in batches:
+            forward(Tensor(x))
+        Tensor.realize(norm.running_mean, norm.running_var)
+        return norm.running_mean.numpy(), norm.running_var.numpy(), norm.num_batches_tracked.item()
+    for momentum in (0.1, None):
+        plain, jitted = run(False, momentum), run(True, momentum)
+        np.testing.assert_array_equal(plain[0], jitted[0])
+        np.testing.assert_array_equal(plain[1], jitted[1])
+        assert plain[2] == jitted[2] == len(batches)
