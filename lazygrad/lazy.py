@@ -28,7 +28,24 @@ class StaleValueError(RuntimeError):
 
 
 PENDING_ASSIGNS: "weakref.WeakSet[LazyBuffer]" = weakref.WeakSet()  # assigns made, maybe not yet run (jit.py)
-_CONSED: "weakref.WeakValueDictionary[tuple, LazyBuffer]" = weakref.WeakValueDictionary()
+# key -> weak reference to the node; dead references are swept when the table has doubled (cheaper
+# than a WeakValueDictionary's callback per node, which costs more than building the node)
+_CONSED: dict[tuple, weakref.ref] = {}
+_sweep_at = 4096
+
+
+def _consed(key: tuple) -> "LazyBuffer | None":
+    reference = _CONSED.get(key)
+    return None if reference is None else reference()
+
+
+def _intern(key: tuple, node: "LazyBuffer") -> None:
+    global _sweep_at
+    _CONSED[key] = weakref.ref(node)
+    if len(_CONSED) > _sweep_at:
+        for dead in [key for key, reference in _CONSED.items() if reference() is None]:
+            del _CONSED[dead]
+        _sweep_at = max(4096, 2 * len(_CONSED))
 
 
 class LazyBuffer:
@@ -43,17 +60,19 @@ class LazyBuffer:
 
     @staticmethod
     def create(op: str, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
-        # repr tells -0.0 from 0.0 (equal as floats) and lets NaN constants match each other
-        key = (op, srcs, repr(arg) if op == "CONST" else arg, dtype, shape, device)
+        # sources by id, so the table holds no node alive (an id reused after its node died can only
+        # find a dead entry: a live unrealized node keeps its sources alive); repr tells -0.0 from 0.0
+        # (equal as floats) and lets NaN constants match each other
+        key = (op, tuple(map(id, srcs)), repr(arg) if op == "CONST" else arg, dtype, shape, device)
         try:
-            existing = _CONSED.get(key)
+            existing = _consed(key)
         except TypeError:  # an unhashable arg is a bug in the caller
             raise TypeError(f"{op}: argument {arg!r} must be hashable")
         if existing is not None and existing.buffer is None:
             return existing
         node = LazyBuffer(op, srcs, arg, dtype, shape, device)
         node._key = key
-        _CONSED[key] = node
+        _intern(key, node)
         return node
 
     @staticmethod
@@ -82,7 +101,7 @@ class LazyBuffer:
         self.buffer = buffer
         self.version = buffer.version
         self.srcs = ()
-        if self._key is not None and _CONSED.get(self._key) is self:
+        if self._key is not None and _consed(self._key) is self:
             del _CONSED[self._key]
         self._key = None
 
@@ -185,21 +204,22 @@ class LazyBuffer:
 
 
 def walk(roots: list[LazyBuffer]) -> list[LazyBuffer]:
-    """Every node reachable from roots, sources before users; realized nodes are leaves (their
-    sources are not visited)."""
+    """Every node reachable from roots, sources before users (depth first, sources in order);
+    realized nodes are leaves (they have dropped their sources)."""
     order, seen = [], set()
-    stack = [(root, False) for root in reversed(roots)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
+    for root in roots:
+        if id(root) in seen:
             continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        if not node.realized:
-            for src in reversed(node.srcs):
+        seen.add(id(root))
+        stack = [(root, iter(root.srcs))]
+        while stack:
+            node, sources = stack[-1]
+            for src in sources:
                 if id(src) not in seen:
-                    stack.append((src, False))
+                    seen.add(id(src))
+                    stack.append((src, iter(src.srcs)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
     return order
