@@ -32,7 +32,7 @@ import lazygrad  # noqa: E402
 import lazygrad.nn.functional as F  # noqa: E402
 from lazygrad import Tensor, no_grad, stats  # noqa: E402
 from lazygrad.jit import jit  # noqa: E402
-from lazygrad.nn.layers import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential  # noqa: E402
+from lazygrad.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential  # noqa: E402
 from lazygrad.nn.optim import Adam, CosineAnnealingLR  # noqa: E402
 from lazygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save  # noqa: E402
 

@@ -77,8 +77,20 @@ class Buffer:
         self.array = self._block.view(dtype.np)
         self.pointer = self._block.ctypes.data
 
+    @staticmethod
+    def over(device: str, dtype: DType, array: np.ndarray) -> "Buffer":
+        """A buffer using `array`'s memory (1-D, contiguous, e.g. a slice of a memory-mapped file):
+        nothing is copied or pooled; the array stays alive as long as the buffer."""
+        buffer = Buffer.__new__(Buffer)
+        buffer.device, buffer.dtype, buffer.size, buffer.version = device, dtype, array.size, 0
+        buffer._block, buffer._allocator = array, None
+        buffer.array = array
+        buffer.pointer = array.ctypes.data
+        return buffer
+
     def __del__(self):  # cheaper than weakref.finalize, which costs more than a small kernel launch
-        self._allocator.free(self._block)
+        if self._allocator is not None:
+            self._allocator.free(self._block)
 
     @property
     def nbytes(self) -> int:

@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import tempfile
 
+import numpy as np
+
 from lazygrad.devices.buffer import Buffer, HostAllocator
 from lazygrad.diskcache import cache_get, cache_key, cache_put
 from lazygrad.dtype import DType
@@ -103,6 +105,10 @@ class CPUDevice:
 
     def alloc(self, dtype: DType, size: int) -> Buffer:
         return Buffer(self.name, dtype, size, self.allocator)
+
+    def wrap(self, dtype: DType, array: np.ndarray) -> Buffer:
+        """A buffer over host memory that exists already (a memory-mapped file), without copying."""
+        return Buffer.over(self.name, dtype, array)
 
     def compile_cached(self, source: str) -> bytes:
         compiler = self.compiler

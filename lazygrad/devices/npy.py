@@ -60,6 +60,10 @@ class NPYDevice:
     def alloc(self, dtype: DType, size: int) -> Buffer:
         return Buffer(self.name, dtype, size, self.allocator)
 
+    def wrap(self, dtype: DType, array: np.ndarray) -> Buffer:
+        """A buffer over host memory that exists already (a memory-mapped file), without copying."""
+        return Buffer.over(self.name, dtype, array)
+
     def run_graph(self, outputs: list[LazyBuffer]) -> None:
         """Compute and realize every output."""
         values: dict[int, np.ndarray] = {}

@@ -19,13 +19,16 @@ import functools
 import json
 import math
 import os
+import sys
 import tempfile
 import types
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from lazygrad.devices import canonical_device, get_device
 from lazygrad.dtype import DType, dtypes
+from lazygrad.lazy import LazyBuffer
 from lazygrad.tensor import Tensor
 
 # ---- walking a model ----------------------------------------------------------------------------
@@ -236,9 +239,11 @@ def _check_entry(path: str, name: str, entry: Any, data_size: int) -> tuple[DTyp
 def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
     """Read a safetensors file into {name: Tensor} (on `device`, default DEV).
 
-    The file is memory-mapped and each tensor's bytes are copied straight into its buffer. The whole
-    header is checked first: a truncated or malformed file raises ValueError naming the problem,
-    and no tensor is returned.
+    The file is memory-mapped. On the host devices (CPU, NPY) each tensor's buffer is the mapped
+    file itself (copy-on-write): nothing is read until a kernel touches it, and writing a loaded
+    tensor (an optimizer step) never changes the file. Other devices copy each tensor's bytes into
+    their buffer. The whole header is checked first: a truncated or malformed file raises
+    ValueError naming the problem, and no tensor is returned.
     """
     path = os.fspath(path)
     file_size = os.path.getsize(path)
@@ -256,12 +261,16 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
     if data_size == 0:
         data = np.zeros(0, dtype=np.uint8)
     else:
-        data = np.memmap(path, dtype=np.uint8, mode="r", offset=data_start, shape=(data_size,))
+        data = np.memmap(path, dtype=np.uint8, mode="c", offset=data_start, shape=(data_size,))
+    target = get_device(canonical_device(device))
+    in_place = hasattr(target, "wrap") and sys.byteorder == "little"
     tensors = {}
     for name, (dtype, shape, begin, end) in entries.items():
-        array = data[begin:end].view(dtype.np.newbyteorder("<")).reshape(shape)
-        tensors[name] = Tensor(array, dtype=dtype, device=device)  # copies: the map can close
-    del data
+        array = data[begin:end].view(dtype.np.newbyteorder("<"))
+        if in_place:
+            tensors[name] = Tensor(LazyBuffer.from_buffer(target.wrap(dtype, array.view(dtype.np)), shape))
+        else:
+            tensors[name] = Tensor(array.reshape(shape), dtype=dtype, device=device)  # a copy
     return tensors
 
 

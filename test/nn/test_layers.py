@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Tensor, dtypes, manual_seed, no_grad
-from lazygrad.nn import layers as nn
+import lazygrad.nn as nn
 from lazygrad.nn.state import get_parameters, get_state_dict
 
 rng = np.random.default_rng(0)

@@ -11,7 +11,7 @@ import pytest
 import safetensors.numpy as safetensors_numpy  # in the test extra, so the interop tests always run
 
 from lazygrad import Tensor, dtypes
-from lazygrad.nn import layers as nn
+import lazygrad.nn as nn
 from lazygrad.nn.state import (get_parameters, get_state_dict, load_state_dict, safe_load, safe_load_metadata,
                                safe_save)
 
@@ -217,3 +217,19 @@ def test_safe_save_rejects_what_it_cannot_write(tmp_path):
         safe_save({"w": np.zeros(2)}, tmp_path / "x.safetensors")
     with pytest.raises(ValueError, match="metadata must map strings to strings"):
         safe_save({}, tmp_path / "x.safetensors", metadata={"epoch": 3})
+
+
+def test_safe_load_maps_the_file_and_never_writes_it(tmp_path):
+    """On CPU a loaded tensor's buffer is the memory-mapped file (nothing copied); writing the tensor
+    in place changes the tensor, not the file."""
+    path = tmp_path / "weights.safetensors"
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    safe_save({"w": Tensor(values)}, path)
+    before = path.read_bytes()
+    weight = safe_load(path, device="CPU")["w"]
+    assert isinstance(weight.lazydata.buffer.array.base, np.memmap) or isinstance(weight.lazydata.buffer.array, np.memmap)
+    np.testing.assert_array_equal(weight.numpy(), values)
+    weight.assign(weight * 2).realize()
+    np.testing.assert_array_equal(weight.numpy(), values * 2)
+    np.testing.assert_array_equal(safe_load(path)["w"].numpy(), values)
+    assert path.read_bytes() == before
