@@ -11,6 +11,8 @@ non-negative (where C's truncation agrees).
 """
 from __future__ import annotations
 
+import math
+
 
 class Atom:
     """A variable, or `inner // divisor`, or `inner % divisor`."""
@@ -93,6 +95,10 @@ class Lin:
         quotient, rest = self._split_multiples(divisor)
         if 0 <= rest.min and rest.max < divisor:
             return quotient
+        factored = rest._common_factor(divisor)
+        if factored is not None:  # (g*b + s) // (g*m) == b // m when 0 <= s < g
+            factor, big, _ = factored
+            return quotient + big // (divisor // factor)
         if len(rest.terms) == 1 and rest.const == 0:
             (atom, coeff), = rest.terms.items()
             if atom.kind == "div" and coeff == 1:
@@ -114,12 +120,28 @@ class Lin:
             return Lin.of(rest.const % divisor)
         if 0 <= rest.min and rest.max < divisor:
             return rest
+        factored = rest._common_factor(divisor)
+        if factored is not None:  # (g*b + s) % (g*m) == (b % m)*g + s when 0 <= s < g
+            factor, big, small = factored
+            return (big % (divisor // factor)) * factor + small
         if len(rest.terms) == 1 and rest.const == 0:
             (atom, coeff), = rest.terms.items()
             if atom.kind == "mod" and coeff == 1 and atom.divisor % divisor == 0:
                 return atom.inner % divisor
         lo, hi = (rest.min, rest.max) if rest.min >= 0 and rest.max < divisor else (0, divisor - 1)
         return Lin({Atom("mod", inner=rest, divisor=divisor, lo=lo, hi=hi): 1}, 0)
+
+    def _common_factor(self, divisor: int) -> "tuple[int, Lin, Lin] | None":
+        """(g, b, s) with self == g*b + s, g > 1 dividing divisor, and 0 <= s < g: the largest such g
+        among the coefficients' common factors with divisor, or None. Then a division or modulo by
+        divisor works on b alone: (1600*i + 400*j + k) // 25600 is i // 16 when 400*j + k < 1600."""
+        candidates = sorted({math.gcd(coeff, divisor) for coeff in self.terms.values()} - {1}, reverse=True)
+        for factor in candidates:
+            big = {atom: coeff // factor for atom, coeff in self.terms.items() if coeff % factor == 0}
+            small = Lin({atom: coeff for atom, coeff in self.terms.items() if coeff % factor}, self.const)
+            if big and 0 <= small.min and small.max < factor:
+                return factor, Lin(big, 0), small
+        return None
 
     def _split_multiples(self, divisor: int) -> tuple["Lin", "Lin"]:
         """Split into (the whole multiples of divisor, divided by it) and the remainder part: each

@@ -16,7 +16,7 @@ def arrays(count, shape=(4, 5)):
     return [rng.standard_normal(shape).astype(np.float32) for _ in range(count)]
 
 
-def test_replay_matches_plain_calls_without_scheduling(monkeypatch):
+def test_replay_matches_plain_calls_without_scheduling(monkeypatch, compiled_device):
     @jit
     def f(x, y):
         return (x * y + 1).sum(1), x.exp()
@@ -25,7 +25,7 @@ def test_replay_matches_plain_calls_without_scheduling(monkeypatch):
         if call == 2:  # from here on the calls are replays: nothing may be scheduled
             monkeypatch.setattr("lazygrad.realize.create_schedule", lambda *a: pytest.fail("scheduled on a replay"))
             stats.reset()
-        total, exponential = f(Tensor(x), Tensor(y))
+        total, exponential = f(Tensor(x, device=compiled_device), Tensor(y, device=compiled_device))
         np.testing.assert_allclose(total.numpy(), (x * y + 1).sum(1), rtol=1e-5)
         np.testing.assert_allclose(exponential.numpy(), np.exp(x), rtol=1e-5)
     assert stats.kernels == 3 * 2
@@ -78,15 +78,15 @@ def test_state_given_a_new_buffer_instead_of_assigned_raises():
         f(Tensor(arrays(1)[0]))
 
 
-def test_assigned_state_is_updated_by_every_replay():
-    counter = Tensor(np.zeros(3, np.float32)).realize()
+def test_assigned_state_is_updated_by_every_replay(compiled_device):
+    counter = Tensor(np.zeros(3, np.float32), device=compiled_device).realize()
 
     @jit
     def f(x):
         counter.assign(counter + x)
         return counter.sum() * 1
     for _ in range(6):
-        total = f(Tensor(np.ones(3, np.float32)))
+        total = f(Tensor(np.ones(3, np.float32), device=compiled_device))
     np.testing.assert_array_equal(counter.numpy(), np.full(3, 6.0))
     assert total.item() == 18.0
 

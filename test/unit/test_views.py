@@ -122,3 +122,27 @@ def test_conditions_decided_by_bounds_render_as_constants():
     assert render_condition([(i, 0, 10)]) is True
     assert render_condition([(i, 10, 12)]) is False
     assert render_condition([(i, 2, 10)]) == "(i>=2)"
+
+
+def test_a_common_factor_with_the_divisor_folds_away():
+    i, j, k = var("i", 0, 511), var("j", 0, 3), var("k", 0, 399)
+    index = i * 1600 + j * 400 + k
+    assert (index // 25600).key == (i // 16).key
+    assert (index % 25600).key == ((i % 16) * 1600 + j * 400 + k).key
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-40, 40), st.integers(0, 12)), min_size=1, max_size=3),
+       st.integers(-30, 30), st.integers(1, 48))
+def test_division_and_modulo_agree_with_python_everywhere(terms, const, divisor):
+    """Every simplification rule against brute force over all variable values."""
+    variables = [var(f"v{n}", 0, hi) for n, (_, hi) in enumerate(terms)]
+    expr = Lin.of(const)
+    for (coeff, _), variable in zip(terms, variables):
+        expr = expr + variable * coeff
+    quotient, remainder = expr // divisor, expr % divisor
+    for values in itertools.product(*[range(hi + 1) for _, hi in terms]):
+        env = {f"v{n}": value for n, value in enumerate(values)}
+        plain = expr.evaluate(env)
+        assert quotient.evaluate(env) == plain // divisor
+        assert remainder.evaluate(env) == plain % divisor
