@@ -11,12 +11,13 @@ realized tensors, bias included, is one kernel whose loads index the input direc
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
 from lazygrad.dtype import dtypes
-from lazygrad.tensor import Tensor
+from lazygrad.tensor import Tensor, no_grad
 
 
 # ---- argument checking -------------------------------------------------------------------------
@@ -57,6 +58,9 @@ def _interleave(first, second) -> tuple:
 
 # ---- windows: the view behind convolution and pooling ------------------------------------------
 
+MAX_FOLD_TERMS = 49  # kernels up to 7x7 take their input gradient from _fold_windows
+
+
 def _pool_windows(x: Tensor, kernel, stride, dilation) -> Tensor:
     """The last len(kernel) dims of x as sliding windows: a view, nothing is copied.
 
@@ -79,6 +83,10 @@ def _pool_windows(x: Tensor, kernel, stride, dilation) -> Tensor:
         output_axes = [first + 2 * i for i in range(n)]
         kernel_axes = [first + 2 * i + 1 for i in range(n)]
         return x.permute(tuple(range(first)) + tuple(output_axes) + tuple(kernel_axes))
+    if x.requires_grad and Tensor.grad_enabled and math.prod(kernel) <= MAX_FOLD_TERMS:
+        with no_grad():
+            windows = _pool_windows(x.detach(), kernel, stride, dilation)
+        return windows._with_gradient((x,), lambda grad, *_: [_fold_windows(grad, sizes, stride, dilation)])
     # Overlapping windows: lay `repeats` copies of each dim end to end (an expand, then a reshape)
     # and read that as rows of length + dilation. Row k starts k*(length + dilation) into the copies,
     # that is at x[k * dilation], so column o*stride of row k is x[o*stride + k*dilation]. The dim is
@@ -99,6 +107,32 @@ def _pool_windows(x: Tensor, kernel, stride, dilation) -> Tensor:
     output_axes = [first + 2 * i + 1 for i in range(n)]
     kernel_axes = [first + 2 * i for i in range(n)]
     return x.permute(tuple(range(first)) + tuple(output_axes) + tuple(kernel_axes))
+
+
+def _fold_windows(grad: Tensor, sizes, stride, dilation) -> Tensor:
+    """The gradient of `_pool_windows` with respect to x: each window element's gradient added back
+    at the position it was read from, x[..., o * stride + k * dilation]. One shifted copy of the
+    gradient per kernel offset, summed: plain index math, where differentiating the copies-and-
+    reshapes view of `_pool_windows` op by op reads through divisions and remainders."""
+    n = len(sizes)
+    lead = grad.ndim - 2 * n
+    outputs, kernel = grad.shape[lead:lead + n], grad.shape[lead + n:]
+    total = None
+    for offsets in itertools.product(*[range(k) for k in kernel]):
+        part = grad[(slice(None),) * (lead + n) + offsets]  # batch + outputs
+        for axis, (o, s, d, k, size) in enumerate(zip(outputs, stride, dilation, offsets, sizes)):
+            part = _spread(part, lead + axis, o, s, k * d, size)
+        total = part if total is None else total + part
+    return total
+
+
+def _spread(t: Tensor, axis: int, count: int, stride: int, start: int, size: int) -> Tensor:
+    """t's `count` entries along axis placed at start, start + stride, ... of a zero axis of length size."""
+    if stride > 1:  # interleave stride - 1 zeros after each entry
+        t = t.unsqueeze(axis + 1).pad(((0, 0),) * (axis + 1) + ((0, stride - 1),) + ((0, 0),) * (t.ndim - axis - 1))
+        t = t.reshape(t.shape[:axis] + (count * stride,) + t.shape[axis + 2:])
+    # a negative amount after crops the zeros that run past the axis
+    return t.pad(((0, 0),) * axis + ((start, size - start - count * stride),) + ((0, 0),) * (t.ndim - axis - 1))
 
 
 def _check_windows_fit(name: str, input_shape, padded_sizes, kernel, dilation) -> None:
