@@ -6,7 +6,8 @@
 Both run the same model (extra/train_digits.py's build_model), the same batches of the 1,437
 training images, Adam and cross entropy. The warm-up epoch is not timed: it includes lazygrad's
 kernel compiles (or disk-cache loads). Reported: seconds per epoch (the median of the timed
-epochs), images per second and, for lazygrad, kernels launched per training step.
+epochs), images per second and, for lazygrad, kernels launched per training step, with the step
+run eagerly and under lazygrad.jit.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))           # extra/,
 import lazygrad  # noqa: E402
 import lazygrad.nn.functional as F  # noqa: E402
 from lazygrad import Tensor, stats  # noqa: E402
+from lazygrad.jit import jit  # noqa: E402
 from lazygrad.nn.optim import Adam  # noqa: E402
 from lazygrad.nn.state import get_parameters  # noqa: E402
 from train_digits import CHANNELS, HIDDEN, build_model, load_digits_dataset  # noqa: E402
@@ -39,23 +41,27 @@ def batches(count: int, batch_size: int, seed: int) -> list[np.ndarray]:
     return [order[i * batch_size:(i + 1) * batch_size] for i in range(count // batch_size)]
 
 
-def lazygrad_epoch_seconds(data, args) -> tuple[list[float], float]:
-    """Seconds of each epoch after the warm-up, and kernels per training step."""
+def lazygrad_epoch_seconds(data, args, use_jit: bool) -> tuple[list[float], float]:
+    """Seconds of each epoch after the warm-up, and kernels per training step; the step jitted or not."""
     lazygrad.manual_seed(args.seed)
     model = build_model(8, args.device)
     optimizer = Adam(get_parameters(model), lr=3e-3)
+
+    def train_step(images: Tensor, labels: Tensor) -> Tensor:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+    train_step = jit(train_step) if use_jit else train_step
     times, kernels_per_step = [], 0.0
     for epoch in range(args.epochs + 1):
         steps = batches(len(data.train_images), args.batch_size, args.seed + epoch)
         stats.reset()
         start = time.perf_counter()
         for batch in steps:
-            optimizer.zero_grad()
-            logits = model(Tensor(data.train_images[batch], device=args.device))
-            loss = F.cross_entropy(logits, Tensor(data.train_labels[batch], device=args.device))
-            loss.backward()
-            Tensor.realize(loss, logits)
-            optimizer.step()
+            loss = train_step(Tensor(data.train_images[batch], device=args.device),
+                              Tensor(data.train_labels[batch], device=args.device))
             loss.item()
         if epoch > 0:
             times.append(time.perf_counter() - start)
@@ -104,10 +110,11 @@ def main() -> None:
     images = len(data.train_images) // args.batch_size * args.batch_size
     print(f"one epoch of the digits CNN: {images} training images in batches of {args.batch_size}, Adam")
 
-    times, kernels_per_step = lazygrad_epoch_seconds(data, args)
-    seconds = statistics.median(times)
-    print(f"  lazygrad {args.device:<6} {seconds:7.3f} s/epoch  {images / seconds:8.0f} images/s  "
-          f"({kernels_per_step:.0f} kernels per step)")
+    for use_jit in (False, True):
+        times, kernels_per_step = lazygrad_epoch_seconds(data, args, use_jit)
+        seconds = statistics.median(times)
+        print(f"  lazygrad {args.device:<6} {seconds:7.3f} s/epoch  {images / seconds:8.0f} images/s  "
+              f"({kernels_per_step:.0f} kernels per step, {'jit' if use_jit else 'eager'})")
     if torch is None:
         print("  torch is not installed: no PyTorch CPU eager comparison (pip install torch)")
         return
