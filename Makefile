@@ -17,7 +17,7 @@ $(VENV_PYTHON):
 	$(PYTHON) -m venv $(VENV)
 
 test: venv
-	$(VENV_PIP) install -q -e '.[test,opencl]'
+	$(VENV_PIP) install -q -e '.[test,opencl,onnx]'
 	$(VENV_PYTHON) -m pytest -q test
 
 demo: venv

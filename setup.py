@@ -1,4 +1,4 @@
-"""Packaging for lazygrad; extras: test, opencl (PoCL on machines without a GPU), cuda, examples.
+"""Packaging for lazygrad; extras: test, opencl (PoCL on machines without a GPU), cuda, examples, onnx.
 
 The test extra includes the examples' packages, so the checkpoint interop tests and the digits
 demo's tests (test/models) always run."""
@@ -17,5 +17,6 @@ setup(
         "opencl": ["pyopencl", "pocl-binary-distribution"],
         "cuda": ["cupy-cuda12x"],
         "examples": ["scikit-learn", "matplotlib", "tqdm", "safetensors"],
+        "onnx": ["onnx==1.23.2"],
     },
 )

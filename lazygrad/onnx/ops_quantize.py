@@ -1,0 +1,127 @@
+"""Quantization ONNX operators: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul, QLinearConv.
+
+Registered in registry.OPERATORS; model.py calls them. Scales and zero points are per tensor, per
+axis (1-D along `axis`) or per block (`block_size` along `axis`); they are broadcast to the input's
+shape here. Rounding is to nearest even, then saturation to the quantized type's range. The
+quantized type is the zero point's declared ONNX type (uint8 when there is none).
+"""
+from __future__ import annotations
+
+from onnx import TensorProto
+
+from lazygrad.dtype import dtypes
+from lazygrad.onnx.ops_conv import conv
+from lazygrad.onnx.ops_cast import FLOAT_FORMATS, cast_to
+from lazygrad.onnx.proto import dtype_of, elem_type_of_dtype
+from lazygrad.onnx.registry import onnx_op
+from lazygrad.tensor import Tensor
+
+INTEGER_RANGES = {
+    TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
+    TensorProto.INT16: (-32768, 32767), TensorProto.UINT4: (0, 15), TensorProto.INT4: (-8, 7),
+    TensorProto.UINT2: (0, 3), TensorProto.INT2: (-2, 1), TensorProto.INT32: (-2 ** 31, 2 ** 31 - 1),
+}
+
+
+def broadcast_parameter(parameter: Tensor, shape: tuple, axis: int, block_size: int) -> Tensor:
+    """A scale or zero point shaped to broadcast against an input of `shape`."""
+    if parameter.ndim == 0 or parameter.numel() == 1 and not block_size:
+        return parameter.reshape(())
+    axis = axis + len(shape) if axis < 0 else axis
+    if not block_size:
+        return parameter.reshape([-1 if d == axis else 1 for d in range(len(shape))])
+    repeated = parameter.repeat_interleave(block_size, dim=axis)
+    return repeated.shrink(tuple((0, shape[d]) if d == axis else None for d in range(len(shape))))
+
+
+def quantized_type(ctx, zero_point, output_dtype) -> int:
+    if zero_point is not None:
+        declared = ctx.declared_type(2)
+        return declared if declared is not None else elem_type_of_dtype(zero_point.dtype)
+    return output_dtype or TensorProto.UINT8
+
+
+def quantize(x: Tensor, scale: Tensor, zero_point, elem_type: int, saturate: bool = True) -> Tensor:
+    scaled = x / scale
+    if elem_type in FLOAT_FORMATS:
+        if zero_point is not None and elem_type == TensorProto.FLOAT4E2M1:
+            scaled = scaled + zero_point
+        return cast_to(scaled, elem_type, saturate)
+    rounded = scaled.round()
+    if zero_point is not None:
+        rounded = rounded + zero_point.cast(rounded.dtype)
+    low, high = INTEGER_RANGES[elem_type]
+    return rounded.clamp(low, high).cast(dtype_of(elem_type))
+
+
+@onnx_op("QuantizeLinear")
+def quantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size=0, output_dtype=0, saturate=1,
+                    precision=0):
+    elem_type = quantized_type(ctx, zero_point, output_dtype)
+    scale = broadcast_parameter(scale, x.shape, axis, block_size)
+    if precision:
+        x, scale = x.cast(dtype_of(precision)), scale.cast(dtype_of(precision))
+    elif x.dtype != scale.dtype:
+        x = x.cast(scale.dtype)
+    if zero_point is not None:
+        zero_point = broadcast_parameter(zero_point, x.shape, axis, block_size)
+    return quantize(x, scale, zero_point, elem_type, bool(saturate))
+
+
+@onnx_op("DequantizeLinear")
+def dequantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size=0, output_dtype=0):
+    scale = broadcast_parameter(scale, x.shape, axis, block_size)
+    shifted = x.cast(dtypes.float32)
+    if zero_point is not None and ctx.declared_type(0) not in FLOAT_FORMATS:
+        shifted = shifted - broadcast_parameter(zero_point, x.shape, axis, block_size).cast(dtypes.float32)
+    result = shifted * scale.cast(dtypes.float32)
+    return result.cast(dtype_of(output_dtype) if output_dtype else scale.dtype)
+
+
+@onnx_op("DynamicQuantizeLinear")
+def dynamic_quantize_linear(ctx, x):
+    low, high = x.min().minimum(0), x.max().maximum(0)
+    scale = (high - low) / 255
+    zero_point = (0 - low / scale).round().clamp(0, 255)
+    y = ((x / scale).round() + zero_point).clamp(0, 255).cast(dtypes.uint8)
+    return y, scale.cast(x.dtype), zero_point.cast(dtypes.uint8)
+
+
+def requantize(accumulated: Tensor, multiplier: Tensor, zero_point, like: Tensor, declared) -> Tensor:
+    result = accumulated.cast(dtypes.float64) * multiplier.cast(dtypes.float64)
+    if zero_point is not None:
+        result = result + zero_point.cast(dtypes.float64)
+    elem_type = declared if declared is not None else elem_type_of_dtype(zero_point.dtype if zero_point is not None
+                                                                           else like.dtype)
+    low, high = INTEGER_RANGES[elem_type]
+    return result.round().clamp(low, high).cast(dtype_of(elem_type))
+
+
+def centered(x: Tensor, zero_point, shape_for_axis=None) -> Tensor:
+    x = x.cast(dtypes.int32)
+    if zero_point is None:
+        return x
+    zero_point = zero_point.cast(dtypes.int32)
+    if shape_for_axis is not None and zero_point.numel() > 1:
+        zero_point = zero_point.reshape(shape_for_axis)
+    return x - zero_point
+
+
+@onnx_op("QLinearMatMul")
+def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point=None):
+    product = centered(a, a_zero_point).cast(dtypes.float64) @ centered(b, b_zero_point).cast(dtypes.float64)
+    multiplier = a_scale.cast(dtypes.float64) * b_scale.cast(dtypes.float64) / y_scale.cast(dtypes.float64)
+    return requantize(product, multiplier, y_zero_point, a, ctx.declared_type(7))
+
+
+@onnx_op("QLinearConv")
+def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point=None, bias=None,
+                 **attributes):
+    x_float = centered(x, x_zero_point).cast(dtypes.float64)
+    w_float = centered(w, w_zero_point, (-1,) + (1,) * (w.ndim - 1)).cast(dtypes.float64)
+    bias = None if bias is None else bias.cast(dtypes.float64)  # already in the accumulator's scale
+    accumulated = conv(ctx, x_float, w_float, bias, **attributes)
+    w_scale = w_scale.cast(dtypes.float64).reshape((1, -1) + (1,) * (x.ndim - 2)) if w_scale.numel() > 1 else \
+        w_scale.cast(dtypes.float64)
+    multiplier = x_scale.cast(dtypes.float64) * w_scale / y_scale.cast(dtypes.float64)
+    return requantize(accumulated, multiplier, y_zero_point, x, ctx.declared_type(7))

@@ -1,0 +1,71 @@
+"""The operator table of lazygrad.onnx: one Python function per ONNX operator, and the context it runs in.
+
+An operator module registers its functions with `@onnx_op("Relu")`. model.py calls each one as
+`function(ctx, *inputs, **attributes)`: inputs are Tensors (None for an omitted optional input,
+lists of Tensors for sequences), attributes are the node's attributes by their ONNX names, and
+`ctx` gives the opset version, the device and concrete values of small inputs (shapes, axes).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from lazygrad.tensor import Tensor
+
+OPERATORS: dict[tuple[str, str], Callable] = {}
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def onnx_op(*op_types: str, domain: str = ""):
+    """Register the decorated function as the implementation of the given ONNX operators."""
+    def register(function: Callable) -> Callable:
+        for op_type in op_types:
+            OPERATORS[(domain, op_type)] = function
+        return function
+    return register
+
+
+def find_operator(domain: str, op_type: str) -> Callable | None:
+    domain = "" if domain in DEFAULT_DOMAINS else domain
+    return OPERATORS.get((domain, op_type))
+
+
+class OpContext:
+    """What an operator may ask about the node it runs: opset, device, node name, concrete values."""
+
+    def __init__(self, runner, node, opset: int, scope: dict, device: str | None = None):
+        self.runner = runner
+        self.node = node
+        self.opset = opset
+        self.device = device or runner.device  # NPY while constant inputs are folded
+        self.scope = scope  # the values visible to the node, which subgraph bodies may read
+
+    def numpy(self, tensor: Tensor) -> np.ndarray:
+        """The value of a (small) input as numpy: folded constants are free, others are realized."""
+        return self.runner.concrete(tensor)
+
+    def ints(self, tensor: Tensor | None) -> list[int] | None:
+        if tensor is None:
+            return None
+        return [int(value) for value in self.numpy(tensor).reshape(-1)]
+
+    def scalar(self, tensor: Tensor | None, default=None):
+        if tensor is None:
+            return default
+        return self.numpy(tensor).reshape(-1)[0].item()
+
+    def declared_type(self, index: int) -> int | None:
+        """The ONNX element type the model declares for the node's index-th input, if it does."""
+        if index >= len(self.node.input):
+            return None
+        return self.runner.declared_types.get(self.node.input[index])
+
+    def const(self, array, dtype=None) -> Tensor:
+        """A Tensor on the node's device whose value later operators can read without running it."""
+        array = np.asarray(array) if dtype is None else np.asarray(array, dtype=dtype)
+        return self.runner.constant(array, self.device)
+
+    def run_graph(self, graph, inputs: list, outer: dict) -> list:
+        """Run a subgraph attribute (If, Loop, Scan bodies) with the given inputs and outer scope."""
+        return self.runner.run_subgraph(graph, inputs, outer)

@@ -1,0 +1,180 @@
+"""OnnxModel's API: loading from path, bytes and protos, input/output descriptions, Tensor inputs,
+unsupported-operator reports, malformed models, external data, autograd, and the command line."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from lazygrad import Tensor, dtypes, stats  # noqa: E402
+from lazygrad.onnx import OnnxModel, UnsupportedError  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def linear_relu_model(opset: int = 17) -> onnx.ModelProto:
+    """y = relu(x @ w + b) with x of shape (batch, 4), w and b as initializers."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])
+    w = numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(4, 2) / 8, "w")
+    b = numpy_helper.from_array(np.array([-1.0, 0.5], np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+             helper.make_node("Add", ["h", "b"], ["z"], name="add"),
+             helper.make_node("Relu", ["z"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "linear_relu", [x], [y], [w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def expected_linear_relu(x: np.ndarray) -> np.ndarray:
+    w = np.arange(8, dtype=np.float32).reshape(4, 2) / 8
+    return np.maximum(x @ w + np.array([-1.0, 0.5], np.float32), 0)
+
+
+@pytest.fixture
+def model_path(tmp_path):
+    path = tmp_path / "linear_relu.onnx"
+    onnx.save(linear_relu_model(), str(path))
+    return str(path)
+
+
+def test_model_loads_from_path_bytes_and_proto_and_gives_the_same_outputs(model_path):
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    with open(model_path, "rb") as file:
+        data = file.read()
+    for source in (model_path, data, linear_relu_model()):
+        outputs = OnnxModel(source, device="NPY")(x=x)
+        assert list(outputs) == ["y"]
+        assert isinstance(outputs["y"], Tensor)
+        np.testing.assert_allclose(outputs["y"].numpy(), expected_linear_relu(x), rtol=1e-6)
+
+
+def test_inputs_and_outputs_describe_names_dtypes_and_symbolic_shapes():
+    model = OnnxModel(linear_relu_model(), device="NPY")
+    assert [info.name for info in model.inputs] == ["x"]   # initializers are not inputs
+    assert model.inputs[0].dtype == dtypes.float32 and model.inputs[0].shape == ("batch", 4)
+    assert model.outputs[0].name == "y" and model.outputs[0].shape == ("batch", 2)
+    assert str(model.inputs[0]) == "x: float(batch, 4)"
+
+
+def test_run_takes_tensors_and_a_dict_and_runs_on_cpu():
+    x = Tensor(np.ones((2, 4), np.float32), device="CPU")
+    outputs = OnnxModel(linear_relu_model(), device="CPU").run({"x": x})
+    assert outputs["y"].device == "CPU"
+    np.testing.assert_allclose(outputs["y"].numpy(), expected_linear_relu(np.ones((2, 4), np.float32)), rtol=1e-6)
+
+
+def test_imported_model_is_differentiable():
+    model = OnnxModel(linear_relu_model(), device="NPY")
+    x = Tensor(np.ones((2, 4), np.float32), device="NPY", requires_grad=True)
+    model(x=x)["y"].sum().backward()
+    w = np.arange(8, dtype=np.float32).reshape(4, 2) / 8
+    active = (np.ones((2, 4), np.float32) @ w + np.array([-1.0, 0.5], np.float32)) > 0
+    np.testing.assert_allclose(x.grad.numpy(), active.astype(np.float32) @ w.T, rtol=1e-6)
+
+
+def test_shape_computations_on_constants_are_folded_without_running_kernels():
+    """Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])): the shape is known when the model runs."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 12])
+    initializers = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                    numpy_helper.from_array(np.array([0], np.int64), "axes"),
+                    numpy_helper.from_array(np.array([-1], np.int64), "rest")]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["batch"]),
+             helper.make_node("Unsqueeze", ["batch", "axes"], ["batch_1d"]),
+             helper.make_node("Concat", ["batch_1d", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "reshape", [x], [y], initializers),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    stats.reset()
+    result = OnnxModel(model, device="CPU")(x=data)["y"]
+    assert stats.kernels == 0
+    np.testing.assert_array_equal(result.numpy(), data.reshape(2, 12))
+
+
+def test_wrong_or_missing_input_names_are_reported():
+    model = OnnxModel(linear_relu_model(), device="NPY")
+    with pytest.raises(ValueError, match=r"model inputs are \['x'\]; got unknown \['z'\] and missing \['x'\]"):
+        model(z=np.ones((1, 4), np.float32))
+    with pytest.raises(TypeError, match="input 'x' must be float"):
+        model(x=np.ones((1, 4), np.int64))
+
+
+def test_unsupported_operators_are_all_reported_before_running():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("ImageDecoder", ["r"], ["t"], name="decoder_1"),
+             helper.make_node("Frobnicate", ["t"], ["y"], name="frob", domain="com.example")]
+    graph = helper.make_graph(nodes, "bad", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("com.example", 2)])
+    with pytest.raises(UnsupportedError) as error:
+        OnnxModel(model, device="NPY")
+    assert str(error.value) == ("unsupported: ImageDecoder (node 'decoder_1', opset 20); "
+                                "com.example.Frobnicate (node 'frob', opset 2)")
+    assert len(OnnxModel(model, device="NPY", strict=False).unsupported()) == 2
+
+
+def test_truncated_and_malformed_models_raise_a_clear_error(model_path):
+    with open(model_path, "rb") as file:
+        data = file.read()
+    for broken in (data[:len(data) // 2], data[:-3], b"not an onnx model at all"):
+        with pytest.raises(ValueError, match="not a valid ONNX model"):
+            OnnxModel(broken)
+    with pytest.raises(FileNotFoundError, match="no ONNX model at"):
+        OnnxModel(model_path + ".missing")
+    with pytest.raises(TypeError, match="OnnxModel takes a path, bytes or an onnx.ModelProto"):
+        OnnxModel(42)
+
+
+def test_external_data_is_read_next_to_the_model(tmp_path):
+    model = linear_relu_model()
+    path = str(tmp_path / "external.onnx")
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin",
+                    size_threshold=0)
+    assert os.path.exists(tmp_path / "weights.bin")
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_allclose(OnnxModel(path, device="NPY")(x=x)["y"].numpy(), expected_linear_relu(x), rtol=1e-6)
+
+
+def test_attributes_that_became_inputs_work_in_both_opsets():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    old = helper.make_graph([helper.make_node("Squeeze", ["x"], ["y"], axes=[0, 2])], "old", [x], [y])
+    axes = numpy_helper.from_array(np.array([0, 2], np.int64), "axes")
+    new = helper.make_graph([helper.make_node("Squeeze", ["x", "axes"], ["y"])], "new", [x], [y], [axes])
+    data = np.arange(3, dtype=np.float32).reshape(1, 3, 1)
+    for graph, opset in ((old, 11), (new, 13)):
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        assert OnnxModel(model, device="NPY")(x=data)["y"].numpy().tolist() == [0.0, 1.0, 2.0]
+
+
+def test_command_line_prints_the_model_and_runs_it(model_path):
+    command = [sys.executable, "-m", "lazygrad.onnx", model_path, "--run", "--dim", "batch=3", "--device", "NPY"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "x: float(batch, 4)" in result.stdout and "y: float(batch, 2)" in result.stdout
+    assert "1  MatMul" in result.stdout and "unsupported: none" in result.stdout
+    assert "ran on NPY" in result.stdout and "y: float32 (3, 2)" in result.stdout
+
+
+def test_command_line_lists_unsupported_operators_and_reports_broken_files(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    graph = helper.make_graph([helper.make_node("Frobnicate", ["x"], ["y"], name="f1", domain="com.example")], "g",
+                              [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    path = tmp_path / "bad.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                      helper.make_opsetid("com.example", 1)]), str(path))
+    result = subprocess.run([sys.executable, "-m", "lazygrad.onnx", str(path)], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)
+    assert "unsupported: com.example.Frobnicate (node 'f1', opset 1)" in result.stdout
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(path.read_bytes()[:20])
+    result = subprocess.run([sys.executable, "-m", "lazygrad.onnx", str(broken)], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)
+    assert result.returncode == 1 and "not a valid ONNX model" in result.stderr
