@@ -74,6 +74,14 @@ def _mod_ref(a, b):
     return np.where(b == 0, np.zeros_like(a), np.fmod(a, _int_safe_divisor(b)).astype(a.dtype))
 
 
+def _float16_in_float32(reduce, x: np.ndarray, axes) -> np.ndarray:
+    """A numpy sum or product over axes: float16 accumulated in float32 and rounded once, as the
+    compiled devices do (numpy itself rounds to float16 between blocks of a strided reduce)."""
+    if x.dtype == np.float16:
+        return reduce(x, axis=axes, keepdims=True, dtype=np.float32).astype(np.float16)
+    return reduce(x, axis=axes, keepdims=True, dtype=x.dtype)
+
+
 def _max_grad(g, out, srcs, arg):
     x, y = srcs
     # Ties share the gradient equally, as PyTorch's maximum does.
@@ -158,9 +166,9 @@ _DEFS = [
           grad=lambda g, out, srcs, arg: (None, srcs[0].where(g, 0), srcs[0].where(0, g)),
           render={"c": "({0} ? {1} : {2})"}, keeps_zero=True),
     # reduces over the axes in `arg`, keeping them as size 1
-    OpDef("SUM", REDUCE, 1, ref=lambda x, axes: np.sum(x, axis=axes, keepdims=True, dtype=x.dtype),
+    OpDef("SUM", REDUCE, 1, ref=lambda x, axes: _float16_in_float32(np.sum, x, axes),
           grad=lambda g, out, srcs, arg: (g.expand(srcs[0].shape),), render={"c": "({0}+{1})"}),
-    OpDef("PROD", REDUCE, 1, ref=lambda x, axes: np.prod(x, axis=axes, keepdims=True, dtype=x.dtype),
+    OpDef("PROD", REDUCE, 1, ref=lambda x, axes: _float16_in_float32(np.prod, x, axes),
           grad=lambda g, out, srcs, arg: ((g * out).expand(srcs[0].shape) / srcs[0],),
           render={"c": "({0}*{1})"}),
     OpDef("MAX_REDUCE", REDUCE, 1,

@@ -187,8 +187,16 @@ class ElementwiseMethods:
     def sin(self): return self._unary_float("SIN")
     def reciprocal(self): return self._unary_float("RECIP")
 
-    def exp(self): return (self._to_float() * (1 / math.log(2))).exp2()
-    def log(self): return self.log2() * math.log(2)
+    def exp(self): return self._in_float32(lambda x: (x * (1 / math.log(2))).exp2())
+    def log(self): return self._in_float32(lambda x: x.log2() * math.log(2))
+
+    def _in_float32(self, compute) -> "Tensor":
+        """compute(x) for float x; a float16 x is computed in float32 and rounded once, since rounding
+        the scaled intermediate (x * log2(e)) to float16 would cost several ulps of the result."""
+        x = self._to_float()
+        if x.dtype == dtypes.float16:
+            return compute(x.float()).half()
+        return compute(x)
     def rsqrt(self): return self.sqrt().reciprocal()
     def cos(self):
         # cos(x) = sin(pi/2 - x); the subtraction is done in float64 so it does not round x away
