@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from lazygrad.beam import beam_opts
 from lazygrad.devices import get_device
 from lazygrad.graph import write_graph
 from lazygrad.knobs import knobs
@@ -39,9 +40,10 @@ class CompiledKernel:
     program: object
     global_size: tuple[int, ...]
     flops: int
+    opts: tuple = ()            # the opts its loops were arranged with (renderer/opts.py)
 
 
-_PROGRAMS: dict[tuple[str, Kernel, bool], CompiledKernel] = {}
+_PROGRAMS: dict[tuple[str, Kernel, bool, int], CompiledKernel] = {}
 
 
 @dataclass
@@ -81,27 +83,30 @@ def record_refill(buffer, make_values) -> None:
 
 
 def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
-    """The runnable program for a kernel, from memory, the disk cache or the compiler."""
-    key = (device_name, kernel, knobs.noopt)
+    """The runnable program for a kernel, from memory, the disk cache or the compiler. Its opts come
+    from BEAM search when BEAM > 0, else from the default heuristic (none with NOOPT=1)."""
+    key = (device_name, kernel, knobs.noopt, knobs.beam)
     if key in _PROGRAMS:
         return _PROGRAMS[key]
     device = get_device(device_name)
     renderer = RENDERERS[device_name.split(":")[0]]
-    program = linearize(kernel, renderer, optimize=not knobs.noopt)
+    opts = beam_opts(device_name, kernel, renderer) if knobs.beam and not knobs.noopt else None
+    program = linearize(kernel, renderer, optimize=not knobs.noopt, opts=opts)
     source = renderer.render_program(program)
     if knobs.debug >= 3:
         print(f"kernel {program.name}: full shape {kernel.full_shape}, reduce axes {kernel.reduce_axes}\n"
               f"{format_ast(kernel.ast)}\n"
               f"loops: global {[(loop.var, loop.size) for loop in program.global_loops]}, "
               f"reduce {[(loop.var, loop.size) for loop in program.reduce_loops]}, "
-              f"parallel={program.parallel}", file=sys.stderr)
+              f"parallel={program.parallel}, opts {[str(opt) for opt in program.opts]}", file=sys.stderr)
     if knobs.debug >= 4:
         print(source, file=sys.stderr)
     if knobs.debug >= 6:
         print(device.compiler.assembly(source), file=sys.stderr)
     binary = device.compile_cached(source)
     compiled = CompiledKernel(program.name, source, device.load(program.name, binary, len(program.params)),
-                              tuple(loop.size for loop in program.global_loops), kernel.count_flops())
+                              tuple(loop.size for loop in program.global_loops), kernel.count_flops(),
+                              program.opts)
     _PROGRAMS[key] = compiled
     return compiled
 

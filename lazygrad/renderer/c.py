@@ -10,7 +10,7 @@ import math
 
 from lazygrad.dtype import dtypes
 from lazygrad.renderer.cstyle import CStyleRenderer
-from lazygrad.renderer.linearize import LoopProgram, accumulator_index
+from lazygrad.renderer.linearize import LoopProgram
 
 # Each helper is emitted only when the kernel body uses it.
 HELPERS = {
@@ -51,21 +51,37 @@ static inline float lg_exp2f(float x) {
 }
 
 
+# For kernels whose opts expand the loop body into copies (register tiles): gcc packs the copies
+# into vectors itself (SLP), with 512-bit vectors where the CPU has them, so a 32 x 8 tile's
+# accumulators fit in registers; and gcc 12's loop vectorizer, which miscompiles some loops that
+# store several outputs computed from shared masked loads (a padded tile), stays out.
+EXPANDED_BODY_ATTRIBUTE = '__attribute__((optimize("no-tree-loop-vectorize"), target("prefer-vector-width=512"))) '
+
+
 class CRenderer(CStyleRenderer):
     dialect = "c"
     accumulator_arrays = True
+    expands_tiles = True
+
+    def render_fma(self, dtype, left: str, right: str, accumulator: str) -> str:
+        return f"{'fma' if dtype == dtypes.float64 else '__builtin_fmaf'}({left}, {right}, {accumulator})"
 
     def render_program(self, program: LoopProgram) -> str:
         params = []
         for name, dtype, is_output in program.params:
             qualifier = "" if is_output else "const "
             params.append(f"{qualifier}{self.type_name(dtype)}* restrict {name}")
-        lines = [f"void {program.name}({', '.join(params)}) {{"]
+        attribute = EXPANDED_BODY_ATTRIBUTE if program.opts else ""
+        lines = [f"{attribute}void {program.name}({', '.join(params)}) {{"]
         depth = 1
 
         def line(text: str) -> None:
             lines.append("  " * depth + text)
 
+        block = program.block_loop
+        if block is not None:
+            line(f"for (long {block.var} = 0; {block.var} < {block.size}; {block.var}++) {{")
+            depth += 1
         for number, loop in enumerate(program.global_loops):
             if number == 0 and program.parallel:
                 line("#pragma omp parallel for")
@@ -85,37 +101,56 @@ class CRenderer(CStyleRenderer):
                 depth -= 1
                 line("}")
 
+        def statement_lines(statements) -> None:
+            for text in self.render_statements(statements):
+                line(text)
+
         inner_loops = program.inner_loops
-        if program.accumulator is not None:
-            accumulator, op, dtype, value = program.accumulator
-            identity = self.render_identity(op, dtype)
+        if program.accumulators:
+            first = program.accumulators[0]
+            identity = self.render_identity(first.op, first.dtype)
             # a float16 sum is accumulated in float and rounded once, as numpy's is
-            accumulator_type = self.type_name(dtypes.float32 if dtype == dtypes.float16 else dtype)
+            accumulator_type = self.type_name(dtypes.float32 if first.dtype == dtypes.float16 else first.dtype)
             if inner_loops:  # one accumulator per inner output, kept in an L1-sized array
                 size = math.prod(loop.size for loop in inner_loops)
-                line(f"{accumulator_type} {accumulator}[{size}];")
-                line(f"for (long a = 0; a < {size}; a++) {accumulator}[a] = {identity};")
-                target = f"{accumulator}[{accumulator_index(inner_loops)}]"
+                line(f"{accumulator_type} {first.name}[{size}];")
+                line(f"for (long a = 0; a < {size}; a++) {first.name}[a] = {identity};")
                 open_loops(program.reduce_loops)
                 open_loops(inner_loops, "#pragma omp simd" if program.vectorize else None)
             else:
-                line(f"{accumulator_type} {accumulator} = {identity};")
-                target = accumulator
-                vectorizable = program.vectorize and op in ("SUM", "PROD")
-                simd = f"#pragma omp simd reduction({'+' if op == 'SUM' else '*'}:{accumulator})" if vectorizable else None
+                for number, accumulator in enumerate(program.accumulators):
+                    initial = identity
+                    if block is not None and number < len(program.partial_stores):  # earlier blocks' result
+                        param, index, _ = program.partial_stores[number]
+                        initial = f"{block.var} == 0 ? {identity} : {param}[{index}]"
+                    line(f"{accumulator_type} {accumulator.name} = {initial};")
+                single = len(program.accumulators) == 1
+                vectorizable = program.vectorize and single and first.op in ("SUM", "PROD")
+                operator = "+" if first.op == "SUM" else "*"
+                simd = f"#pragma omp simd reduction({operator}:{first.name})" if vectorizable else None
                 open_loops(program.reduce_loops, simd)
-            for statement in program.inner:
-                line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
-            line(f"{target} = {self.render_accumulate(op, dtype, target, value)};")
+            statement_lines(program.inner)
             close_loops(inner_loops)
             close_loops(program.reduce_loops)
+            statement_lines(program.combine)
+        if block is not None:  # only the last block finishes the outputs
+            line(f"if ({block.var} < {block.size - 1}) {{")
+            for param, index, value in program.partial_stores:
+                line(f"  {param}[{index}] = {value};")
+            line("} else {")
+            depth += 1
         open_loops(inner_loops)
-        for statement in program.outer:
-            line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
-        param, index, value = program.store
-        line(f"{param}[{index}] = {value};")
+        statement_lines(program.outer)
+        for param, index, value in program.stores:
+            line(f"{param}[{index}] = {value};")
         close_loops(inner_loops)
+        if block is not None:
+            depth -= 1
+            line("}")
         close_loops(program.global_loops)
+        if block is not None:
+            depth -= 1
+            line("}")
         lines.append("}")
         body = "\n".join(lines)
         helpers = [text for marker, text in HELPERS.items() if marker in body]

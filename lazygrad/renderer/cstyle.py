@@ -97,11 +97,23 @@ class CStyleRenderer(FloorSyntax):
         return self.template(op, dtype).format(accumulator, value, f="" if dtype == dtypes.float64 else "f",
                                                ctype=self.type_name(dtype))
 
+    def render_fma(self, dtype: DType, left: str, right: str, accumulator: str) -> str:
+        """left * right + accumulator with one rounding (the dialect's fma)."""
+        return f"fma({left}, {right}, {accumulator})"
+
     def render_identity(self, op: str, dtype: DType) -> str:
         return self.render_const(reduce_identity(op, dtype), dtype)
 
     def render_store(self, param: str, dtype: DType, index: str, value: str) -> str:
         return f"{param}[{index}] = {value};"
+
+    def render_statements(self, statements) -> list[str]:
+        """Lines of a statement list (declarations and accumulator updates), unindented."""
+        lines = []
+        for statement in statements:
+            declaration = f"{self.type_name(statement.dtype)} " if statement.declare else ""
+            lines.append(f"{declaration}{statement.name} = {statement.expr};")
+        return lines
 
     def render_thread_body(self, program, loop_index_type: str) -> list[str]:
         """One output per thread (GPU dialects): the reduce loop with its register accumulator, the
@@ -112,22 +124,25 @@ class CStyleRenderer(FloorSyntax):
         def line(text: str) -> None:
             lines.append("  " * depth + text)
 
-        if program.accumulator is not None:
-            accumulator, op, dtype, value = program.accumulator
-            line(f"{self.type_name(dtype)} {accumulator} = {self.render_identity(op, dtype)};")
+        for accumulator in program.accumulators:
+            line(f"{self.type_name(accumulator.dtype)} {accumulator.name} = "
+                 f"{self.render_identity(accumulator.op, accumulator.dtype)};")
+        if program.accumulators:
             for loop in program.reduce_loops:
                 line(f"for ({loop_index_type} {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
                 depth += 1
-            for statement in program.inner:
-                line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
-            line(f"{accumulator} = {self.render_accumulate(op, dtype, accumulator, value)};")
+            for text in self.render_statements(program.inner):
+                line(text)
             for _ in program.reduce_loops:
                 depth -= 1
                 line("}")
-            if dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end
-                line(f"{accumulator} = lg_half({accumulator});")
+            for text in self.render_statements(program.combine):
+                line(text)
+        for accumulator in program.accumulators:
+            if accumulator.dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end
+                line(f"{accumulator.name} = lg_half({accumulator.name});")
         for statement in program.outer:
             line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
-        param, index, value = program.store
-        line(self.render_store(param, program.params[0][1], index, value))
+        for param, index, value in program.stores:
+            line(self.render_store(param, program.params[0][1], index, value))
         return lines

@@ -1,17 +1,22 @@
-"""Turns a scheduled Kernel into a loop program: loops, straight-line statements, one store.
+"""Turns a scheduled Kernel and its opts into a loop program: loops, straight-line statements, stores.
 
-Called by every renderer. It decides the loop nest (global loops outside, reduce loops inside,
-adjacent dims merged when every view allows it, so a contiguous 4096x4096 elementwise kernel is
-one flat loop), names every value, and asks the renderer for the text of each expression, so the
-dialect files only supply syntax. Views become index expressions here.
+Called by every renderer (through realize.get_program, and by BEAM for each candidate). It merges
+adjacent dims when every view allows it (a contiguous 4096x4096 elementwise kernel is one flat
+loop), applies the opts (renderer/opts.py: the default heuristic's unless given), decides the loop
+nest (a BLOCK loop outermost, global loops, reduce loops inside; upcast and unrolled axes expanded
+into copies of the body), names every value, and asks the renderer for the text of each
+expression, so the dialect files only supply syntax. Views become index expressions here.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
-from lazygrad.dtype import DType
-from lazygrad.ops import OPS
+from lazygrad.dtype import DType, dtypes
+from lazygrad.renderer.axes import merge_dims, split_dim
+from lazygrad.renderer.opts import (BLOCK, UNROLL, UPCAST, Opt, OptimizedKernel, apply_opts, heuristic_opts, initial,
+                                    load_strides)
 from lazygrad.schedule.kernel import Kernel, KernelNode
 from lazygrad.shape.symbolic import Lin, render_condition, var
 from lazygrad.shape.view import ShapeTracker
@@ -29,6 +34,14 @@ class Statement:
     name: str
     dtype: DType
     expr: str
+    declare: bool = True         # False: an assignment to an existing variable (an accumulator)
+
+
+@dataclass
+class Accumulator:
+    name: str
+    op: str                      # SUM, PROD or MAX_REDUCE
+    dtype: DType
 
 
 @dataclass
@@ -37,15 +50,21 @@ class LoopProgram:
     params: list[tuple[str, DType, bool]]        # (name, dtype, is_output)
     global_loops: list[Loop]
     reduce_loops: list[Loop]
-    inner: list[Statement]                       # inside the reduce loops (empty without a reduce)
-    accumulator: tuple[str, str, DType, str] | None  # (name, reduce op, dtype, value name to fold in)
-    outer: list[Statement]                       # after the reduce, per output element
-    store: tuple[str, str, str]                  # (param name, index text, value name)
+    inner: list[Statement]                       # inside the reduce loops, ending in accumulator updates
+    accumulators: list[Accumulator]              # one per output of an iteration (several when upcast)
+    outer: list[Statement]                       # after the reduce, per iteration of the global loops
+    stores: list[tuple[str, str, str]]           # (param name, index text, value name)
     full_shape: tuple[int, ...] = ()
     inner_loops: list[Loop] = field(default_factory=list)  # output loops run inside the reduce, one
     #                                                        accumulator each (an array, see accumulator_index)
     parallel: bool = False       # split the outer loop over CPU cores
     vectorize: bool = False      # mark the innermost reduce loop as a SIMD reduction
+    opts: tuple[Opt, ...] = ()   # the opts applied (upcast and unrolled axes are expanded in place)
+    block_loop: Loop | None = None  # BLOCK: a reduce loop around everything, partial results in the output
+    partial_stores: list[tuple[str, str, str]] = field(default_factory=list)  # (param, index, accumulator)
+    #                                                        per output: where its partial result lives
+    combine: list[Statement] = field(default_factory=list)  # after the reduce loops: fold the accumulators of
+    #                                                        unrolled steps into each output's first one
 
 
 def accumulator_index(inner_loops: list[Loop]) -> str:
@@ -56,85 +75,6 @@ def accumulator_index(inner_loops: list[Loop]) -> str:
         index = index + var(loop.var, 0, loop.size - 1) * stride
         stride *= loop.size
     return index.render()
-
-
-def _trackers(ast: KernelNode) -> set[ShapeTracker]:
-    found = set()
-    for node in ast.walk():
-        if node.op in ("LOAD", "STORE"):
-            found.add(node.arg[1])
-        elif node.op == "CONST" and node.arg[1] is not None:
-            found.add(node.arg[1])
-        elif node.op == "VALID":
-            found.add(node.arg)
-    return found
-
-
-def _reshape_ast(ast: KernelNode, mapping: dict[ShapeTracker, ShapeTracker]) -> KernelNode:
-    """The same AST with every tracker replaced by its entry in mapping."""
-    rebuilt: dict[KernelNode, KernelNode] = {}
-    for node in ast.walk():
-        srcs = tuple(rebuilt[src] for src in node.srcs)
-        arg = node.arg
-        if node.op in ("LOAD", "STORE"):
-            arg = (arg[0], mapping[arg[1]])
-        elif node.op == "CONST" and arg[1] is not None:
-            arg = (arg[0], mapping[arg[1]])
-        elif node.op == "VALID":
-            arg = mapping[arg]
-        rebuilt[node] = KernelNode.make(node.op, node.dtype, srcs, arg)
-    return rebuilt[ast]
-
-
-def reshape_kernel(kernel: Kernel, new_full: tuple[int, ...], new_axes: set[int]) -> Kernel | None:
-    """The kernel over a reshaped iteration space, or None if some view would need a second view."""
-    out_shape = kernel.output_shape
-    new_out = tuple(1 if axis in new_axes else size for axis, size in enumerate(new_full))
-    mapping = {}
-    for tracker in _trackers(kernel.ast):
-        assert tracker.shape in (kernel.full_shape, out_shape)
-        reshaped = tracker.reshape(new_full if tracker.shape == kernel.full_shape else new_out)
-        if len(reshaped.views) != len(tracker.views):
-            return None
-        mapping[tracker] = reshaped
-    return Kernel(_reshape_ast(kernel.ast, mapping), tuple(new_full), tuple(sorted(new_axes)), kernel.buffer_dtypes)
-
-
-def merge_dims(kernel: Kernel) -> Kernel:
-    """Merge adjacent loop dims of the same kind wherever every view reshapes without a new view."""
-    dim = 0
-    while dim < len(kernel.full_shape) - 1:
-        shape, axes = list(kernel.full_shape), set(kernel.reduce_axes)
-        merged = None
-        if (dim in axes) == (dim + 1 in axes):
-            new_full = tuple(shape[:dim] + [shape[dim] * shape[dim + 1]] + shape[dim + 2:])
-            new_axes = {axis if axis <= dim else axis - 1 for axis in axes}
-            merged = reshape_kernel(kernel, new_full, new_axes)
-        if merged is None:
-            dim += 1
-        else:
-            kernel = merged
-    return kernel
-
-
-def split_dim(kernel: Kernel, dim: int, inner: int) -> Kernel | None:
-    """Split loop dim into (size // inner, inner), both of the same kind."""
-    shape, axes = list(kernel.full_shape), set(kernel.reduce_axes)
-    new_full = tuple(shape[:dim] + [shape[dim] // inner, inner] + shape[dim + 1:])
-    new_axes = {axis if axis < dim else axis + 1 for axis in axes} | ({dim} if dim in axes else set())
-    return reshape_kernel(kernel, new_full, new_axes)
-
-
-def _load_strides(kernel: Kernel, nodes) -> list[dict[int, int]]:
-    """For each single-view load over the full shape: its memory stride along each loop dim."""
-    probe = [var(f"p{a}", 0, max(size - 1, 0)) if size > 1 else Lin.of(0) for a, size in enumerate(kernel.full_shape)]
-    strides = []
-    for node in nodes:
-        if node.op != "LOAD" or node.arg[1].shape != kernel.full_shape or len(node.arg[1].views) != 1:
-            continue
-        offset, _ = node.arg[1].index_and_valid(probe)
-        strides.append({int(atom.name[1:]): coeff for atom, coeff in offset.terms.items() if atom.kind == "var"})
-    return strides
 
 
 ACCUMULATOR_LIMIT = 8192  # elements of a per-thread accumulator array (32 KiB of float32: L1-sized)
@@ -152,8 +92,8 @@ def choose_inner_axes(kernel: Kernel) -> tuple[Kernel, list[int]]:
     if not globals_ or kernel.full_shape[globals_[-1]] > ACCUMULATOR_LIMIT:
         return kernel, []
     last, reduce_axis = globals_[-1], max(kernel.reduce_axes)
-    strided = [strides for strides in _load_strides(kernel, reduce_node.srcs[0].walk())
-               if strides.get(reduce_axis, 0) not in (0, 1) and strides.get(last) == 1]
+    strided = [strides for strides in load_strides(kernel, reduce_node.srcs[0].walk())
+               if strides.get(reduce_axis, 0) not in (0, 1, None) and strides.get(last) == 1]
     if not strided:
         return kernel, []
     inner = [last]
@@ -193,83 +133,170 @@ class _Namer:
         return f"{prefix}{self.count - 1}"
 
 
-def linearize(kernel: Kernel, renderer, optimize: bool = True, parallel_threshold: int = 1 << 15) -> LoopProgram:
-    """The loop program of a kernel; `renderer` supplies the text of each expression.
+def _fused_multiply_add(reduce_node: KernelNode, tiled: bool) -> bool:
+    """Whether a tiled float SUM of products accumulates with fma (one rounding per step, as BLAS
+    does); elementwise a*b+c keeps its two roundings everywhere."""
+    source = reduce_node.srcs[0]
+    return (tiled and reduce_node.op == "SUM" and source.op == "MUL" and source.dtype in (dtypes.float32, dtypes.float64)
+            and all(src.dtype == source.dtype for src in source.srcs))
 
-    With optimize=False (NOOPT=1) the loop nest is the plain one: one loop per dim, one thread,
-    no vectorization hints."""
-    name = kernel.name
-    inner_axes: list[int] = []
-    if optimize:
-        kernel = merge_dims(kernel)
-        if renderer.accumulator_arrays:
-            kernel, inner_axes = choose_inner_axes(kernel)
-    full_shape, axes = kernel.full_shape, set(kernel.reduce_axes)
-    full_indices: list[Lin] = []
-    global_loops, reduce_loops, inner_loops = [], [], []
-    for axis, size in enumerate(full_shape):
-        if size == 1:
-            full_indices.append(Lin.of(0))
-            continue
-        loop_var = f"{'r' if axis in axes else 'i'}{axis}"
-        full_indices.append(var(loop_var, 0, max(size - 1, 0)))
-        loops = reduce_loops if axis in axes else (inner_loops if axis in inner_axes else global_loops)
-        loops.append(Loop(loop_var, size, axis in axes))
-    out_indices = [Lin.of(0) if axis in axes else index for axis, index in enumerate(full_indices)]
-    out_shape = kernel.output_shape
 
-    def indices_for(tracker: ShapeTracker) -> list[Lin]:
-        if tracker.shape == full_shape:
-            return full_indices
-        assert tracker.shape == out_shape
-        return out_indices
+class _Emitter:
+    """Names values and writes their statements; a value whose text was already written in the
+    same scope reuses its name, so a load shared by every copy of an upcast body is read once."""
 
-    def index_text(tracker: ShapeTracker) -> tuple[str, str | bool]:
-        offset, conditions = tracker.index_and_valid(indices_for(tracker))
-        return offset.render(renderer), render_condition(conditions)
+    def __init__(self, renderer, params, namer: _Namer):
+        self.renderer, self.params, self.namer = renderer, params, namer
 
-    params = [(f"data{number}", dtype, number == 0) for number, dtype in enumerate(kernel.buffer_dtypes)]
-    names: dict[KernelNode, str] = {}
-    namer = _Namer()
-
-    def emit(node: KernelNode, statements: list[Statement]) -> None:
+    def emit(self, node: KernelNode, names: dict, seen: dict, statements: list[Statement], index_text) -> None:
+        renderer = self.renderer
         operands = [names[src] for src in node.srcs]
         if node.op == "LOAD":
             index, valid = index_text(node.arg[1])
-            expr = renderer.render_load(params[node.arg[0]][0], node.dtype, index, valid)
+            expr = renderer.render_load(self.params[node.arg[0]][0], node.dtype, index, valid)
         elif node.op == "CONST":
-            value = renderer.render_const(node.arg[0], node.dtype)
+            expr = renderer.render_const(node.arg[0], node.dtype)
             if node.arg[1] is not None:
                 _, valid = index_text(node.arg[1])
-                value = renderer.render_masked(value, node.dtype, valid)
-            expr = value
+                expr = renderer.render_masked(expr, node.dtype, valid)
         elif node.op == "VALID":
             _, valid = index_text(node.arg)
             expr = renderer.render_const(valid, node.dtype) if isinstance(valid, bool) else f"({valid})"
         else:
             expr = renderer.render_op(node.op, [src.dtype for src in node.srcs], node.dtype, operands)
-        names[node] = namer.next()
-        statements.append(Statement(names[node], node.dtype, expr))
+        key = (node.dtype, expr)
+        if key not in seen:
+            seen[key] = self.namer.next()
+            statements.append(Statement(seen[key], node.dtype, expr))
+        names[node] = seen[key]
 
+
+def _combinations(shape: tuple[int, ...], axes: list[int]) -> list[dict[int, int]]:
+    """Every assignment of positions to the expanded axes, the last axis fastest."""
+    return [dict(zip(axes, values)) for values in itertools.product(*(range(shape[axis]) for axis in axes))]
+
+
+def _arrange(kernel: Kernel, renderer, optimize: bool, opts) -> tuple[OptimizedKernel, list[int]]:
+    """The kernel with merged dims and its opts applied, and the axes choose_inner_axes moved
+    inside the reduce (only when no opts apply)."""
+    if not optimize:
+        return initial(kernel), []
+    kernel = merge_dims(kernel)
+    optimized = apply_opts(kernel, heuristic_opts(kernel, renderer) if opts is None else opts, renderer)
+    if optimized.opts or not renderer.accumulator_arrays:
+        return optimized, []
+    kernel, inner_axes = choose_inner_axes(kernel)
+    return initial(kernel), inner_axes
+
+
+def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parallel_threshold: int = 1 << 15) -> LoopProgram:
+    """The loop program of a kernel; `renderer` supplies the text of each expression.
+
+    `opts` (a list of Opt over the dim-merged kernel) arranges the loops; None asks the default
+    heuristic (renderer/opts.py). With optimize=False (NOOPT=1) the loop nest is the plain one: one
+    loop per dim, one thread, no vectorization hints, no opts."""
+    name = kernel.name
+    optimized, inner_axes = _arrange(kernel, renderer, optimize, opts)
+    kernel, kinds = optimized.kernel, optimized.kinds
+    full_shape, axes = kernel.full_shape, set(kernel.reduce_axes)
+    upcast_axes = [axis for axis, kind in enumerate(kinds) if kind == UPCAST and full_shape[axis] > 1]
+    unroll_axes = [axis for axis, kind in enumerate(kinds) if kind == UNROLL and full_shape[axis] > 1]
+    loop_indices: list[Lin] = []
+    global_loops, reduce_loops, inner_loops, block_loops = [], [], [], []
+    for axis, size in enumerate(full_shape):
+        if size == 1 or axis in upcast_axes or axis in unroll_axes:
+            loop_indices.append(Lin.of(0))
+            continue
+        loop_var = f"{'r' if axis in axes else 'i'}{axis}"
+        loop_indices.append(var(loop_var, 0, max(size - 1, 0)))
+        if kinds[axis] == BLOCK:
+            loops = block_loops
+        else:
+            loops = reduce_loops if axis in axes else (inner_loops if axis in inner_axes else global_loops)
+        loops.append(Loop(loop_var, size, axis in axes))
+    out_shape = kernel.output_shape
+
+    def index_text_at(position: dict[int, int]):
+        """index_text for one copy of the body: expanded axes at `position`, the rest loop variables."""
+        full_indices = [Lin.of(position[axis]) if axis in position else index for axis, index in enumerate(loop_indices)]
+        out_indices = [Lin.of(0) if axis in axes else index for axis, index in enumerate(full_indices)]
+
+        def index_text(tracker: ShapeTracker) -> tuple[str, str | bool]:
+            if tracker.shape == full_shape:
+                indices = full_indices
+            else:
+                assert tracker.shape == out_shape
+                indices = out_indices
+            offset, conditions = tracker.index_and_valid(indices)
+            return offset.render(renderer), render_condition(conditions)
+        return index_text
+
+    params = [(f"data{number}", dtype, number == 0) for number, dtype in enumerate(kernel.buffer_dtypes)]
+    emitter = _Emitter(renderer, params, _Namer())
     value = kernel.ast.srcs[0]
     reduce_nodes = [node for node in value.walk() if node.is_reduce]
     assert len(reduce_nodes) <= 1, "one reduce per kernel"
-    inner: list[Statement] = []
-    accumulator = None
     reduce_node = reduce_nodes[0] if reduce_nodes else None
-    if reduce_node is not None:
-        for node in reduce_node.srcs[0].walk():
-            emit(node, inner)
-        accumulator_name = namer.next("acc")
-        accumulator = (accumulator_name, reduce_node.op, reduce_node.dtype, names[reduce_node.srcs[0]])
-        names[reduce_node] = accumulator_name + (f"[{accumulator_index(inner_loops)}]" if inner_loops else "")
+    outputs = _combinations(full_shape, upcast_axes)
+    copies = [{**output, **step} for step in _combinations(full_shape, unroll_axes) for output in outputs]
+    reduction = _Reduction(reduce_node, copies, len(outputs), emitter, inner_loops, bool(optimized.opts)) \
+        if reduce_node is not None else None
+    if reduction is not None:
+        reduction.emit_body(index_text_at)
     # Values after the reduce are emitted afresh, even one (a constant) also used inside the loop,
     # whose variable is out of scope here.
     outer: list[Statement] = []
-    for node in _walk_above(value, reduce_node):
-        emit(node, outer)
-    store_index, _ = index_text(kernel.ast.arg[1])
-    return LoopProgram(name, params, global_loops, reduce_loops, inner, accumulator, outer,
-                       (params[0][0], store_index, names[value]), full_shape, inner_loops,
+    stores, partial_stores = [], []
+    seen: dict = {}
+    for number, output in enumerate(outputs):
+        names = {reduce_node: reduction.targets[number]} if reduction is not None else {}
+        index_text = index_text_at(output)
+        for node in _walk_above(value, reduce_node):
+            emitter.emit(node, names, seen, outer, index_text)
+        store_index, _ = index_text(kernel.ast.arg[1])
+        stores.append((params[0][0], store_index, names[value]))
+        if reduction is not None and block_loops:
+            partial_stores.append((params[0][0], store_index, reduction.targets[number]))
+    return LoopProgram(name, params, global_loops, reduce_loops, reduction.inner if reduction else [],
+                       reduction.accumulators if reduction else [], outer, stores, full_shape, inner_loops,
                        parallel=optimize and math.prod(full_shape) >= parallel_threshold and bool(global_loops),
-                       vectorize=optimize)
+                       vectorize=optimize, opts=optimized.opts, block_loop=block_loops[0] if block_loops else None,
+                       partial_stores=partial_stores, combine=reduction.combine if reduction else [])
+
+
+class _Reduction:
+    """The statements of a reduce: one accumulator per copy of the body (the upcast outputs times
+    the unrolled steps, which accumulate independently: ILP, and SIMD for reduces such as max that
+    C cannot vectorize as a reduction), the loop body, and the folding of each output's unrolled
+    accumulators into its first one after the loop."""
+
+    def __init__(self, reduce_node: KernelNode, copies: list[dict[int, int]], output_count: int,
+                 emitter: _Emitter, inner_loops: list[Loop], tiled: bool):
+        self.node, self.copies, self.emitter = reduce_node, copies, emitter
+        self.fused = _fused_multiply_add(reduce_node, tiled)
+        op, dtype = reduce_node.op, reduce_node.dtype
+        self.accumulators = [Accumulator(emitter.namer.next("acc"), op, dtype) for _ in copies]
+        suffix = f"[{accumulator_index(inner_loops)}]" if inner_loops else ""
+        self.targets = [accumulator.name + suffix for accumulator in self.accumulators]
+        self.combine = []
+        for number in range(output_count, len(copies)):
+            final, partial = self.targets[number % output_count], self.targets[number]
+            update = emitter.renderer.render_accumulate(op, dtype, final, partial)
+            self.combine.append(Statement(final, dtype, update, declare=False))
+        self.inner: list[Statement] = []
+
+    def emit_body(self, index_text_at) -> None:
+        source, renderer = self.node.srcs[0], self.emitter.renderer
+        nodes = source.walk()
+        seen: dict = {}
+        for target, position in zip(self.targets, self.copies):
+            names: dict = {}
+            index_text = index_text_at(position)
+            for node in nodes:
+                self.emitter.emit(node, names, seen, self.inner, index_text)
+            if self.fused:
+                left, right = (names[src] for src in source.srcs)
+                update = renderer.render_fma(self.node.dtype, left, right, target)
+            else:
+                update = renderer.render_accumulate(self.node.op, self.node.dtype, target, names[source])
+            self.inner.append(Statement(target, self.node.dtype, update, declare=False))

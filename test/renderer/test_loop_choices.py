@@ -37,11 +37,20 @@ def test_column_sum_accumulates_along_rows(shape):
     np.testing.assert_allclose(result.numpy(), data.sum(0), rtol=1e-5, atol=1e-5)
 
 
-def test_matmul_moves_the_output_columns_inside_the_reduce():
+def test_matmul_gets_a_register_tile_of_both_output_axes():
     a = Tensor(np.ones((32, 16), dtype=np.float32))
     b = Tensor(np.ones((16, 24), dtype=np.float32))
     program = program_for(a @ b)
-    assert [loop.size for loop in program.inner_loops] == [8, 24]
+    assert [str(opt) for opt in program.opts] == ["UPCAST(1,8)", "UPCAST(0,8)"]
+    assert len(program.accumulators) == 64 and not program.inner_loops
+
+
+def test_matmul_whose_columns_do_not_tile_moves_them_inside_the_reduce():
+    a = Tensor(np.ones((32, 16), dtype=np.float32))
+    b = Tensor(np.ones((16, 7), dtype=np.float32))
+    program = program_for(a @ b)
+    assert not program.opts
+    assert [loop.size for loop in program.inner_loops] == [8, 7]
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 5, 7), (8, 16, 24), (33, 17, 65), (64, 3, 128), (10, 130, 6)])

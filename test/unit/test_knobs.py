@@ -28,8 +28,8 @@ def run_python(code: str, extra_environ: dict[str, str]) -> subprocess.Completed
 # ---------------------------------------------------------------------------------------------
 
 def test_knob_names_are_exactly_the_documented_variables():
-    assert KNOB_NAMES == ("DEBUG", "DEV", "BEAM", "NOOPT", "GRAPH", "LAZYGRAD_CACHE",
-                          "DISABLE_CACHE", "CC")
+    assert KNOB_NAMES == ("DEBUG", "DEV", "BEAM", "BEAM_TIMEOUT", "IGNORE_BEAM_CACHE", "NOOPT", "GRAPH",
+                          "LAZYGRAD_CACHE", "DISABLE_CACHE", "CC")
 
 
 def test_defaults_when_nothing_is_set():

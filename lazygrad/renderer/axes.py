@@ -1,0 +1,77 @@
+"""Reshaping a kernel's iteration space: merging adjacent loop dims and splitting one in two.
+
+Used by linearize (merged dims, inner accumulator loops) and by opts (every split an opt makes).
+A reshape succeeds only when every view of the kernel follows it without a second view, so the
+index expressions stay as short as before.
+"""
+from __future__ import annotations
+
+from lazygrad.schedule.kernel import Kernel, KernelNode
+from lazygrad.shape.view import ShapeTracker
+
+
+def _trackers(ast: KernelNode) -> set[ShapeTracker]:
+    found = set()
+    for node in ast.walk():
+        if node.op in ("LOAD", "STORE"):
+            found.add(node.arg[1])
+        elif node.op == "CONST" and node.arg[1] is not None:
+            found.add(node.arg[1])
+        elif node.op == "VALID":
+            found.add(node.arg)
+    return found
+
+
+def _reshape_ast(ast: KernelNode, mapping: dict[ShapeTracker, ShapeTracker]) -> KernelNode:
+    """The same AST with every tracker replaced by its entry in mapping."""
+    rebuilt: dict[KernelNode, KernelNode] = {}
+    for node in ast.walk():
+        srcs = tuple(rebuilt[src] for src in node.srcs)
+        arg = node.arg
+        if node.op in ("LOAD", "STORE"):
+            arg = (arg[0], mapping[arg[1]])
+        elif node.op == "CONST" and arg[1] is not None:
+            arg = (arg[0], mapping[arg[1]])
+        elif node.op == "VALID":
+            arg = mapping[arg]
+        rebuilt[node] = KernelNode.make(node.op, node.dtype, srcs, arg)
+    return rebuilt[ast]
+
+
+def reshape_kernel(kernel: Kernel, new_full: tuple[int, ...], new_axes: set[int]) -> Kernel | None:
+    """The kernel over a reshaped iteration space, or None if some view would need a second view."""
+    out_shape = kernel.output_shape
+    new_out = tuple(1 if axis in new_axes else size for axis, size in enumerate(new_full))
+    mapping = {}
+    for tracker in _trackers(kernel.ast):
+        assert tracker.shape in (kernel.full_shape, out_shape)
+        reshaped = tracker.reshape(new_full if tracker.shape == kernel.full_shape else new_out)
+        if len(reshaped.views) != len(tracker.views):
+            return None
+        mapping[tracker] = reshaped
+    return Kernel(_reshape_ast(kernel.ast, mapping), tuple(new_full), tuple(sorted(new_axes)), kernel.buffer_dtypes)
+
+
+def merge_dims(kernel: Kernel) -> Kernel:
+    """Merge adjacent loop dims of the same kind wherever every view reshapes without a new view."""
+    dim = 0
+    while dim < len(kernel.full_shape) - 1:
+        shape, axes = list(kernel.full_shape), set(kernel.reduce_axes)
+        merged = None
+        if (dim in axes) == (dim + 1 in axes):
+            new_full = tuple(shape[:dim] + [shape[dim] * shape[dim + 1]] + shape[dim + 2:])
+            new_axes = {axis if axis <= dim else axis - 1 for axis in axes}
+            merged = reshape_kernel(kernel, new_full, new_axes)
+        if merged is None:
+            dim += 1
+        else:
+            kernel = merged
+    return kernel
+
+
+def split_dim(kernel: Kernel, dim: int, inner: int) -> Kernel | None:
+    """Split loop dim into (size // inner, inner), both of the same kind."""
+    shape, axes = list(kernel.full_shape), set(kernel.reduce_axes)
+    new_full = tuple(shape[:dim] + [shape[dim] // inner, inner] + shape[dim + 1:])
+    new_axes = {axis if axis < dim else axis + 1 for axis in axes} | ({dim} if dim in axes else set())
+    return reshape_kernel(kernel, new_full, new_axes)

@@ -1,0 +1,324 @@
+"""Kernel optimizations (opts): how a kernel's loops are arranged, chosen before linearize runs.
+
+Data path: realize.get_program picks a list of `Opt`s for each kernel (the heuristic below, or
+BEAM search in lazygrad/beam.py), `apply_opts` turns the kernel into an `OptimizedKernel`, and
+`linearize` lays out its loops. Each opt names an axis of the kernel's iteration space after
+adjacent dims are merged (`OptimizedKernel.kernel.full_shape`, which grows as opts split axes):
+
+  UPCAST axis n   split a global axis into (size/n, n) and compute the n outputs together in one
+                  iteration (register tiles: a loaded value is reused across the tile, and the C
+                  compiler packs the n straight-line copies into vector instructions)
+  UNROLL axis n   split a reduce axis into (size/n, n) and unroll the inner n steps, each into its
+                  own accumulator (folded together after the loop: independent chains vectorize)
+  LOCAL axis n    a work-group of n along a global axis (GPU dialects; refused where unsupported)
+  GROUP axis n    split a reduce across n work-items of a group (GPU dialects; refused likewise)
+  BLOCK axis n    run a reduce axis in blocks of n, the block loop outermost, with partial results kept
+                  in the output buffer between blocks (cache blocking for big matmuls; C only)
+
+Every opt is validated: a refused opt raises `OptError` saying why (not divisible, too large,
+wrong kind of axis, not supported by this renderer). Upcast and unrolled axes are expanded into
+straight-line code by linearize, so the same opt list runs on every renderer that accepts it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lazygrad.renderer.axes import split_dim
+from lazygrad.schedule.kernel import Kernel, KernelNode
+from lazygrad.shape.symbolic import Lin, var
+
+OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "LOCAL", "GROUP")
+# Part of BEAM's cache key: bump it when an opt's meaning or the code it renders changes.
+OPTS_VERSION = 1
+
+# Straight-line copies of the loop body: outputs computed together (upcast) times reduce steps
+# unrolled. Larger tiles spill registers and make the C compiler slow.
+MAX_UPCAST = 256
+MAX_EXPANSION = 512
+
+GLOBAL, REDUCE, UPCAST, UNROLL, BLOCK = "global", "reduce", "upcast", "unroll", "block"
+
+
+class OptError(ValueError):
+    """An opt that cannot apply to this kernel; the message says why."""
+
+
+@dataclass(frozen=True)
+class Opt:
+    op: str
+    axis: int
+    amount: int
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.axis},{self.amount})"
+
+
+@dataclass(frozen=True)
+class OptimizedKernel:
+    """A kernel whose axes each have a kind: global, reduce, upcast (expanded outputs), unroll
+    (expanded reduce steps) or block (a reduce loop outside the global loops).
+    `kernel.reduce_axes` holds the reduce, unroll and block axes."""
+    kernel: Kernel
+    kinds: tuple[str, ...]
+    opts: tuple[Opt, ...] = ()
+
+    def axes_of(self, kind: str) -> list[int]:
+        return [axis for axis, axis_kind in enumerate(self.kinds) if axis_kind == kind]
+
+    def expanded_size(self, *kinds: str) -> int:
+        return math.prod(self.kernel.full_shape[axis] for axis, kind in enumerate(self.kinds) if kind in kinds)
+
+
+def initial(kernel: Kernel) -> OptimizedKernel:
+    """The kernel with no opts applied: every axis is a plain global or reduce loop."""
+    kinds = tuple(REDUCE if axis in kernel.reduce_axes else GLOBAL for axis in range(len(kernel.full_shape)))
+    return OptimizedKernel(kernel, kinds)
+
+
+def _split_axis(optimized: OptimizedKernel, axis: int, amount: int, inner_kind: str,
+                outer_kind: str | None = None) -> OptimizedKernel:
+    """Split `axis` into (size / amount, amount); the inner part gets `inner_kind`, the outer part
+    `outer_kind` (by default the axis's own kind)."""
+    kernel = optimized.kernel
+    split = split_dim(kernel, axis, amount)
+    if split is None:
+        raise OptError(f"axis {axis} of {kernel.full_shape} cannot be split by {amount}: some view would need a reshape")
+    outer_kind = outer_kind or optimized.kinds[axis]
+    kinds = optimized.kinds[:axis] + (outer_kind, inner_kind) + optimized.kinds[axis + 1:]
+    reduce_axes = tuple(index for index, kind in enumerate(kinds) if kind in (REDUCE, UNROLL, BLOCK))
+    split = Kernel(split.ast, split.full_shape, reduce_axes, split.buffer_dtypes)
+    return OptimizedKernel(split, kinds, optimized.opts)
+
+
+def apply_opt(optimized: OptimizedKernel, opt: Opt, renderer) -> OptimizedKernel:
+    """The kernel with one more opt, or OptError with the reason it does not apply."""
+    shape = optimized.kernel.full_shape
+    if opt.op not in OPT_OPS:
+        raise OptError(f"unknown opt {opt.op!r}; the opts are {', '.join(OPT_OPS)}")
+    if opt.op in ("LOCAL", "GROUP") and not getattr(renderer, "supports_local", False):
+        raise OptError(f"{opt.op} needs a dialect with work-groups; {type(renderer).__name__} has none")
+    if not 0 <= opt.axis < len(shape):
+        raise OptError(f"{opt}: axis {opt.axis} is out of range for a kernel of shape {shape}")
+    size, kind = shape[opt.axis], optimized.kinds[opt.axis]
+    if opt.amount < 2:
+        raise OptError(f"{opt}: the amount must be at least 2, got {opt.amount}")
+    if size % opt.amount != 0:
+        raise OptError(f"{opt}: axis {opt.axis} has size {size}, not divisible by {opt.amount}")
+    if opt.op in ("UPCAST", "LOCAL") and kind != GLOBAL:
+        raise OptError(f"{opt}: axis {opt.axis} is a {kind} axis; {opt.op} applies to global axes")
+    if opt.op in ("UNROLL", "GROUP", "BLOCK") and kind != REDUCE:
+        raise OptError(f"{opt}: axis {opt.axis} is a {kind} axis; {opt.op} applies to reduce axes")
+    if opt.op == "UPCAST" and optimized.expanded_size(UPCAST) * opt.amount > MAX_UPCAST:
+        raise OptError(f"{opt}: more than {MAX_UPCAST} outputs per iteration")
+    if opt.op in ("UPCAST", "UNROLL") and optimized.expanded_size(UPCAST, UNROLL) * opt.amount > MAX_EXPANSION:
+        raise OptError(f"{opt}: more than {MAX_EXPANSION} copies of the loop body")
+    if opt.op == "BLOCK":
+        _check_block(optimized, opt, renderer)
+        split = _split_axis(optimized, opt.axis, opt.amount, REDUCE, outer_kind=BLOCK)
+        return OptimizedKernel(split.kernel, split.kinds, optimized.opts + (opt,))
+    inner_kind = {"UPCAST": UPCAST, "UNROLL": UNROLL}.get(opt.op)
+    if inner_kind is None:
+        raise OptError(f"{opt.op} is not implemented for {type(renderer).__name__} yet")
+    split = _split_axis(optimized, opt.axis, opt.amount, inner_kind)
+    return OptimizedKernel(split.kernel, split.kinds, optimized.opts + (opt,))
+
+
+def _check_block(optimized: OptimizedKernel, opt: Opt, renderer) -> None:
+    """BLOCK runs the reduce in blocks of `amount` steps, the block loop outermost; each pass over
+    the outputs adds its block to partial results kept in the output buffer, so a block of the
+    operands stays in cache while every output uses it. The output must hold the accumulator
+    exactly, and must not be one of the inputs."""
+    kernel = optimized.kernel
+    if not getattr(renderer, "expands_tiles", False):
+        raise OptError(f"{opt}: BLOCK (partial results kept in the output) is only rendered by the C dialect")
+    if BLOCK in optimized.kinds:
+        raise OptError(f"{opt}: the kernel already has a BLOCK")
+    if opt.amount >= kernel.full_shape[opt.axis]:
+        raise OptError(f"{opt}: a block of {opt.amount} covers all of axis {opt.axis} (size {kernel.full_shape[opt.axis]})")
+    reduce_node = next((node for node in kernel.ast.walk() if node.is_reduce), None)
+    output_dtype = kernel.buffer_dtypes[0]
+    if reduce_node is None or reduce_node.dtype != output_dtype or output_dtype.itemsize < 4:
+        raise OptError(f"{opt}: partial results need an output of the accumulator's dtype (32 or 64 bits)")
+    store_views = kernel.ast.arg[1].views
+    if len(store_views) != 1 or store_views[0].mask is not None:
+        raise OptError(f"{opt}: the output view must be a plain one")
+
+
+def apply_opts(kernel: Kernel, opts, renderer) -> OptimizedKernel:
+    """Apply opts in order to a (dim-merged) kernel; OptError names the first one refused."""
+    optimized = initial(kernel)
+    for opt in opts:
+        optimized = apply_opt(optimized, opt, renderer)
+    return optimized
+
+
+# ---- the default heuristic ------------------------------------------------------------------------
+
+def load_strides(kernel: Kernel, nodes) -> list[dict[int, int | None]]:
+    """For each load over the full shape: how far its memory index moves per step along each axis
+    (0 where the load does not move, so its value is reused along that axis; None where the step
+    varies, as through a reshape of a padded window)."""
+    shape = kernel.full_shape
+    probe = [var(f"p{axis}", 0, max(size - 1, 0)) if size > 1 else Lin.of(0) for axis, size in enumerate(shape)]
+    samples = [[0] * len(shape), [size // 2 for size in shape], [max(size - 2, 0) for size in shape]]
+    strides = []
+    for node in nodes:
+        if node.op != "LOAD" or node.arg[1].shape != shape:
+            continue
+        offset, _ = node.arg[1].index_and_valid(probe)
+        found = {}
+        for axis, size in enumerate(shape):
+            if size == 1:
+                continue
+            steps = set()
+            for sample in samples:
+                here = {f"p{index}": value for index, value in enumerate(sample)}
+                there = {**here, f"p{axis}": min(sample[axis], size - 2) + 1}
+                here[f"p{axis}"] = there[f"p{axis}"] - 1
+                steps.add(offset.evaluate(there) - offset.evaluate(here))
+            found[axis] = steps.pop() if len(steps) == 1 else None
+        strides.append(found)
+    return strides
+
+
+def _largest_divisor(size: int, choices: tuple[int, ...]) -> int | None:
+    return next((amount for amount in choices if size % amount == 0 and size >= amount), None)
+
+
+def _reduce_source(kernel: Kernel) -> KernelNode | None:
+    return next((node.srcs[0] for node in kernel.ast.walk() if node.is_reduce), None)
+
+
+def matmul_tile(kernel: Kernel) -> list[Opt]:
+    """Register tile for a reduce whose loads each stay put along some output axis (matmul,
+    convolution): the output axis that some load walks contiguously (the vector axis) and an output
+    axis that load does not move along (the row axis) are upcast, so every loaded value is used
+    many times from registers. A matmul (one reduce axis) gets 32 columns by 8 rows; a convolution
+    (several reduce axes, windows that are often padded) 16 columns by 16 output channels, which
+    measured several times faster here than 32 x 8. Empty when the kernel is not like that."""
+    source = _reduce_source(kernel)
+    if source is None:
+        return []
+    globals_ = [axis for axis, size in enumerate(kernel.full_shape) if axis not in kernel.reduce_axes and size > 1]
+    strides = load_strides(kernel, source.walk())
+    if len(strides) < 2:
+        return []
+    reused = {axis for axis in globals_ if any(load[axis] == 0 for load in strides)}
+    if len(kernel.reduce_axes) > 1:
+        vector_choices, row_choices = (16, 8), (16, 8, 4, 2)
+    else:
+        vector_choices, row_choices = (32, 16, 8), (8, 6, 4, 2)
+    for vector_axis in reversed(globals_):
+        walking = [load for load in strides if load[vector_axis] == 1]
+        if vector_axis not in reused or not walking:
+            continue
+        vector_amount = _largest_divisor(kernel.full_shape[vector_axis], vector_choices)
+        if vector_amount is None:
+            continue
+        row_axes = [axis for axis in reversed(globals_) if axis != vector_axis and walking[0][axis] == 0]
+        for row_axis in row_axes:
+            row_amount = _largest_divisor(kernel.full_shape[row_axis], row_choices)
+            if row_amount is not None:
+                # the later axis is split first, so the earlier one keeps its number
+                tile = [Opt("UPCAST", vector_axis, vector_amount), Opt("UPCAST", row_axis, row_amount)]
+                return sorted(tile, key=lambda opt: -opt.axis)
+        return [Opt("UPCAST", vector_axis, vector_amount)]
+    return []
+
+
+# Ops cheap enough to copy many times over in an unrolled body; a body with exp2, log2, sin or a
+# division keeps its plain loop, which the C compiler vectorizes whole.
+CHEAP_OPS = {"LOAD", "CONST", "VALID", "ADD", "MUL", "NEG", "MAX", "CMPLT", "CMPNE", "WHERE", "CAST", "AND", "OR", "XOR"}
+
+
+def row_reduce_tile(kernel: Kernel) -> list[Opt]:
+    """For a cheap reduce whose loads walk its single reduce axis contiguously: unrolled steps
+    into independent accumulators (they fill vector registers; max cannot be a SIMD reduction in
+    C), and several outputs at once. With one walking load (row sums, row max, a variance) that is
+    8 rows by 8 steps, so eight streams run in parallel; with two, each reused along its own output
+    axis (a matmul with the right operand transposed, as in nn.Linear), a 4 x 4 tile by 8 steps."""
+    source = _reduce_source(kernel)
+    if source is None or len(kernel.reduce_axes) != 1 or any(node.op not in CHEAP_OPS for node in source.walk()):
+        return []
+    reduce_axis = kernel.reduce_axes[0]
+    strides = load_strides(kernel, source.walk())
+    walking = [load for load in strides if load.get(reduce_axis) == 1]
+    if not walking or any(load.get(reduce_axis) not in (0, 1) for load in strides) or kernel.full_shape[reduce_axis] < 64:
+        return []
+    globals_ = [axis for axis, size in enumerate(kernel.full_shape) if axis not in kernel.reduce_axes and size > 1]
+    reused = [[axis for axis in globals_ if load[axis] == 0] for load in walking]
+    upcasts: list[tuple[int, int]] = []
+    if len(walking) == 2 and reused[0] and reused[1] and reused[0][-1] != reused[1][-1]:
+        for axis in (reused[0][-1], reused[1][-1]):
+            amount = _largest_divisor(kernel.full_shape[axis], (4, 2))
+            if amount is not None:
+                upcasts.append((axis, amount))
+    elif len(walking) == 1 and globals_:
+        amount = _largest_divisor(kernel.full_shape[globals_[-1]], (8, 4, 2))
+        if amount is not None:
+            upcasts.append((globals_[-1], amount))
+    else:
+        return []
+    opts = [Opt("UPCAST", axis, amount) for axis, amount in sorted(upcasts, reverse=True)]
+    reduce_axis += sum(axis < reduce_axis for axis, _ in upcasts)
+    unroll = _largest_divisor(kernel.full_shape[kernel.reduce_axes[0]], (8, 4))
+    if unroll is not None:
+        opts.append(Opt("UNROLL", reduce_axis, unroll))
+    return opts
+
+
+def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
+    """The default opts of a dim-merged kernel on renderers that vectorize straight-line code (C):
+    a register tile for matmul-like reduces, else rows and unrolled accumulators for cheap row
+    reduces; nothing elsewhere, where linearize's own loop choices (flat vectorized loops, inner
+    accumulator arrays) already serve."""
+    if not getattr(renderer, "expands_tiles", False):
+        return []
+    tile = matmul_tile(kernel)
+    opts = tile or row_reduce_tile(kernel)
+    try:
+        tiled = apply_opts(kernel, opts, renderer)
+    except OptError:
+        return []
+    block = reduce_block(tiled) if tile else None
+    if block is not None:
+        try:
+            apply_opt(tiled, block, renderer)
+            opts.append(block)
+        except OptError:
+            pass
+    return opts
+
+
+# Steps per BLOCK of a tiled matmul: measured fastest here for 512 to 2048 (64 steps of the 8 rows
+# and 32 columns a tile reads stay in L1; 128 and 256 were 10 to 30% slower, 32 and 16 slower too).
+BLOCK_STEPS = 64
+
+
+def reduce_block(tiled: OptimizedKernel) -> Opt | None:
+    """BLOCK for a tiled kernel whose single reduce has at least 4 blocks of BLOCK_STEPS."""
+    reduces = tiled.axes_of(REDUCE)
+    if len(reduces) != 1:
+        return None
+    size = tiled.kernel.full_shape[reduces[0]]
+    if size % BLOCK_STEPS or size < 4 * BLOCK_STEPS:
+        return None
+    return Opt("BLOCK", reduces[0], BLOCK_STEPS)
+
+
+def candidate_opts(optimized: OptimizedKernel, renderer) -> list[Opt]:
+    """Every single opt that applies to this kernel now (the moves of BEAM and of random tests)."""
+    found = []
+    amounts = {"UPCAST": (2, 3, 4, 8, 16, 32), "UNROLL": (2, 4, 8, 16), "BLOCK": (64, 128, 256),
+               "LOCAL": (2, 4, 8, 16, 32), "GROUP": (2, 4, 8, 16)}
+    for op, choices in amounts.items():
+        for axis in range(len(optimized.kernel.full_shape)):
+            for amount in choices:
+                opt = Opt(op, axis, amount)
+                try:
+                    apply_opt(optimized, opt, renderer)
+                except OptError:
+                    continue
+                found.append(opt)
+    return found

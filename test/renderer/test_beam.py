@@ -1,0 +1,100 @@
+"""BEAM search on tiny kernels: it finds correct opts, stores them in the disk cache, reuses them,
+searches again with IGNORE_BEAM_CACHE=1, and survives candidates that fail to compile."""
+import json
+
+import numpy as np
+import pytest
+
+import lazygrad.beam as beam
+import lazygrad.realize as realize
+from lazygrad import Context, Tensor
+from lazygrad.diskcache import cache_put
+from lazygrad.renderer.axes import merge_dims
+from lazygrad.schedule.fuse import create_schedule
+
+
+def tiny_matmul():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((8, 12)).astype(np.float32), rng.standard_normal((12, 16)).astype(np.float32)
+    return a, b, (Tensor(a) @ Tensor(b)).relu()
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    monkeypatch.setattr(realize, "_PROGRAMS", {})
+    monkeypatch.setattr(beam, "MAX_ROUNDS", 2)
+    monkeypatch.setattr(beam, "MAX_CANDIDATES_PER_ROUND", 6)
+    with Context(LAZYGRAD_CACHE=tmp_path, BEAM=2, DEBUG=1, BEAM_TIMEOUT=20):
+        yield
+
+
+def test_beam_searches_then_uses_the_cache(fresh, capfd):
+    a, b, result = tiny_matmul()
+    np.testing.assert_allclose(result.numpy(), np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+    assert "searched in" in capfd.readouterr().err
+    realize._PROGRAMS.clear()
+    _, _, again = tiny_matmul()
+    np.testing.assert_allclose(again.numpy(), np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+    assert "from the BEAM cache" in capfd.readouterr().err
+    realize._PROGRAMS.clear()
+    with Context(IGNORE_BEAM_CACHE=1):
+        tiny_matmul()[2].numpy()
+    assert "searched in" in capfd.readouterr().err
+
+
+def test_failing_candidates_are_discarded(fresh, monkeypatch, capfd):
+    real_source = beam.KernelBench.source
+
+    def broken_when_unrolled(self, opts):
+        name, source = real_source(self, opts)
+        if opts and any(opt.op == "UNROLL" for opt in opts):
+            source += "\nthis is not C;\n"
+        return name, source
+    monkeypatch.setattr(beam.KernelBench, "source", broken_when_unrolled)
+    with Context(DEBUG=3):
+        a, b, result = tiny_matmul()
+        np.testing.assert_allclose(result.numpy(), np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+    err = capfd.readouterr().err
+    assert "BEAM discarded" in err
+
+
+def test_wrong_results_are_discarded(fresh, monkeypatch):
+    real_matches = beam.KernelBench.matches
+    timed = []
+
+    def upcasts_are_wrong(self):
+        return real_matches(self) and not any(opt.op == "UPCAST" for opt in timed[-1])
+    real_evaluate = beam._evaluate
+
+    def remember(bench, opts, compiled, best):
+        timed.append(opts)
+        return real_evaluate(bench, opts, compiled, best)
+    monkeypatch.setattr(beam.KernelBench, "matches", upcasts_are_wrong)
+    monkeypatch.setattr(beam, "_evaluate", remember)
+    _, _, result = tiny_matmul()
+    (item,) = create_schedule([result.lazydata])
+    compiled = realize.get_program("CPU", item.kernel)
+    assert not any(opt.op == "UPCAST" for opt in compiled.opts)
+
+
+def test_cached_opts_that_no_longer_apply_are_searched_again(fresh, capfd):
+    _, _, result = tiny_matmul()
+    (item,) = create_schedule([result.lazydata])
+    key = beam.beam_cache_key("CPU", merge_dims(item.kernel), 2)
+    cache_put("beam", key, json.dumps({"opts": [["UPCAST", 0, 7]]}).encode())
+    result.numpy()
+    assert "searched in" in capfd.readouterr().err
+
+
+def test_a_zero_timeout_keeps_the_better_of_no_opts_and_the_default(fresh, monkeypatch):
+    proposals = []
+    real_compile_all = beam._compile_all
+
+    def record(bench, chosen):
+        proposals.extend(chosen)
+        return real_compile_all(bench, chosen)
+    monkeypatch.setattr(beam, "_compile_all", record)
+    a, b, result = tiny_matmul()
+    with Context(BEAM_TIMEOUT=0):
+        np.testing.assert_allclose(result.numpy(), np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+    assert len(proposals) <= 2

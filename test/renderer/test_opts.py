@@ -1,0 +1,262 @@
+"""Opts: validation with reasons, the default heuristic's tiles, and random valid opt sequences on
+random graphs, which must compute what the NPY device computes."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import lazygrad.realize as realize
+import lazygrad.renderer.linearize as linearize_module
+from lazygrad import Context, Tensor, dtypes
+from lazygrad.renderer.axes import merge_dims
+from lazygrad.renderer.c import CRenderer
+from lazygrad.renderer.linearize import linearize
+from lazygrad.renderer.opencl import OpenCLRenderer
+from lazygrad.renderer.opts import Opt, OptError, apply_opt, apply_opts, candidate_opts, heuristic_opts, initial
+from lazygrad.schedule.fuse import create_schedule
+
+
+def kernel_of(tensor: Tensor):
+    (item,) = [item for item in create_schedule([tensor.lazydata]) if item.kernel is not None]
+    return merge_dims(item.kernel)
+
+
+def matmul_kernel(m=16, k=12, n=32):
+    return kernel_of(Tensor(np.ones((m, k), np.float32)) @ Tensor(np.ones((k, n), np.float32)))
+
+
+# ---- validation ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("opt,reason", [
+    (Opt("UPCAST", 0, 5), "not divisible by 5"),
+    (Opt("UPCAST", 2, 4), "is a reduce axis"),
+    (Opt("UNROLL", 0, 4), "is a global axis"),
+    (Opt("BLOCK", 0, 4), "is a global axis"),
+    (Opt("UPCAST", 7, 2), "out of range"),
+    (Opt("UPCAST", 1, 1), "at least 2"),
+    (Opt("LOCAL", 0, 4), "needs a dialect with work-groups"),
+    (Opt("SPLIT", 0, 4), "unknown opt"),
+])
+def test_a_refused_opt_says_why(opt, reason):
+    with pytest.raises(OptError, match=reason):
+        apply_opt(initial(matmul_kernel()), opt, CRenderer())
+
+
+def test_upcasts_are_capped():
+    kernel = kernel_of(Tensor(np.ones((64, 64), np.float32)) @ Tensor(np.ones((64, 64), np.float32)))
+    with pytest.raises(OptError, match="outputs per iteration"):
+        apply_opts(kernel, [Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 16)], CRenderer())
+
+
+def test_candidates_all_apply():
+    optimized = initial(matmul_kernel())
+    candidates = candidate_opts(optimized, CRenderer())
+    assert Opt("UPCAST", 1, 32) in candidates and Opt("UNROLL", 2, 4) in candidates
+    for opt in candidates:
+        apply_opt(optimized, opt, CRenderer())
+
+
+# ---- the heuristic ------------------------------------------------------------------------------
+
+def test_matmul_tiles_columns_by_32_and_rows_by_8():
+    assert heuristic_opts(matmul_kernel(), CRenderer()) == [Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 8)]
+
+
+def test_conv2d_tiles_output_channels_and_columns():
+    x = Tensor(np.ones((2, 4, 8, 8), np.float32))
+    w = Tensor(np.ones((8, 4, 3, 3), np.float32))
+    opts = heuristic_opts(kernel_of(x.conv2d(w, padding=1)), CRenderer())
+    assert [opt.op for opt in opts] == ["UPCAST", "UPCAST"]
+
+
+def test_elementwise_and_gpu_kernels_get_no_tile():
+    x = Tensor(np.ones((64, 64), np.float32))
+    assert heuristic_opts(kernel_of(x * 2 + 1), CRenderer()) == []
+    assert heuristic_opts(matmul_kernel(), OpenCLRenderer()) == []
+
+
+def test_sizes_that_do_not_divide_get_a_smaller_tile_or_none():
+    assert heuristic_opts(matmul_kernel(m=6, n=24), CRenderer()) == [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 6)]
+    assert heuristic_opts(matmul_kernel(m=7, n=7), CRenderer()) == []
+
+
+def test_cheap_row_reduces_take_eight_rows_and_eight_accumulators():
+    x = Tensor(np.ones((64, 256), np.float32))
+    assert heuristic_opts(kernel_of(x.sum(axis=1)), CRenderer()) == [Opt("UPCAST", 0, 8), Opt("UNROLL", 2, 8)]
+    assert heuristic_opts(kernel_of(x.max(axis=1)), CRenderer()) == [Opt("UPCAST", 0, 8), Opt("UNROLL", 2, 8)]
+    assert heuristic_opts(kernel_of(x.exp().sum(axis=1)), CRenderer()) == []   # exp stays a vectorized loop
+    assert heuristic_opts(kernel_of(x.sum(axis=0)), CRenderer()) == []         # columns: inner accumulator loops
+
+
+def test_matmul_with_a_transposed_right_operand_gets_a_small_tile_over_unrolled_steps():
+    a, b = Tensor(np.ones((16, 256), np.float32)), Tensor(np.ones((32, 256), np.float32))
+    assert heuristic_opts(kernel_of(a @ b.T), CRenderer()) == [Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4), Opt("UNROLL", 4, 8)]
+
+
+def test_noopt_applies_no_opts():
+    x, w = Tensor(np.ones((16, 12), np.float32)), Tensor(np.ones((12, 32), np.float32))
+    (item,) = create_schedule([(x @ w).lazydata])
+    assert linearize(item.kernel, CRenderer(), optimize=False).opts == ()
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float16, dtypes.float64, dtypes.int32, dtypes.int64])
+def test_tiled_matmul_matches_numpy_for_every_dtype(dtype):
+    rng = np.random.default_rng(1)
+    a = rng.integers(-3, 4, (16, 24)).astype(dtype.np)
+    b = rng.integers(-3, 4, (24, 40)).astype(dtype.np)
+    result = Tensor(a) @ Tensor(b)
+    assert realize.get_program("CPU", create_schedule([result.lazydata])[0].kernel).opts
+    np.testing.assert_allclose(result.numpy().astype(np.float64), (a.astype(np.float64) @ b), rtol=1e-3)
+
+
+def test_tiled_conv_with_padding_matches_numpy_padded_conv():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 8, 16)).astype(np.float32)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    result = Tensor(x).conv2d(Tensor(w), padding=1).numpy()
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # n c h w kh kw
+    expected = np.einsum("nchwij,ocij->nohw", windows, w)
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
+
+
+def with_opts(monkeypatch, opts):
+    monkeypatch.setattr(linearize_module, "heuristic_opts", lambda kernel, renderer: list(opts))
+    monkeypatch.setattr(realize, "_PROGRAMS", {})
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int64])
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_blocked_reduce_with_an_elementwise_tail_matches_numpy(monkeypatch, dtype, reduce):
+    rng = np.random.default_rng(4)
+    a = rng.integers(-3, 4, (16, 256)).astype(dtype.np)
+    b = rng.integers(-3, 4, (256, 32)).astype(dtype.np)
+    bias = rng.integers(-3, 4, (32,)).astype(dtype.np)
+    with_opts(monkeypatch, [Opt("UPCAST", 2, 8), Opt("UPCAST", 0, 4), Opt("BLOCK", 2, 64), Opt("UNROLL", 3, 2)])
+    product = Tensor(a).reshape(16, 256, 1) * Tensor(b).reshape(1, 256, 32)
+    reduced = product.sum(1) if reduce == "sum" else product.max(1)
+    result = (reduced + Tensor(bias)).relu()
+    (item,) = create_schedule([result.lazydata])
+    assert any(opt.op == "BLOCK" for opt in realize.get_program("CPU", item.kernel).opts)
+    products = a.astype(np.int64)[:, :, None] * b[None, :, :]
+    expected = np.maximum((products.sum(1) if reduce == "sum" else products.max(1)) + bias, 0)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-6)
+
+
+def test_block_needs_an_output_that_holds_the_accumulator():
+    a, b = Tensor(np.ones((8, 256), np.float16)), Tensor(np.ones((256, 8), np.float16))
+    with pytest.raises(OptError, match="accumulator's dtype"):
+        apply_opt(initial(kernel_of(a @ b)), Opt("BLOCK", 2, 64), CRenderer())
+    with pytest.raises(OptError, match="only rendered by the C dialect"):
+        apply_opt(initial(matmul_kernel(k=256)), Opt("BLOCK", 2, 64), OpenCLRenderer())
+
+
+def test_long_matmul_reduces_are_blocked_and_short_ones_not():
+    assert heuristic_opts(matmul_kernel(64, 512, 64), CRenderer())[-1] == Opt("BLOCK", 4, 64)
+    assert [opt.op for opt in heuristic_opts(matmul_kernel(64, 128, 64), CRenderer())] == ["UPCAST", "UPCAST"]
+
+
+def test_unrolled_max_keeps_nan_and_each_step_its_own_accumulator(monkeypatch):
+    values = np.arange(64, dtype=np.float32).reshape(4, 16)
+    values[1, 5] = np.nan
+    values[2, 3] = np.inf
+    with_opts(monkeypatch, [Opt("UNROLL", 1, 8)])
+    result = Tensor(values).max(axis=1)
+    (item,) = create_schedule([result.lazydata])
+    program = linearize(item.kernel, CRenderer(), opts=[Opt("UNROLL", 1, 8)])
+    assert len(program.accumulators) == 8 and len(program.combine) == 7
+    np.testing.assert_array_equal(result.numpy(), values.max(axis=1))
+
+
+def test_padded_tile_that_gcc_12_vectorized_wrongly(monkeypatch):
+    """Two outputs per iteration from shared masked loads, in a loop gcc's loop vectorizer took."""
+    graph = (2, 2, 2, dtypes.float32, 0, "padded")
+    with_opts(monkeypatch, [Opt("UPCAST", 1, 2), Opt("UNROLL", 3, 4)])
+    np.testing.assert_array_equal(build("CPU", *graph).numpy(), build("NPY", *graph).numpy())
+
+
+# ---- random graphs under random valid opts, against NPY ---------------------------------------
+
+SIZES = st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16])
+DTYPES = [dtypes.float32, dtypes.float16, dtypes.int32]
+
+
+def random_opts(kernel, renderer, rng: np.random.Generator) -> list[Opt]:
+    """Up to three opts, each drawn from those valid after the previous ones."""
+    optimized, opts = initial(kernel), []
+    for _ in range(rng.integers(1, 4)):
+        choices = candidate_opts(optimized, renderer)
+        if not choices:
+            break
+        opt = choices[rng.integers(len(choices))]
+        optimized = apply_opt(optimized, opt, renderer)
+        opts.append(opt)
+    return opts
+
+
+@st.composite
+def opt_graph(draw):
+    """A small graph with a reduce that tiles: a (batched) matmul-like product or a padded window
+    sum, then an elementwise tail; its dtype and layout drawn at random."""
+    m, k, n = draw(SIZES), draw(SIZES), draw(SIZES)
+    dtype = draw(st.sampled_from(DTYPES))
+    seed = draw(st.integers(0, 2 ** 16))
+    kind = draw(st.sampled_from(["matmul", "transposed", "padded", "sum", "elementwise", "max"]))
+    return m, k, n, dtype, seed, kind
+
+
+def build(device, m, k, n, dtype, seed, kind):
+    rng = np.random.default_rng(seed)
+    a_values = rng.integers(-3, 4, (m, k)).astype(dtype.np)
+    b_values = rng.integers(-3, 4, (k, n)).astype(dtype.np)
+    a, b = Tensor(a_values, device=device), Tensor(b_values, device=device)
+    if kind == "matmul":
+        return (a @ b) * 2 + 1
+    if kind == "transposed":
+        return (b.T @ a.T).relu()
+    if kind == "padded":
+        return (a.pad(((1, 1), (0, 2))).reshape(m + 2, 1, k + 2) * b.pad(((0, 2), (0, 0))).T.reshape(1, n, k + 2)).sum(-1)
+    if kind == "sum":
+        return a.sum(0) + b.sum(1)[:1]
+    if kind == "max":
+        return (a.reshape(m, k, 1) + b.reshape(1, k, n)).max(1)
+    return (a.reshape(m, k, 1) * b.reshape(1, k, n) - 1).abs()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=opt_graph(), opt_seed=st.integers(0, 2 ** 16))
+def test_random_graphs_under_random_opts_match_npy(graph, opt_seed, monkeypatch_module):
+    rng = np.random.default_rng(opt_seed)
+    chosen = []
+
+    def pick(kernel, renderer):
+        opts = random_opts(kernel, renderer, rng)
+        chosen.append([str(opt) for opt in opts])
+        return opts
+    monkeypatch_module.setattr(linearize_module, "heuristic_opts", pick)
+    monkeypatch_module.setattr(realize, "_PROGRAMS", {})
+    actual = build("CPU", *graph).numpy()
+    expected = build("NPY", *graph).numpy()
+    tolerance = 2e-2 if graph[3] == dtypes.float16 else 1e-5
+    np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=tolerance, atol=tolerance,
+                               err_msg=f"graph {graph} with opts {chosen}")
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def test_random_opts_on_opencl_match_npy(monkeypatch):
+    pytest.importorskip("pyopencl")
+    from lazygrad.devices import get_device
+    try:
+        get_device("OPENCL")
+    except Exception as error:
+        pytest.skip(f"no OpenCL device: {error}")
+    rng = np.random.default_rng(3)
+    monkeypatch.setattr(linearize_module, "heuristic_opts", lambda kernel, renderer: random_opts(kernel, renderer, rng))
+    monkeypatch.setattr(realize, "_PROGRAMS", {})
+    for kind in ("matmul", "padded", "max"):
+        graph = (8, 6, 16, dtypes.float32, 5, kind)
+        np.testing.assert_allclose(build("OPENCL", *graph).numpy(), build("NPY", *graph).numpy(), rtol=1e-5)
