@@ -62,6 +62,7 @@ class CRenderer(CStyleRenderer):
     dialect = "c"
     accumulator_arrays = True
     expands_tiles = True
+    spills_tile_epilogue = True
 
     def render_fma(self, dtype, left: str, right: str, accumulator: str) -> str:
         return f"{'fma' if dtype == dtypes.float64 else '__builtin_fmaf'}({left}, {right}, {accumulator})"
@@ -140,6 +141,8 @@ class CRenderer(CStyleRenderer):
             line("} else {")
             depth += 1
         open_loops(inner_loops)
+        for param, index, accumulator in program.raw_stores:
+            line(f"{param}[{index}] = {accumulator};")
         statement_lines(program.outer)
         for param, index, value in program.stores:
             line(f"{param}[{index}] = {value};")

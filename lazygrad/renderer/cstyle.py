@@ -26,6 +26,8 @@ class CStyleRenderer(FloorSyntax):
     # Whether strided reduces may keep per-output accumulators in an array (a CPU cache tiling);
     # GPU dialects give each thread one output and one register accumulator instead.
     accumulator_arrays = False
+    # Whether a tile's epilogue reads its sums back from the output (see linearize; a gcc matter).
+    spills_tile_epilogue = False
 
     def type_name(self, dtype: DType) -> str:
         return self.type_names.get(dtype, dtype.c_name)

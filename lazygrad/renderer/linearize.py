@@ -65,6 +65,8 @@ class LoopProgram:
     #                                                        per output: where its partial result lives
     combine: list[Statement] = field(default_factory=list)  # after the reduce loops: fold the accumulators of
     #                                                        unrolled steps into each output's first one
+    raw_stores: list[tuple[str, str, str]] = field(default_factory=list)  # (param, index, accumulator): sums
+    #                                                        stored before the epilogue, which reads them back
 
 
 def accumulator_index(inner_loops: list[Loop]) -> str:
@@ -246,14 +248,23 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     # Values after the reduce are emitted afresh, even one (a constant) also used inside the loop,
     # whose variable is out of scope here.
     outer: list[Statement] = []
-    stores, partial_stores = [], []
+    stores, partial_stores, raw_stores = [], [], []
     seen: dict = {}
+    # A tile's epilogue (bias, relu, ...) reads each sum back from the output, not from its register:
+    # gcc keeps a tile's accumulators in vector registers only when every use after the loop
+    # vectorizes too, and a relu's select does not (an 8x slower matmul+relu without this).
+    spill = (renderer.spills_tile_epilogue and reduction is not None and len(outputs) > 1 and value is not reduce_node
+             and reduce_node.dtype == kernel.buffer_dtypes[0] and reduce_node.dtype.itemsize >= 4)
     for number, output in enumerate(outputs):
-        names = {reduce_node: reduction.targets[number]} if reduction is not None else {}
         index_text = index_text_at(output)
+        store_index, _ = index_text(kernel.ast.arg[1])
+        names = {}
+        if reduction is not None:
+            names[reduce_node] = f"{params[0][0]}[{store_index}]" if spill else reduction.targets[number]
+        if spill:
+            raw_stores.append((params[0][0], store_index, reduction.targets[number]))
         for node in _walk_above(value, reduce_node):
             emitter.emit(node, names, seen, outer, index_text)
-        store_index, _ = index_text(kernel.ast.arg[1])
         stores.append((params[0][0], store_index, names[value]))
         if reduction is not None and block_loops:
             partial_stores.append((params[0][0], store_index, reduction.targets[number]))
@@ -261,7 +272,8 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
                        reduction.accumulators if reduction else [], outer, stores, full_shape, inner_loops,
                        parallel=optimize and math.prod(full_shape) >= parallel_threshold and bool(global_loops),
                        vectorize=optimize, opts=optimized.opts, block_loop=block_loops[0] if block_loops else None,
-                       partial_stores=partial_stores, combine=reduction.combine if reduction else [])
+                       partial_stores=partial_stores, combine=reduction.combine if reduction else [],
+                       raw_stores=raw_stores)
 
 
 class _Reduction:

@@ -217,7 +217,13 @@ class ElementwiseMethods:
         magnitude = -em / (2 + em)
         return (x < 0).where(-magnitude, magnitude)
 
-    def relu(self): return self.maximum(0)
+    def relu(self) -> "Tensor":
+        """max(x, 0). Its gradient reads the output (grad where out > 0), which the forward pass
+        stores anyway, not x: x is usually a matmul fused into this kernel and would be recomputed."""
+        from lazygrad.tensor import no_grad
+        with no_grad():
+            out = self.maximum(0)
+        return out._with_gradient((self,), lambda grad, out, sources, rule: [(out > 0).where(grad, 0)])
     def square(self): return self * self
 
     def abs(self) -> "Tensor":

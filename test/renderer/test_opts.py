@@ -87,9 +87,20 @@ def test_cheap_row_reduces_take_eight_rows_and_eight_accumulators():
     assert heuristic_opts(kernel_of(x.sum(axis=0)), CRenderer()) == []         # columns: inner accumulator loops
 
 
-def test_matmul_with_a_transposed_right_operand_gets_a_small_tile_over_unrolled_steps():
+def test_products_of_rows_get_a_small_tile_over_unrolled_steps():
+    """Both operands contiguous along the reduce (a @ b.T written out; matmul itself copies b.T
+    first when a has 8 rows or more, see test_a_matmul_copies_a_transposed_operand_first)."""
     a, b = Tensor(np.ones((16, 256), np.float32)), Tensor(np.ones((32, 256), np.float32))
-    assert heuristic_opts(kernel_of(a @ b.T), CRenderer()) == [Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4), Opt("UNROLL", 4, 8)]
+    rows = (a.reshape(16, 1, 256) * b.reshape(1, 32, 256)).sum(-1)
+    assert heuristic_opts(kernel_of(rows), CRenderer()) == [Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4), Opt("UNROLL", 4, 8)]
+
+
+def test_a_matmul_copies_a_transposed_operand_first():
+    """x @ w.T with 8 rows or more: a copy of w.T, then the tiled kernel of a plain matmul."""
+    x, w = Tensor(np.ones((16, 256), np.float32)), Tensor(np.ones((32, 256), np.float32))
+    items = [item for item in create_schedule([(x @ w.T).lazydata]) if item.kernel is not None]
+    assert len(items) == 2 and not items[0].kernel.reduce_axes
+    assert heuristic_opts(merge_dims(items[1].kernel), CRenderer())[:2] == [Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 8)]
 
 
 def test_noopt_applies_no_opts():
