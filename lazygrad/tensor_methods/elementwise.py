@@ -205,17 +205,25 @@ class ElementwiseMethods:
     def tan(self): return self.sin() / self.cos()
 
     def sigmoid(self) -> "Tensor":
-        # exp(-|x|) never overflows, so large |x| gives 0 or 1 and a finite gradient
+        # exp(-|x|) never overflows, so large |x| gives 0 or 1 and a finite gradient; the gradient,
+        # out * (1 - out), reads the output, not x (see relu)
+        from lazygrad.tensor import no_grad
         x = self._to_float()
-        e = (-x.abs()).exp()
-        return (x >= 0).where(1, e) / (1 + e)
+        with no_grad():
+            e = (-x.abs()).exp()
+            out = (x >= 0).where(1, e) / (1 + e)
+        return out._with_gradient((x,), lambda grad, out, sources, rule: [grad * out * (1 - out)])
 
     def tanh(self) -> "Tensor":
-        # tanh(|x|) = -expm1(-2|x|) / (2 + expm1(-2|x|)): relative precision near 0, no overflow
+        # tanh(|x|) = -expm1(-2|x|) / (2 + expm1(-2|x|)): relative precision near 0, no overflow;
+        # the gradient, 1 - out^2, reads the output, not x (see relu)
+        from lazygrad.tensor import no_grad
         x = self._to_float()
-        em = (-2 * x.abs()).expm1()
-        magnitude = -em / (2 + em)
-        return (x < 0).where(-magnitude, magnitude)
+        with no_grad():
+            em = (-2 * x.abs()).expm1()
+            magnitude = -em / (2 + em)
+            out = (x < 0).where(-magnitude, magnitude)
+        return out._with_gradient((x,), lambda grad, out, sources, rule: [grad * (1 - out * out)])
 
     def relu(self) -> "Tensor":
         """max(x, 0). Its gradient reads the output (grad where out > 0), which the forward pass
