@@ -39,6 +39,12 @@ def _power(base: float, exponent: Tensor) -> Tensor:
     return (exponent * math.log2(base)).exp2() if base > 0 else exponent * 0
 
 
+def _moments(betas: tuple[float, float], exp_avg: Tensor, exp_avg_sq: Tensor, gradient: Tensor) -> tuple[Tensor, Tensor]:
+    """Adam's running averages of the gradient and its square, one step on (Adam and LAMB)."""
+    beta1, beta2 = betas
+    return beta1 * exp_avg + (1 - beta1) * gradient, beta2 * exp_avg_sq + (1 - beta2) * gradient * gradient
+
+
 class Optimizer:
     """Holds the parameters; subclasses define `_updates`, which returns each parameter's new value."""
 
@@ -183,7 +189,6 @@ class Adam(Optimizer):
         return [lr, lr / (1 - _power(beta1, steps + 1)), (1 - _power(beta2, steps + 1)).rsqrt()]
 
     def _updates(self):
-        beta1, beta2 = self.betas
         updates = []
         for index, param in enumerate(self.params):
             if param.grad is None:
@@ -194,8 +199,7 @@ class Adam(Optimizer):
                 value = value * (1 - lr * self.weight_decay)
             elif self.weight_decay:
                 gradient = gradient + self.weight_decay * value
-            exp_avg = beta1 * self.exp_avgs[index] + (1 - beta1) * gradient
-            exp_avg_sq = beta2 * self.exp_avg_sqs[index] + (1 - beta2) * gradient * gradient
+            exp_avg, exp_avg_sq = _moments(self.betas, self.exp_avgs[index], self.exp_avg_sqs[index], gradient)
             denominator = exp_avg_sq.sqrt() * inverse_root_correction + self.eps
             new_value = value - step_size * exp_avg / denominator
             updates.append((param, new_value, [(self.exp_avgs[index], exp_avg), (self.exp_avg_sqs[index], exp_avg_sq)]))
@@ -229,15 +233,13 @@ class LAMB(Optimizer):
         return [lr, 1 / (1 - _power(beta1, steps + 1)), 1 / (1 - _power(beta2, steps + 1))]
 
     def _updates(self):
-        beta1, beta2 = self.betas
         updates = []
         for index, param in enumerate(self.params):
             if param.grad is None:
                 continue
             lr, inverse_correction1, inverse_correction2 = self._scalars(param)
             gradient, value = param.grad.detach(), param.detach()
-            exp_avg = beta1 * self.exp_avgs[index] + (1 - beta1) * gradient
-            exp_avg_sq = beta2 * self.exp_avg_sqs[index] + (1 - beta2) * gradient * gradient
+            exp_avg, exp_avg_sq = _moments(self.betas, self.exp_avgs[index], self.exp_avg_sqs[index], gradient)
             direction = (exp_avg * inverse_correction1) / ((exp_avg_sq * inverse_correction2).sqrt() + self.eps)
             if self.weight_decay:
                 direction = direction + self.weight_decay * value
