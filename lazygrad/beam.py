@@ -83,6 +83,17 @@ def _random_values(dtype, size: int, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(-1, 1, size).astype(dtype.np)
 
 
+def _close(actual: np.ndarray, expected: np.ndarray) -> bool:
+    """Whether a candidate's output matches the unoptimized kernel's (exactly for ints and bools)."""
+    if not expected.dtype.kind == "f":
+        return bool(np.array_equal(actual, expected))
+    tolerance = 1e-2 if expected.dtype == np.float16 else 1e-4
+    finite = expected[np.isfinite(expected)]
+    scale = float(np.abs(finite).max()) if finite.size else 1.0
+    return bool(np.allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=tolerance,
+                            atol=tolerance * max(scale, 1.0), equal_nan=True))
+
+
 class KernelBench:
     """Compiles, runs and checks variants of one kernel on fixed random inputs."""
 
@@ -92,11 +103,13 @@ class KernelBench:
         rng = np.random.default_rng(0)
         sizes = _buffer_sizes(kernel)
         self.buffers = [self.device.alloc(dtype, size) for dtype, size in zip(kernel.buffer_dtypes, sizes)]
-        for buffer, dtype, size in zip(self.buffers[1:], kernel.buffer_dtypes[1:], sizes[1:]):
+        count = kernel.output_count
+        self.outputs = self.buffers[:count]
+        for buffer, dtype, size in zip(self.buffers[count:], kernel.buffer_dtypes[count:], sizes[count:]):
             buffer.copyin(_random_values(dtype, size, rng))
         reference = self.build([])  # no opts (NOOPT's loop bodies, with threads: big kernels stay quick)
         reference(*self.buffers)
-        self.expected = self.buffers[0].numpy()
+        self.expected = [buffer.numpy() for buffer in self.outputs]
 
     def source(self, opts) -> tuple[str, str]:
         program = linearize(self.kernel, self.renderer, opts=opts)
@@ -107,14 +120,7 @@ class KernelBench:
         return self.device.load(name, self.device.compile_cached(source), len(self.buffers))
 
     def matches(self) -> bool:
-        actual, expected = self.buffers[0].numpy(), self.expected
-        if not expected.dtype.kind == "f":
-            return bool(np.array_equal(actual, expected))
-        tolerance = 1e-2 if expected.dtype == np.float16 else 1e-4
-        finite = expected[np.isfinite(expected)]
-        scale = float(np.abs(finite).max()) if finite.size else 1.0
-        return bool(np.allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=tolerance,
-                                atol=tolerance * max(scale, 1.0), equal_nan=True))
+        return all(_close(buffer.numpy(), expected) for buffer, expected in zip(self.outputs, self.expected))
 
     def time(self, program, best: float) -> float:
         """Median seconds of a few runs after a warm-up; one whose warm-up is far slower than the
@@ -165,7 +171,8 @@ def _evaluate(bench: KernelBench, opts: tuple[Opt, ...], compiled, best: float) 
     name, binary = compiled
     try:
         program = bench.device.load(name, binary, len(bench.buffers))
-        bench.buffers[0].copyin(np.zeros(bench.buffers[0].size, dtype=bench.buffers[0].dtype.np))
+        for output in bench.outputs:
+            output.copyin(np.zeros(output.size, dtype=output.dtype.np))
         seconds = bench.time(program, best)
     except Exception as error:
         _log(3, f"  BEAM discarded {[str(opt) for opt in opts]}: {type(error).__name__}: {error}")

@@ -113,7 +113,8 @@ class _Replay:
                 raise JitError(f"jit: output {index} is the tensor argument {input_buffers[buffer_id]} "
                                "(an input aliases an output); return a copy, e.g. x.clone()")
             output_buffers.setdefault(buffer_id, index)
-        produced = {id(launch.buffers[0]) for launch in recording.launches if not launch.in_place}
+        produced = {id(buffer) for launch in recording.launches
+                    for buffer, in_place in zip(launch.buffers, launch.in_place) if not in_place}
         for index, tensor in enumerate(outputs):
             if id(tensor.lazydata.buffer) not in produced:
                 raise JitError(f"jit: output {index} was not computed by the function (it returns a tensor it "
@@ -125,8 +126,8 @@ class _Replay:
         # argument or 1 for an output, number)] to substitute on every call)
         self.steps: list[tuple[object, list, list[tuple[int, int, int]]]] = []
         for launch in recording.launches:
-            if launch.program is None and len(launch.buffers) == 1:
-                continue  # an empty output: nothing to compute
+            if launch.program is None and not launch.inputs:
+                continue  # empty outputs: nothing to compute
             substitutions = []
             for position, buffer in enumerate(launch.buffers):
                 if id(buffer) in input_buffers:
@@ -145,7 +146,7 @@ class _Replay:
         held_by_recording = {id(launch.buffers) for launch in recording.launches}
         checked = set()
         for launch in recording.launches:
-            for buffer in launch.buffers[1:]:
+            for buffer in launch.inputs:
                 buffer_id = id(buffer)
                 if buffer_id in produced or buffer_id in input_buffers or buffer_id in recording.host_made \
                         or buffer_id in checked:

@@ -48,11 +48,16 @@ _PROGRAMS: dict[tuple[str, Kernel, bool, int], CompiledKernel] = {}
 
 @dataclass
 class Launch:
-    """One recorded step: a program run on buffers (output first), or a copy of buffers[1] into
-    buffers[0] when program is None (nothing at all for an empty output, which has no buffers[1])."""
+    """One recorded step: a program run on buffers (its outputs first, then its inputs), or a copy
+    of buffers[1] into buffers[0] when program is None (nothing at all for empty outputs, which have
+    no input)."""
     program: object | None
     buffers: list
-    in_place: bool
+    in_place: tuple[bool, ...]  # per output: written into a buffer that existed before
+
+    @property
+    def inputs(self) -> list:
+        return self.buffers[len(self.in_place):]
 
 
 class Recording:
@@ -112,40 +117,44 @@ def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
 
 
 def _run_item(item: ScheduleItem) -> float:
-    """Run one schedule item and realize its output; returns seconds spent on the device."""
-    output = item.outputs[0]
-    device = get_device(output.device)
+    """Run one schedule item and realize its outputs; returns seconds spent on the device."""
+    device = get_device(item.outputs[0].device)
     for node in item.inputs:
         node.check_current()
-    buffer = output.srcs[1].buffer if item.in_place else device.alloc(output.dtype, output.numel())
+    buffers = [output.srcs[1].buffer if in_place else device.alloc(output.dtype, output.numel())
+               for output, in_place in zip(item.outputs, item.in_place)]
+    in_place = tuple(item.in_place)
     if item.kernel is None:  # a copy between devices
-        buffer.copyin(item.inputs[0].buffer.array)
+        buffers[0].copyin(item.inputs[0].buffer.array)
         if recording is not None:
-            recording.launches.append(Launch(None, [buffer, item.inputs[0].buffer], False))
-        output.mark_realized(buffer)
+            recording.launches.append(Launch(None, [buffers[0], item.inputs[0].buffer], in_place))
+        item.outputs[0].mark_realized(buffers[0])
         return 0.0
-    if output.numel() == 0:
+    if item.outputs[0].numel() == 0:  # the outputs of one kernel share their shape
         if recording is not None:
-            recording.launches.append(Launch(None, [buffer], False))
-        output.mark_realized(buffer)
+            recording.launches.append(Launch(None, buffers, in_place))
+        for output, buffer in zip(item.outputs, buffers):
+            output.mark_realized(buffer)
         return 0.0
-    compiled = get_program(output.device, item.kernel)
+    compiled = get_program(item.outputs[0].device, item.kernel)
     inputs = [node.buffer for node in item.inputs]
     start = time.perf_counter()
-    compiled.program(buffer, *inputs)
+    compiled.program(*buffers, *inputs)
     elapsed = time.perf_counter() - start
-    moved = buffer.nbytes + sum(source.nbytes for source in inputs)
+    moved = sum(buffer.nbytes for buffer in buffers) + sum(source.nbytes for source in inputs)
     stats.kernels += 1
     stats.flops += compiled.flops
     stats.bytes += moved
     if knobs.debug >= 2:
-        print(f"  {compiled.name + (' (in place)' if item.in_place else ''):<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
+        label = compiled.name + (" (in place)" if any(in_place) else "")
+        print(f"  {label:<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
               f"{compiled.flops / max(elapsed, 1e-9) / 1e9:8.2f} GFLOP/s {moved / max(elapsed, 1e-9) / 1e9:8.2f} GB/s", file=sys.stderr)
     if recording is not None:
-        recording.launches.append(Launch(compiled.program, [buffer, *inputs], item.in_place))
-    if item.in_place:
-        buffer.version += 1
-    output.mark_realized(buffer)
+        recording.launches.append(Launch(compiled.program, [*buffers, *inputs], in_place))
+    for output, buffer, written in zip(item.outputs, buffers, in_place):
+        if written:
+            buffer.version += 1
+        output.mark_realized(buffer)
     return elapsed
 
 
@@ -183,7 +192,7 @@ def realize(outputs: list[LazyBuffer]) -> None:
             for node in walk(nodes):
                 print(f"  lazy: {node}", file=sys.stderr)
             for item in schedule:
-                print(f"  schedule: {item.kernel.name if item.kernel else 'COPY'} -> {item.outputs[0]}", file=sys.stderr)
+                print(f"  schedule: {item.kernel.name if item.kernel else 'COPY'} -> {item.outputs}", file=sys.stderr)
         start = time.perf_counter()
         device_time = sum(_run_item(item) for item in schedule)
         if knobs.debug >= 1 and schedule:

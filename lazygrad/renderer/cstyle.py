@@ -118,8 +118,9 @@ class CStyleRenderer(FloorSyntax):
         return lines
 
     def render_thread_body(self, program, loop_index_type: str) -> list[str]:
-        """One output per thread (GPU dialects): the reduce loop with its register accumulator, the
-        values after it, and the store; the lines the caller indents into its kernel."""
+        """One output position per thread (GPU dialects): the reduce loop with its register
+        accumulator, the values after it, and the stores (one per output buffer); the lines the
+        caller indents into its kernel."""
         lines = []
         depth = 0
 
@@ -145,6 +146,7 @@ class CStyleRenderer(FloorSyntax):
                 line(f"{accumulator.name} = lg_half({accumulator.name});")
         for statement in program.outer:
             line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
+        param_dtypes = {name: dtype for name, dtype, _ in program.params}
         for param, index, value in program.stores:
-            line(self.render_store(param, program.params[0][1], index, value))
+            line(self.render_store(param, param_dtypes[param], index, value))
         return lines

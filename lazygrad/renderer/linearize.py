@@ -111,10 +111,10 @@ def choose_inner_axes(kernel: Kernel) -> tuple[Kernel, list[int]]:
     return kernel, inner
 
 
-def _walk_above(root: KernelNode, stop: KernelNode | None) -> list[KernelNode]:
-    """Nodes reachable from root without entering `stop`, sources first (stop itself excluded)."""
+def _walk_above(roots: list[KernelNode], stop: KernelNode | None) -> list[KernelNode]:
+    """Nodes reachable from roots without entering `stop`, sources first (stop itself excluded)."""
     order, seen = [], set()
-    stack = [(root, False)]
+    stack = [(root, False) for root in reversed(roots)]
     while stack:
         node, sources_done = stack.pop()
         if sources_done:
@@ -233,11 +233,12 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
             return offset.render(renderer), render_condition(conditions)
         return index_text
 
-    params = [(f"data{number}", dtype, number == 0) for number, dtype in enumerate(kernel.buffer_dtypes)]
+    output_count = kernel.output_count
+    params = [(f"data{number}", dtype, number < output_count) for number, dtype in enumerate(kernel.buffer_dtypes)]
     emitter = _Emitter(renderer, params, _Namer())
-    value = kernel.ast.srcs[0]
-    reduce_nodes = [node for node in value.walk() if node.is_reduce]
-    assert len(reduce_nodes) <= 1, "one reduce per kernel"
+    values = [store.srcs[0] for store in kernel.stores]
+    reduce_nodes = [node for node in kernel.ast.walk() if node.is_reduce]
+    assert len(reduce_nodes) <= 1 and (not reduce_nodes or output_count == 1), "one reduce per kernel, one output"
     reduce_node = reduce_nodes[0] if reduce_nodes else None
     outputs = _combinations(full_shape, upcast_axes)
     copies = [{**output, **step} for step in _combinations(full_shape, unroll_axes) for output in outputs]
@@ -253,21 +254,23 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     # A tile's epilogue (bias, relu, ...) reads each sum back from the output, not from its register:
     # gcc keeps a tile's accumulators in vector registers only when every use after the loop
     # vectorizes too, and a relu's select does not (an 8x slower matmul+relu without this).
-    spill = (renderer.spills_tile_epilogue and reduction is not None and len(outputs) > 1 and value is not reduce_node
+    spill = (renderer.spills_tile_epilogue and reduction is not None and len(outputs) > 1 and values[0] is not reduce_node
              and reduce_node.dtype == kernel.buffer_dtypes[0] and reduce_node.dtype.itemsize >= 4)
+    after_reduce = _walk_above(values, reduce_node)
     for number, output in enumerate(outputs):
         index_text = index_text_at(output)
-        store_index, _ = index_text(kernel.ast.arg[1])
+        store_indices = [index_text(store.arg[1])[0] for store in kernel.stores]
         names = {}
         if reduction is not None:
-            names[reduce_node] = f"{params[0][0]}[{store_index}]" if spill else reduction.targets[number]
+            names[reduce_node] = f"{params[0][0]}[{store_indices[0]}]" if spill else reduction.targets[number]
         if spill:
-            raw_stores.append((params[0][0], store_index, reduction.targets[number]))
-        for node in _walk_above(value, reduce_node):
+            raw_stores.append((params[0][0], store_indices[0], reduction.targets[number]))
+        for node in after_reduce:
             emitter.emit(node, names, seen, outer, index_text)
-        stores.append((params[0][0], store_index, names[value]))
+        for store, store_index, value in zip(kernel.stores, store_indices, values):
+            stores.append((params[store.arg[0]][0], store_index, names[value]))
         if reduction is not None and block_loops:
-            partial_stores.append((params[0][0], store_index, reduction.targets[number]))
+            partial_stores.append((params[0][0], store_indices[0], reduction.targets[number]))
     return LoopProgram(name, params, global_loops, reduce_loops, reduction.inner if reduction else [],
                        reduction.accumulators if reduction else [], outer, stores, full_shape, inner_loops,
                        parallel=optimize and math.prod(full_shape) >= parallel_threshold and bool(global_loops),

@@ -140,7 +140,7 @@ def _check_block(optimized: OptimizedKernel, opt: Opt, renderer) -> None:
     output_dtype = kernel.buffer_dtypes[0]
     if reduce_node is None or reduce_node.dtype != output_dtype or output_dtype.itemsize < 4:
         raise OptError(f"{opt}: partial results need an output of the accumulator's dtype (32 or 64 bits)")
-    store_views = kernel.ast.arg[1].views
+    store_views = kernel.stores[0].arg[1].views
     if len(store_views) != 1 or store_views[0].mask is not None:
         raise OptError(f"{opt}: the output view must be a plain one")
 

@@ -7,9 +7,11 @@ The contract (docs/architecture.md):
     reshapes only, and that kernel has no other reduce; otherwise it is stored;
   * a computed value read through an EXPAND inside a reduce is stored first when recomputing it
     for every broadcast copy would cost more than storing it (`worth_storing`);
-  * the user's outputs, CONTIGUOUS, ASSIGN and device copies are always materialized.
+  * the user's outputs, CONTIGUOUS, ASSIGN and device copies are always materialized;
+  * kernels without a reduce that have the same shape and read a common buffer, where neither
+    needs the other's result, are merged into one kernel with several outputs (`_merge_siblings`).
 
-An ASSIGN's kernel writes into its target's existing buffer (`ScheduleItem.in_place`) when that is
+An ASSIGN's output is written into its target's existing buffer (`ScheduleItem.in_place`) when that is
 safe: the target is realized, the kernel reads that buffer only at the element it writes (no reduce,
 same view), and every other kernel of the schedule that reads the old contents can run first.
 Otherwise it writes a new buffer, which gives the same values.
@@ -22,7 +24,7 @@ loop plans each step's kernels once, not every step.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lazygrad.dtype import dtypes
 from lazygrad.lazy import LazyBuffer, walk
@@ -33,6 +35,7 @@ from lazygrad.shape.view import ShapeTracker
 
 EXPENSIVE_OPS = {"EXP2", "LOG2", "SIN", "SQRT", "RECIP", "DIV", "MOD"}
 EXPENSIVE_OP_COST = 4
+MAX_KERNEL_OUTPUTS = 8  # siblings merged into one kernel (each output is a buffer parameter)
 
 
 @dataclass
@@ -41,7 +44,11 @@ class ScheduleItem:
     kernel: Kernel | None
     outputs: list[LazyBuffer]
     inputs: list[LazyBuffer]
-    in_place: bool = False  # an ASSIGN writing into its target's buffer
+    in_place: list[bool] = field(default_factory=list)  # per output: an ASSIGN writing into its target's buffer
+
+    def __post_init__(self):
+        if not self.in_place:
+            self.in_place = [False] * len(self.outputs)
 
 
 def _is_reduce(node: LazyBuffer) -> bool:
@@ -136,26 +143,32 @@ class _FusionPlan:
 
 
 class _KernelBuilder:
-    """Builds the AST of one kernel, pushing movement ops down to the loads as views."""
+    """Builds the AST of one kernel, pushing movement ops down to the loads as views. Several roots
+    (siblings without a reduce, see _merge_siblings) share one builder, so a value or a load they
+    have in common is computed once."""
 
-    def __init__(self, root: LazyBuffer, plan: _FusionPlan):
-        self.root, self.plan = root, plan
+    def __init__(self, roots: list[LazyBuffer], plan: _FusionPlan):
+        self.roots, self.plan = roots, plan
         self.inputs: list[LazyBuffer] = []
         self.memo: dict[tuple, KernelNode] = {}
-        self.reduce = plan.reduce_of_root.get(id(root))
+        self.reduce = plan.reduce_of_root.get(id(roots[0]))
+        assert self.reduce is None or len(roots) == 1, "a kernel with a reduce has one output"
 
     def build(self) -> tuple[Kernel, list[LazyBuffer]]:
-        root = self.root
-        value_node, top = (root.srcs[0], False) if root.op in ("CONTIGUOUS", "ASSIGN") else (root, True)
+        first = self.roots[0]
         if self.reduce is not None:
             full_shape, axes, out_shape = self.reduce.srcs[0].shape, self.reduce.arg, self.reduce.shape
         else:
-            full_shape, axes, out_shape = root.shape, (), root.shape
-        pending = (("RESHAPE", out_shape),) if root.shape != out_shape else ()
-        value = self.node(value_node, pending, top=top)
-        store_view = ShapeTracker.from_shape(root.shape).reshape(out_shape)
-        ast = KernelNode.make("STORE", root.dtype, (value,), (0, store_view))
-        dtypes = (root.dtype,) + tuple(buffer.dtype for buffer in self.inputs)
+            full_shape, axes, out_shape = first.shape, (), first.shape
+        stores = []
+        for number, root in enumerate(self.roots):
+            value_node, top = (root.srcs[0], False) if root.op in ("CONTIGUOUS", "ASSIGN") else (root, True)
+            pending = (("RESHAPE", out_shape),) if root.shape != out_shape else ()
+            value = self.node(value_node, pending, top=top)
+            store_view = ShapeTracker.from_shape(root.shape).reshape(out_shape)
+            stores.append(KernelNode.make("STORE", root.dtype, (value,), (number, store_view)))
+        ast = KernelNode.make("SINK", None, tuple(stores))
+        dtypes = tuple(root.dtype for root in self.roots) + tuple(buffer.dtype for buffer in self.inputs)
         return Kernel(ast, tuple(full_shape), tuple(axes), dtypes), self.inputs
 
     def _view(self, shape, pending) -> ShapeTracker:
@@ -174,7 +187,7 @@ class _KernelBuilder:
         if not top and self.plan.is_leaf(node):
             if node not in self.inputs:
                 self.inputs.append(node)
-            number = 1 + self.inputs.index(node)
+            number = len(self.roots) + self.inputs.index(node)
             return KernelNode.make("LOAD", node.dtype, (), (number, self._view(node.shape, pending)))
         if node.op == "CONST":
             tracker = self._view(node.shape, pending)
@@ -228,11 +241,11 @@ def create_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer] | None = 
         position = {id(node): index for index, node in enumerate(nodes)}
         if len(_SCHEDULES) >= SCHEDULE_CACHE_LIMIT:
             _SCHEDULES.clear()
-        _SCHEDULES[key] = [(item.kernel, position[id(item.outputs[0])], [position[id(node)] for node in item.inputs],
-                            item.in_place) for item in items]
+        _SCHEDULES[key] = [(item.kernel, [position[id(node)] for node in item.outputs],
+                            [position[id(node)] for node in item.inputs], list(item.in_place)) for item in items]
         return items
-    return [ScheduleItem(kernel, [nodes[output]], [nodes[index] for index in inputs], in_place)
-            for kernel, output, inputs, in_place in cached]
+    return [ScheduleItem(kernel, [nodes[index] for index in outputs], [nodes[index] for index in inputs], list(in_place))
+            for kernel, outputs, inputs, in_place in cached]
 
 
 def _plan_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> list[ScheduleItem]:
@@ -242,45 +255,125 @@ def _plan_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> list[S
         if root.op == "COPY":
             items.append(ScheduleItem(None, [root], [root.srcs[0]]))
             continue
-        kernel, inputs = _KernelBuilder(root, plan).build()
+        kernel, inputs = _KernelBuilder([root], plan).build()
         items.append(ScheduleItem(kernel, [root], inputs))
+    items = _merge_siblings(items, plan)
     written: set[int] = set()
     for item in items:
-        if item.outputs[0].op == "ASSIGN" and _can_write_in_place(item) and id(_target(item).buffer) not in written:
-            item.in_place = True
-            written.add(id(_target(item).buffer))
+        for number, output in enumerate(item.outputs):
+            if output.op == "ASSIGN" and _can_write_in_place(item, number) and id(output.srcs[1].buffer) not in written:
+                item.in_place[number] = True
+                written.add(id(output.srcs[1].buffer))
     return _order(items)
 
 
-def _target(item: ScheduleItem):
-    return item.outputs[0].srcs[1]
+def _mergeable(item: ScheduleItem) -> bool:
+    return item.kernel is not None and not item.kernel.reduce_axes and item.outputs[0].numel() > 0
 
 
-def _can_write_in_place(item: ScheduleItem) -> bool:
-    """Whether an ASSIGN kernel may overwrite its target: each thread reads the target's buffer only
-    at the element it writes, so no thread sees another's result."""
-    target = _target(item)
+@dataclass
+class _Siblings:
+    """Kernels to merge into one: their positions in the schedule, the buffers their ASSIGNs would
+    overwrite, and the buffers they read at other elements than the one each thread writes."""
+    members: list[int]
+    targets: set[int]
+    shifted_reads: set[int]
+
+    def admits(self, targets: set[int], shifted_reads: set[int]) -> bool:
+        """Whether one more member keeps every ASSIGN of the group able to write in place: no
+        thread may read an overwritten buffer at another thread's element."""
+        return len(self.members) < MAX_KERNEL_OUTPUTS and not targets & self.shifted_reads \
+            and not self.targets & shifted_reads
+
+
+def _buffer_accesses(item: ScheduleItem) -> tuple[set[int], set[int]]:
+    """(the realized buffers a one-output kernel's ASSIGN overwrites, the realized buffers it reads
+    through another view than its store's)."""
+    output = item.outputs[0]
+    targets = {id(output.srcs[1].buffer)} if output.op == "ASSIGN" and output.srcs[1].realized else set()
+    store_view = item.kernel.stores[0].arg[1]
+    shifted = set()
+    for node in item.kernel.ast.walk():
+        if node.op == "LOAD" and node.arg[1] != store_view:
+            source = item.inputs[node.arg[0] - 1]
+            if source.realized:
+                shifted.add(id(source.buffer))
+    return targets, shifted
+
+
+def _merge_siblings(items: list[ScheduleItem], plan: _FusionPlan) -> list[ScheduleItem]:
+    """Elementwise kernels of the same shape that read a common buffer, where neither needs the
+    other's result, become one kernel with several outputs: the shared loads and the arithmetic
+    they have in common run once, and one launch replaces several (an optimizer's update of a
+    parameter and of its state tensors is one kernel). A merge that would stop an ASSIGN from
+    writing in place is not made."""
+    producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
+    groups: list[_Siblings] = []
+    readers: dict[tuple, list[_Siblings]] = {}  # (shape, an input's id) -> groups of kernels reading it
+    depends_on: list[int] = []  # per item, the bit set of the items it needs, directly or not
+    for index, item in enumerate(items):  # items are in dependency order
+        needed = 0
+        for node in item.inputs:
+            source = producer.get(id(node))
+            if source is not None:
+                needed |= (1 << source) | depends_on[source]
+        depends_on.append(needed)
+        if not _mergeable(item):
+            groups.append(_Siblings([index], set(), set()))
+            continue
+        shape = item.outputs[0].shape
+        targets, shifted_reads = _buffer_accesses(item)
+        candidates = (group for node in item.inputs for group in readers.get((shape, id(node)), ()))
+        group = next((group for group in candidates if group.admits(targets, shifted_reads)
+                      and not any(needed >> member & 1 for member in group.members)), None)
+        if group is None:
+            group = _Siblings([], set(), set())
+            groups.append(group)
+        group.members.append(index)
+        group.targets |= targets
+        group.shifted_reads |= shifted_reads
+        for node in item.inputs:
+            keyed = readers.setdefault((shape, id(node)), [])
+            if all(other is not group for other in keyed):
+                keyed.append(group)
+    if len(groups) == len(items):
+        return items
+    merged = []
+    for group in groups:
+        if len(group.members) == 1:
+            merged.append(items[group.members[0]])
+            continue
+        roots = [items[index].outputs[0] for index in group.members]
+        kernel, inputs = _KernelBuilder(roots, plan).build()
+        merged.append(ScheduleItem(kernel, roots, inputs))
+    # The checks above see each kernel's own dependencies, but a merged kernel waits for everything
+    # its members wait for, which in rare graphs closes a cycle through a third kernel. The plain
+    # kernels are always acyclic, so such a schedule keeps them.
+    return merged if _dependency_order(merged, extra_needs=None) is not None else items
+
+
+def _can_write_in_place(item: ScheduleItem, number: int) -> bool:
+    """Whether output `number`, an ASSIGN, may overwrite its target: each thread reads the target's
+    buffer only at the element it writes, so no thread sees another's result."""
+    target = item.outputs[number].srcs[1]
     if not target.realized or target.numel() == 0:
         return False
-    store_view = item.kernel.ast.arg[1]
+    store_view = item.kernel.stores[number].arg[1]
     for node in item.kernel.ast.walk():
-        if node.op == "LOAD" and item.inputs[node.arg[0] - 1].buffer is target.buffer:
+        if node.op == "LOAD" and item.inputs[node.arg[0] - len(item.outputs)].buffer is target.buffer:
             if item.kernel.reduce_axes or node.arg[1] != store_view:
                 return False
     return True
 
 
-def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
-    """Items in dependency order, where an in-place write also waits for every other item reading
-    the contents it overwrites. Writes that cannot wait (their readers need their result) are made
-    out of place, and the order is computed again."""
-    producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
+def _dependency_order(items: list[ScheduleItem], extra_needs) -> list[int] | None:
+    """Positions of items with every item after those it needs (its inputs' producers, and
+    `extra_needs[index]` when given); the lowest position first among ready ones. None on a cycle."""
+    producer = {id(output): index for index, item in enumerate(items) for output in item.outputs}
     needs = [{producer[id(node)] for node in item.inputs if id(node) in producer} for item in items]
-    for index, item in enumerate(items):
-        if item.in_place:
-            overwritten = _target(item).buffer
-            needs[index] |= {other for other, reader in enumerate(items) if other != index and
-                             any(node.buffer is overwritten for node in reader.inputs if node.realized)}
+    if extra_needs is not None:
+        for index, extra in enumerate(extra_needs):
+            needs[index] |= extra
     users: list[list[int]] = [[] for _ in items]
     for index, sources in enumerate(needs):
         for source in sources:
@@ -291,15 +384,28 @@ def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
     order = []
     while ready:
         index = heapq.heappop(ready)
-        order.append(items[index])
+        order.append(index)
         for user in users[index]:
             waiting[user] -= 1
             if waiting[user] == 0:
                 heapq.heappush(ready, user)
-    if len(order) < len(items):  # a cycle through an in-place write
-        stuck = [items[index] for index, count in enumerate(waiting) if count and items[index].in_place]
+    return order if len(order) == len(items) else None
+
+
+def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
+    """Items in dependency order, where an in-place write also waits for every other item reading
+    the contents it overwrites. Writes that cannot wait (their readers need their result) are made
+    out of place, and the order is computed again."""
+    overwrites = [[output.srcs[1].buffer for output, in_place in zip(item.outputs, item.in_place) if in_place]
+                  for item in items]
+    extra_needs = [{other for other, reader in enumerate(items) if other != index and
+                    any(node.buffer is buffer for node in reader.inputs if node.realized for buffer in buffers)}
+                   for index, buffers in enumerate(overwrites)]
+    order = _dependency_order(items, extra_needs)
+    if order is None:  # a cycle through an in-place write
+        stuck = [item for item, buffers in zip(items, overwrites) if buffers]
         assert stuck, "schedule: a dependency cycle without an in-place write"
         for item in stuck:
-            item.in_place = False
+            item.in_place = [False] * len(item.outputs)
         return _order(items)
-    return order
+    return [items[index] for index in order]

@@ -1,14 +1,17 @@
-"""What one kernel computes: an AST of loads, constants and ops, stored through a view.
+"""What one kernel computes: an AST of loads, constants and ops, stored through views.
 
 The scheduler (fuse.py) builds these from the lazy graph; renderers turn them into source. A
-kernel knows nothing about LazyBuffers: its inputs are numbered buffer parameters (0 is the
-output) and every memory access carries the ShapeTracker that says how it is indexed.
+kernel knows nothing about LazyBuffers: its buffers are numbered parameters, the outputs first
+(0, 1, ...) and the inputs after them, and every memory access carries the ShapeTracker that says
+how it is indexed. A kernel has several outputs only when it has no reduce: sibling elementwise
+kernels merged by the scheduler, each output stored at the same position of the iteration space.
 
 Node ops:
   LOAD   arg=(buffer number, ShapeTracker)       a value read from an input buffer
   CONST  arg=(value, ShapeTracker or None)      a constant; the tracker carries a pad mask, if any
   VALID  arg=ShapeTracker                        True where the tracker's mask admits the position
-  STORE  arg=(0, ShapeTracker), srcs=(value,)    the kernel's single output
+  STORE  arg=(number, ShapeTracker), srcs=(value,)  one output: value written to buffer `number`
+  SINK   srcs=(STORE, ...), dtype None          the root: the kernel's stores, outputs in order
   SUM / PROD / MAX_REDUCE  arg=axes              a reduce over axes of the kernel's full shape
   any elementwise op of the op table, arg as in the lazy graph (CAST's target dtype)
 """
@@ -30,7 +33,7 @@ class KernelNode:
     comparing and hashing are O(1) even for ASTs whose shared subtrees would make a structural
     comparison exponential."""
     op: str
-    dtype: DType
+    dtype: DType | None  # None only for SINK
     srcs: tuple["KernelNode", ...] = ()
     arg: object = None
 
@@ -91,7 +94,8 @@ def format_ast(root: KernelNode) -> str:
     lines = []
 
     def show(node: KernelNode, depth: int) -> None:
-        label = f"{'  ' * depth}{names[node]} {node.op} {node.dtype.name} {_describe_arg(node)}".rstrip()
+        dtype = "" if node.dtype is None else node.dtype.name
+        label = f"{'  ' * depth}{names[node]} {node.op} {dtype} {_describe_arg(node)}".rstrip()
         if node in printed:
             lines.append(f"{'  ' * depth}{names[node]} (see above)")
             return
@@ -105,11 +109,19 @@ def format_ast(root: KernelNode) -> str:
 
 @dataclass(frozen=True)
 class Kernel:
-    """STORE(ast) over an iteration space of `full_shape`; `reduce_axes` are reduced in the loop."""
+    """SINK(STORE, ...) over an iteration space of `full_shape`; `reduce_axes` are reduced in the loop."""
     ast: KernelNode
     full_shape: tuple[int, ...]
     reduce_axes: tuple[int, ...]
-    buffer_dtypes: tuple[DType, ...]   # parameter 0 is the output
+    buffer_dtypes: tuple[DType, ...]   # the outputs' (in store order), then the inputs'
+
+    @property
+    def stores(self) -> tuple[KernelNode, ...]:
+        return self.ast.srcs
+
+    @property
+    def output_count(self) -> int:
+        return len(self.ast.srcs)
 
     @property
     def output_shape(self) -> tuple[int, ...]:

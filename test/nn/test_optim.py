@@ -147,18 +147,18 @@ def test_optimizer_argument_errors():
 
 KERNELS_PER_PARAMETER = {
     "SGD": (lambda p: SGD(p, lr=0.1), 1),                      # p - lr * g
-    "SGD momentum": (lambda p: SGD(p, lr=0.1, momentum=0.9), 2),  # the momentum buffer, the parameter
-    "Adam": (lambda p: Adam(p), 3),                            # m, v, the parameter
-    "AdamW": (lambda p: AdamW(p), 3),
-    "LAMB": (lambda p: LAMB(p), 5),                            # m, v, two norms, the parameter
+    "SGD momentum": (lambda p: SGD(p, lr=0.1, momentum=0.9), 1),  # the momentum buffer and the parameter
+    "Adam": (lambda p: Adam(p), 1),                            # m, v and the parameter
+    "AdamW": (lambda p: AdamW(p), 1),
+    "LAMB": (lambda p: LAMB(p), 3),                            # two norms, then m, v and the parameter
 }
 
 
 @pytest.mark.parametrize("name", KERNELS_PER_PARAMETER)
 def test_kernels_per_step_and_no_compiles_after_the_first_step(name):
-    """Each state tensor and each parameter is one kernel (the engine has no multi-output kernels),
-    written into the tensor's own buffer; the step adds two kernels in all (this step's scalars, the
-    step counter). The learning rate and bias corrections are read from a buffer, so a changing
+    """A parameter's update and its state's are one kernel with several outputs (LAMB's two norms
+    are reduces of their own), written into the tensors' own buffers; the step adds two kernels in
+    all (this step's scalars, the step counter). The learning rate and bias corrections are read from a buffer, so a changing
     learning rate never compiles anything new."""
     make_optimizer, per_parameter = KERNELS_PER_PARAMETER[name]
     weight = Tensor(rng.standard_normal((8, 4)).astype(np.float32), requires_grad=True)

@@ -83,14 +83,17 @@ def _other_graphs():
     yield "matmul", tensor((8, 16)) @ tensor((16, 5))
     yield "softmax", softmax(tensor((6, 10)))
     yield "big", tensor((1000,)) * 2
+    source = tensor((4, 6))
+    yield "several-outputs", (source + 1, (source * 2).cast(dtypes.float16), source > 0)
 
 
 def representative_kernels() -> list[tuple[str, object]]:
     """(label, program) for every kernel of every representative graph."""
     renderer = CUDARenderer()
     kernels = []
-    for label, result in itertools.chain(_elementwise_graphs(), _cast_graphs(), _other_graphs()):
-        for number, item in enumerate(create_schedule([result.lazydata])):
+    for label, results in itertools.chain(_elementwise_graphs(), _cast_graphs(), _other_graphs()):
+        results = results if isinstance(results, tuple) else (results,)
+        for number, item in enumerate(create_schedule([result.lazydata for result in results])):
             kernels.append((f"{label}-{number}", linearize(item.kernel, renderer)))
     return kernels
 
@@ -127,7 +130,7 @@ def test_every_representative_kernel_compiles_to_ptx(tmp_path):
     assert entries == set(names)
 
 
-@pytest.mark.parametrize("label", ["softmax-2", "WHERE-float16-0"])
+@pytest.mark.parametrize("label", ["softmax-2", "WHERE-float16-0", "several-outputs-0"])
 def test_a_whole_rendered_source_compiles_alone(label, tmp_path):
     program = dict(representative_kernels())[label]
     source = CUDARenderer().render_program(program)

@@ -153,3 +153,18 @@ def test_every_reduce_renders_its_accumulation(renderer, name: str):
     for dtype in (dtypes.float16, dtypes.float32, dtypes.int32):
         text = renderer.render_accumulate(name, dtype, "acc", "value")
         assert "acc" in text and "value" in text
+
+
+@pytest.mark.parametrize("renderer", RENDERERS, ids=lambda renderer: type(renderer).__name__)
+def test_a_kernel_with_several_outputs_stores_each_in_its_own_type(renderer):
+    source = tensor((4, 6))
+    results = [source + 1, (source * 2).cast(dtypes.float16), source > 0]
+    schedule = create_schedule([result.lazydata for result in results])
+    assert len(schedule) == 1 and len(schedule[0].outputs) == 3
+    text = renderer.render_program(linearize(schedule[0].kernel, renderer))
+    signature = re.search(r"void \w+\(([^)]*)\)", text).group(1)
+    parameters = [parameter.strip() for parameter in signature.split(",")]
+    assert [parameter.endswith(f"data{number}") for number, parameter in enumerate(parameters)] == [True] * 4
+    assert ["const" in parameter for parameter in parameters] == [False, False, False, True]
+    half_store = "vstore_half_rte(" if isinstance(renderer, OpenCLRenderer) else "__float2half_rn("
+    assert half_store in text and "data0[" in text and "data2[" in text

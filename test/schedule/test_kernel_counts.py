@@ -116,7 +116,7 @@ def test_shared_reduce_used_by_two_outputs_is_computed_once(inputs):
     stats.reset()
     first, second = total + ta, total * ta
     first.realize(second)
-    assert stats.kernels == 3  # the sum, then one kernel per output
+    assert stats.kernels == 2  # the sum, then one kernel writing both outputs
     np.testing.assert_allclose(first.numpy(), a.sum(1, keepdims=True) + a, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(second.numpy(), a.sum(1, keepdims=True) * a, rtol=1e-5, atol=1e-5)
 
@@ -128,3 +128,53 @@ def test_schedule_is_deterministic(inputs):
     first = [item.kernel for item in create_schedule([graph])]
     second = [item.kernel for item in create_schedule([graph])]
     assert first == second and len(first) == 4  # tb.T's copy, the matmul, its sum, tc.max()
+
+
+# ---- sibling kernels merged into one with several outputs ----------------------------------------
+
+def realize_counting(*tensors) -> int:
+    stats.reset()
+    Tensor.realize(*tensors)
+    return stats.kernels
+
+
+def test_siblings_reading_a_common_buffer_are_one_kernel_with_several_outputs(inputs):
+    (a, b, _), (ta, tb, _) = inputs
+    plus, times, positive = ta + tb, ta * 2, ta > 0
+    assert realize_counting(plus, times, positive) == 1
+    np.testing.assert_allclose(plus.numpy(), a + b, rtol=1e-6)
+    np.testing.assert_allclose(times.numpy(), a * 2, rtol=1e-6)
+    np.testing.assert_array_equal(positive.numpy(), a > 0)
+
+
+def test_kernels_sharing_no_buffer_or_shape_stay_apart(inputs):
+    (a, b, _), (ta, tb, _) = inputs
+    assert realize_counting(ta + 1, tb * 2) == 2
+    assert realize_counting(ta + 1, ta[:4] * 2) == 2
+
+
+def test_a_kernel_reading_its_siblings_result_is_not_merged_with_it(inputs):
+    (a, b, _), (ta, tb, _) = inputs
+    first = ta + tb
+    second = first * ta
+    assert realize_counting(first, second) == 2
+    np.testing.assert_allclose(second.numpy(), (a + b) * a, rtol=1e-6)
+
+
+def test_at_most_eight_outputs_per_kernel(inputs):
+    (a, _, _), (ta, _, _) = inputs
+    results = [ta + number for number in range(10)]
+    assert realize_counting(*results) == 2
+    for number, result in enumerate(results):
+        np.testing.assert_allclose(result.numpy(), a + number, rtol=1e-6)
+
+
+def test_a_merge_that_would_close_a_cycle_keeps_the_kernels_apart(inputs):
+    """a and d read x, c and b read y; b needs a and d needs c. Merging {c, b} and {a, d} would make
+    each merged kernel wait for the other, so the schedule keeps the four kernels."""
+    (x, y, _), (tx, ty, _) = inputs
+    a, c = tx + 1, ty + 2
+    b, d = a * ty, c * tx
+    assert realize_counting(a, c, b, d) == 4
+    np.testing.assert_allclose(b.numpy(), (x + 1) * y, rtol=1e-6)
+    np.testing.assert_allclose(d.numpy(), (y + 2) * x, rtol=1e-6)
