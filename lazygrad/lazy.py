@@ -32,6 +32,10 @@ PENDING_ASSIGNS: "weakref.WeakSet[LazyBuffer]" = weakref.WeakSet()  # assigns ma
 # than a WeakValueDictionary's callback per node, which costs more than building the node)
 _CONSED: dict[tuple, weakref.ref] = {}
 _sweep_at = 4096
+# (value, dtype, shape, device) -> a broadcast constant, held strongly: `x + 1` in a loop would
+# otherwise build (and free) the CONST, RESHAPE and EXPAND nodes again every step
+_CONSTANTS: dict[tuple, "LazyBuffer"] = {}
+CONSTANT_CACHE_LIMIT = 1024
 
 
 def _consed(key: tuple) -> "LazyBuffer | None":
@@ -85,12 +89,20 @@ class LazyBuffer:
     @staticmethod
     def const(value, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
         """A constant broadcast to `shape` (a view of a single value, never materialized)."""
+        key = (repr(value), dtype, shape, device)  # repr tells -0.0 from 0.0 and 1 from True
+        cached = _CONSTANTS.get(key)
+        if cached is not None and cached.buffer is None:
+            return cached
         try:
-            value = dtype.np_type(value).item()
+            converted = dtype.np_type(value).item()
         except (OverflowError, ValueError):  # out-of-range integers wrap, as a C cast does
-            value = np.array(value).astype(dtype.np).item()
-        scalar = LazyBuffer.create("CONST", (), value, dtype, (), device)
-        return scalar.reshape((1,) * len(shape)).expand(tuple(shape)) if shape else scalar
+            converted = np.array(value).astype(dtype.np).item()
+        scalar = LazyBuffer.create("CONST", (), converted, dtype, (), device)
+        node = scalar.reshape((1,) * len(shape)).expand(tuple(shape)) if shape else scalar
+        if len(_CONSTANTS) >= CONSTANT_CACHE_LIMIT:
+            _CONSTANTS.clear()
+        _CONSTANTS[key] = node
+        return node
 
     @property
     def realized(self) -> bool:

@@ -55,15 +55,17 @@ class PooledAllocator:
 
 
 class HostAllocator(PooledAllocator):
-    """Aligned host memory (numpy arrays), pooled."""
+    """Aligned host memory, pooled. A block is (uint8 array, its address): asking numpy for the
+    address costs more than the rest of an allocation, so it is asked once per block."""
 
-    def new_block(self, nbytes: int) -> np.ndarray:
+    def new_block(self, nbytes: int) -> tuple[np.ndarray, int]:
         raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
         start = (-raw.ctypes.data) % ALIGNMENT
-        return raw[start:start + nbytes]
+        block = raw[start:start + nbytes]
+        return block, block.ctypes.data
 
-    def block_size(self, block: np.ndarray) -> int:
-        return block.nbytes
+    def block_size(self, block: tuple[np.ndarray, int]) -> int:
+        return block[0].nbytes
 
 
 class Buffer:
@@ -74,8 +76,8 @@ class Buffer:
         self.device, self.dtype, self.size = device, dtype, size
         self.version = 0  # bumped by every in-place write (lazy.py)
         self._block, self._allocator = allocator.alloc(size * dtype.itemsize), allocator
-        self.array = self._block.view(dtype.np)
-        self.pointer = self._block.ctypes.data
+        self.array = self._block[0].view(dtype.np)
+        self.pointer = self._block[1]
 
     @staticmethod
     def over(device: str, dtype: DType, array: np.ndarray) -> "Buffer":
@@ -83,9 +85,8 @@ class Buffer:
         nothing is copied or pooled; the array stays alive as long as the buffer."""
         buffer = Buffer.__new__(Buffer)
         buffer.device, buffer.dtype, buffer.size, buffer.version = device, dtype, array.size, 0
-        buffer._block, buffer._allocator = array, None
-        buffer.array = array
-        buffer.pointer = array.ctypes.data
+        buffer.array, buffer.pointer = array, array.ctypes.data
+        buffer._block, buffer._allocator = (array, buffer.pointer), None
         return buffer
 
     def __del__(self):  # cheaper than weakref.finalize, which costs more than a small kernel launch

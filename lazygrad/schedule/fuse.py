@@ -226,8 +226,8 @@ def _structure(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> tuple:
         else:
             arg = repr(node.arg) if node.op == "CONST" else node.arg
             described.append((node.op, arg, node.dtype, node.shape, node.device,
-                              tuple(position[id(src)] for src in node.srcs)))
-    return tuple(described), tuple(position[id(node)] for node in outputs)
+                              tuple([position[id(src)] for src in node.srcs])))
+    return tuple(described), tuple([position[id(node)] for node in outputs])
 
 
 def create_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer] | None = None) -> list[ScheduleItem]:
