@@ -26,6 +26,10 @@ What a replay reproduces, and what it checks:
   * Returned tensors are new buffers on every call, safe to keep. A returned argument raises.
   * Intermediate buffers are the captured ones, reused by every replay. A tensor that the function
     left holding one (a parameter's `.grad`) shows the last replay's value.
+  * A replay bumps the version of every buffer it writes again, as an eager step's writes do: a
+    value built before the replay from the old contents (`old = w * 1`, not yet realized) raises
+    StaleValueError when realized, never silently reading the new contents. The tensors that held
+    those buffers when the capture ended (parameters, their state and gradients) stay current.
   * Python code in the function does not run on a replay: values computed in Python from
     arguments or globals (`x.numpy()`, `time.time()`) are frozen at the capture. Pass what varies
     as a Tensor argument.
@@ -36,6 +40,7 @@ from __future__ import annotations
 import functools
 import gc
 import math
+import weakref
 
 from lazygrad import realize as engine
 from lazygrad.devices import get_device
@@ -136,6 +141,27 @@ class _Replay:
                     substitutions.append((position, 1, output_buffers[id(buffer)]))
             self.steps.append((launch.program or _copy, list(launch.buffers), substitutions))
         self.kernel_count = sum(1 for launch in recording.launches if launch.program is not None)
+        self.rewritten = self._rewritten_buffers(recording, output_buffers)
+
+    @staticmethod
+    def _rewritten_buffers(recording: engine.Recording, output_buffers: dict[int, int]) -> list[tuple[object, list]]:
+        """Every buffer a replay writes again (state written in place, intermediates such as a
+        parameter's .grad), with weak references to the tensors holding its current value: a replay
+        bumps each buffer's version, so values built earlier from the old contents raise
+        StaleValueError, and gives those tensors the new version, as an eager step would."""
+        written = {}
+        for launch in recording.launches:
+            for buffer in launch.buffers[:len(launch.in_place)]:
+                if id(buffer) not in output_buffers:
+                    written[id(buffer)] = buffer
+        holders: dict[int, list] = {buffer_id: [] for buffer_id in written}
+        for thing in gc.get_objects():
+            if issubclass(type(thing), Tensor) and thing.lazydata.realized:  # isinstance would ask proxies for __class__
+                node = thing.lazydata
+                if id(node.buffer) in holders and node.buffer is written[id(node.buffer)] \
+                        and node.version == node.buffer.version:
+                    holders[id(node.buffer)].append(weakref.ref(thing))
+        return [(buffer, holders[buffer_id]) for buffer_id, buffer in written.items()]
 
     @staticmethod
     def _check_state_stays(recording: engine.Recording, produced: set[int], input_buffers: dict[int, int]) -> None:
@@ -170,6 +196,12 @@ class _Replay:
                 for position, source, number in substitutions:
                     buffers[position] = sources[source][number]
             function(*buffers)
+        for buffer, holders in self.rewritten:
+            buffer.version += 1
+            for reference in holders:
+                tensor = reference()
+                if tensor is not None and tensor.lazydata.buffer is buffer:
+                    tensor.lazydata = LazyBuffer.from_buffer(buffer, tensor.lazydata.shape)
         stats.kernels += self.kernel_count
         return [Tensor(LazyBuffer.from_buffer(buffer, shape)) for buffer, (shape, _, _) in zip(sources[1], self.output_meta)]
 

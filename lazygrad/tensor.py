@@ -48,7 +48,7 @@ class no_grad:
 
 class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods, IndexingMethods,
              LinalgMethods, NNMethods):
-    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx")
+    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
     __hash__ = object.__hash__  # == builds a comparison, so hashing stays by identity
     grad_enabled = True         # False inside `with no_grad():`
 

@@ -5,6 +5,7 @@ import pytest
 import lazygrad
 from lazygrad import Tensor, nn, stats
 from lazygrad.jit import JitError, jit
+from lazygrad.lazy import StaleValueError
 from lazygrad.nn import functional as F
 from lazygrad.nn.optim import SGD, Adam
 from lazygrad.nn.state import get_parameters
@@ -89,6 +90,26 @@ def test_assigned_state_is_updated_by_every_replay(compiled_device):
         total = f(Tensor(np.ones(3, np.float32), device=compiled_device))
     np.testing.assert_array_equal(counter.numpy(), np.full(3, 6.0))
     assert total.item() == 18.0
+
+
+def test_a_value_built_before_a_replay_from_state_it_rewrites_raises(compiled_device):
+    """As after an eager step: the replay's in-place write makes older lazy values stale, while the
+    state tensor itself (and one read after the replay) sees the new contents."""
+    counter = Tensor(np.zeros(3, np.float32), device=compiled_device).realize()
+    step = Tensor(np.ones(3, np.float32), device=compiled_device)
+
+    @jit
+    def f(x):
+        counter.assign(counter + x)
+        return counter.sum() * 1
+    for _ in range(3):
+        f(step)
+    before = counter * 10  # lazy, reads the contents after 3 calls
+    f(step)                # a replay
+    with pytest.raises(StaleValueError):
+        before.numpy()
+    np.testing.assert_array_equal(counter.numpy(), np.full(3, 4.0))
+    np.testing.assert_array_equal((counter * 10).numpy(), np.full(3, 40.0))
 
 
 def make_model():
