@@ -2,7 +2,8 @@
 
 Global loops run in parallel with OpenMP when the kernel is large; the innermost loop is left
 simple (restrict pointers, no calls into libm for exp2) so the C compiler vectorizes it, and
-float sums are marked as `omp simd` reductions so they vectorize without -ffast-math.
+sums, products and maxima are marked as `omp simd` reductions so they vectorize without
+-ffast-math (a max through a declared reduction that keeps NaN).
 """
 from __future__ import annotations
 
@@ -45,6 +46,14 @@ static inline float lg_exp2f(float x) {
   __builtin_memcpy(&high, &high_bits, 4);
   return p * low * high;
 }""",
+    # A max that vectorizes: each SIMD lane keeps its own maximum, NaN included, and lanes combine
+    # the same way (OpenMP's built-in max reduction would drop a NaN lane).
+    "reduction(lg_max_float:": "#pragma omp declare reduction(lg_max_float : float : omp_out = "
+                               "((omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out)) "
+                               "initializer(omp_priv = -INFINITY)",
+    "reduction(lg_max_double:": "#pragma omp declare reduction(lg_max_double : double : omp_out = "
+                                "((omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out)) "
+                                "initializer(omp_priv = -INFINITY)",
     "lg_exp2(": "static inline double lg_exp2(double x) { return exp2(x); }",
     "lg_log2f": "static inline float lg_log2f(float x) { return log2f(x); }",
     "lg_log2(": "static inline double lg_log2(double x) { return log2(x); }",
@@ -66,6 +75,17 @@ class CRenderer(CStyleRenderer):
 
     def render_fma(self, dtype, left: str, right: str, accumulator: str) -> str:
         return f"{'fma' if dtype == dtypes.float64 else '__builtin_fmaf'}({left}, {right}, {accumulator})"
+
+    @staticmethod
+    def simd_reduction(accumulator) -> str | None:
+        """The OpenMP reduction operator that lets the compiler vectorize this accumulator's loop."""
+        if accumulator.op in ("SUM", "PROD"):
+            return "+" if accumulator.op == "SUM" else "*"
+        if accumulator.op == "MAX_REDUCE" and not accumulator.dtype.is_bool:
+            if accumulator.dtype == dtypes.float64:
+                return "lg_max_double"
+            return "lg_max_float" if accumulator.dtype.is_float else "max"
+        return None
 
     def render_program(self, program: LoopProgram) -> str:
         params = []
@@ -106,34 +126,35 @@ class CRenderer(CStyleRenderer):
             for text in self.render_statements(statements):
                 line(text)
 
+        def accumulator_type(dtype) -> str:  # a float16 sum accumulates in float, rounded once, as numpy's
+            return self.type_name(dtypes.float32 if dtype == dtypes.float16 else dtype)
+
         inner_loops = program.inner_loops
-        if program.accumulators:
+        if inner_loops:  # one reduce, one accumulator per inner output, kept in an L1-sized array
             first = program.accumulators[0]
-            identity = self.render_identity(first.op, first.dtype)
-            # a float16 sum is accumulated in float and rounded once, as numpy's is
-            accumulator_type = self.type_name(dtypes.float32 if first.dtype == dtypes.float16 else first.dtype)
-            if inner_loops:  # one accumulator per inner output, kept in an L1-sized array
-                size = math.prod(loop.size for loop in inner_loops)
-                line(f"{accumulator_type} {first.name}[{size}];")
-                line(f"for (long a = 0; a < {size}; a++) {first.name}[a] = {identity};")
-                open_loops(program.reduce_loops)
-                open_loops(inner_loops, "#pragma omp simd" if program.vectorize else None)
-            else:
-                for number, accumulator in enumerate(program.accumulators):
-                    initial = identity
-                    if block is not None and number < len(program.partial_stores):  # earlier blocks' result
-                        param, index, _ = program.partial_stores[number]
-                        initial = f"{block.var} == 0 ? {identity} : {param}[{index}]"
-                    line(f"{accumulator_type} {accumulator.name} = {initial};")
-                single = len(program.accumulators) == 1
-                vectorizable = program.vectorize and single and first.op in ("SUM", "PROD")
-                operator = "+" if first.op == "SUM" else "*"
-                simd = f"#pragma omp simd reduction({operator}:{first.name})" if vectorizable else None
-                open_loops(program.reduce_loops, simd)
+            size = math.prod(loop.size for loop in inner_loops)
+            line(f"{accumulator_type(first.dtype)} {first.name}[{size}];")
+            line(f"for (long a = 0; a < {size}; a++) {first.name}[a] = {self.render_identity(first.op, first.dtype)};")
+            open_loops(program.reduce_loops)
+            open_loops(inner_loops, "#pragma omp simd" if program.vectorize else None)
             statement_lines(program.inner)
             close_loops(inner_loops)
             close_loops(program.reduce_loops)
             statement_lines(program.combine)
+        for stage in ([] if inner_loops else program.stages):
+            first = stage.accumulators[0]
+            identity = self.render_identity(first.op, first.dtype)
+            for number, accumulator in enumerate(stage.accumulators):
+                initial = identity
+                if block is not None and number < len(program.partial_stores):  # earlier blocks' result
+                    param, index, _ = program.partial_stores[number]
+                    initial = f"{block.var} == 0 ? {identity} : {param}[{index}]"
+                line(f"{accumulator_type(first.dtype)} {accumulator.name} = {initial};")
+            operator = self.simd_reduction(first) if program.vectorize and len(stage.accumulators) == 1 else None
+            open_loops(program.reduce_loops, f"#pragma omp simd reduction({operator}:{first.name})" if operator else None)
+            statement_lines(stage.inner)
+            close_loops(program.reduce_loops)
+            statement_lines(stage.combine)
         if block is not None:  # only the last block finishes the outputs
             line(f"if ({block.var} < {block.size - 1}) {{")
             for param, index, value in program.partial_stores:

@@ -127,23 +127,23 @@ class CStyleRenderer(FloorSyntax):
         def line(text: str) -> None:
             lines.append("  " * depth + text)
 
-        for accumulator in program.accumulators:
-            line(f"{self.type_name(accumulator.dtype)} {accumulator.name} = "
-                 f"{self.render_identity(accumulator.op, accumulator.dtype)};")
-        if program.accumulators:
+        for stage in program.stages:  # each reduce in turn, over the same loops
+            for accumulator in stage.accumulators:
+                line(f"{self.type_name(accumulator.dtype)} {accumulator.name} = "
+                     f"{self.render_identity(accumulator.op, accumulator.dtype)};")
             for loop in program.reduce_loops:
                 line(f"for ({loop_index_type} {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
                 depth += 1
-            for text in self.render_statements(program.inner):
+            for text in self.render_statements(stage.inner):
                 line(text)
             for _ in program.reduce_loops:
                 depth -= 1
                 line("}")
-            for text in self.render_statements(program.combine):
+            for text in self.render_statements(stage.combine):
                 line(text)
-        for accumulator in program.accumulators:
-            if accumulator.dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end
-                line(f"{accumulator.name} = lg_half({accumulator.name});")
+            for accumulator in stage.accumulators:
+                if accumulator.dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end
+                    line(f"{accumulator.name} = lg_half({accumulator.name});")
         for statement in program.outer:
             line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
         param_dtypes = {name: dtype for name, dtype, _ in program.params}

@@ -45,6 +45,16 @@ class Accumulator:
 
 
 @dataclass
+class ReduceStage:
+    """One reduce of a kernel with several (earlier reduces feed later ones, as softmax's row max
+    feeds its sum of exponentials): accumulators, the loop body over the reduce loops, and the
+    folding of unrolled accumulators after them."""
+    accumulators: list[Accumulator]
+    inner: list[Statement]
+    combine: list[Statement]
+
+
+@dataclass
 class LoopProgram:
     name: str
     params: list[tuple[str, DType, bool]]        # (name, dtype, is_output)
@@ -67,6 +77,15 @@ class LoopProgram:
     #                                                        unrolled steps into each output's first one
     raw_stores: list[tuple[str, str, str]] = field(default_factory=list)  # (param, index, accumulator): sums
     #                                                        stored before the epilogue, which reads them back
+    prior_stages: list[ReduceStage] = field(default_factory=list)  # reduces run before this one, each over
+    #                                                        the same reduce loops, in order
+
+    @property
+    def stages(self) -> list[ReduceStage]:
+        """Every reduce in the order they run (empty without a reduce)."""
+        if not self.accumulators:
+            return []
+        return self.prior_stages + [ReduceStage(self.accumulators, self.inner, self.combine)]
 
 
 def accumulator_index(inner_loops: list[Loop]) -> str:
@@ -87,9 +106,10 @@ def choose_inner_axes(kernel: Kernel) -> tuple[Kernel, list[int]]:
     output axis that is contiguous in memory inside the reduce loop, with one accumulator per
     output: the loads then run along rows and vectorize. A few rows of the axis before it join, so
     each loaded row is reused from L1 (a register-and-cache tile, without packing)."""
-    if not kernel.reduce_axes:
+    reduce_nodes = [node for node in kernel.ast.walk() if node.is_reduce]
+    if len(reduce_nodes) != 1:
         return kernel, []
-    reduce_node = next(node for node in kernel.ast.walk() if node.is_reduce)
+    reduce_node = reduce_nodes[0]
     globals_ = [axis for axis, size in enumerate(kernel.full_shape) if axis not in kernel.reduce_axes and size > 1]
     if not globals_ or kernel.full_shape[globals_[-1]] > ACCUMULATOR_LIMIT:
         return kernel, []
@@ -111,15 +131,15 @@ def choose_inner_axes(kernel: Kernel) -> tuple[Kernel, list[int]]:
     return kernel, inner
 
 
-def _walk_above(roots: list[KernelNode], stop: KernelNode | None) -> list[KernelNode]:
-    """Nodes reachable from roots without entering `stop`, sources first (stop itself excluded)."""
+def _walk_above(roots: list[KernelNode], stops: set[KernelNode]) -> list[KernelNode]:
+    """Nodes reachable from roots without entering `stops`, sources first (stops excluded)."""
     order, seen = [], set()
     stack = [(root, False) for root in reversed(roots)]
     while stack:
         node, sources_done = stack.pop()
         if sources_done:
             order.append(node)
-        elif node not in seen and node is not stop:
+        elif node not in seen and node not in stops:
             seen.add(node)
             stack.append((node, True))
             stack.extend((src, False) for src in reversed(node.srcs) if src not in seen)
@@ -237,15 +257,17 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     params = [(f"data{number}", dtype, number < output_count) for number, dtype in enumerate(kernel.buffer_dtypes)]
     emitter = _Emitter(renderer, params, _Namer())
     values = [store.srcs[0] for store in kernel.stores]
-    reduce_nodes = [node for node in kernel.ast.walk() if node.is_reduce]
-    assert len(reduce_nodes) <= 1 and (not reduce_nodes or output_count == 1), "one reduce per kernel, one output"
-    reduce_node = reduce_nodes[0] if reduce_nodes else None
+    reduce_nodes = [node for node in kernel.ast.walk() if node.is_reduce]  # a reduce after those it reads
+    assert len(reduce_nodes) <= 1 or not inner_loops, "accumulator arrays serve one reduce"
     outputs = _combinations(full_shape, upcast_axes)
     copies = [{**output, **step} for step in _combinations(full_shape, unroll_axes) for output in outputs]
-    reduction = _Reduction(reduce_node, copies, len(outputs), emitter, inner_loops, bool(optimized.opts)) \
-        if reduce_node is not None else None
-    if reduction is not None:
-        reduction.emit_body(index_text_at)
+    reductions: list[_Reduction] = []
+    for node in reduce_nodes:
+        stage = _Reduction(node, copies, len(outputs), emitter, inner_loops, bool(optimized.opts))
+        stage.emit_body(index_text_at, reductions)
+        reductions.append(stage)
+    reduction = reductions[-1] if reductions else None
+    reduce_node = reduction.node if reduction else None
     # Values after the reduce are emitted afresh, even one (a constant) also used inside the loop,
     # whose variable is out of scope here.
     outer: list[Statement] = []
@@ -254,15 +276,15 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     # A tile's epilogue (bias, relu, ...) reads each sum back from the output, not from its register:
     # gcc keeps a tile's accumulators in vector registers only when every use after the loop
     # vectorizes too, and a relu's select does not (an 8x slower matmul+relu without this).
-    spill = (renderer.spills_tile_epilogue and reduction is not None and len(outputs) > 1 and values[0] is not reduce_node
+    spill = (renderer.spills_tile_epilogue and len(reductions) == 1 and len(outputs) > 1 and values[0] is not reduce_node
              and reduce_node.dtype == kernel.buffer_dtypes[0] and reduce_node.dtype.itemsize >= 4)
-    after_reduce = _walk_above(values, reduce_node)
+    after_reduce = _walk_above(values, set(reduce_nodes))
     for number, output in enumerate(outputs):
         index_text = index_text_at(output)
         store_indices = [index_text(store.arg[1])[0] for store in kernel.stores]
-        names = {}
-        if reduction is not None:
-            names[reduce_node] = f"{params[0][0]}[{store_indices[0]}]" if spill else reduction.targets[number]
+        names = {stage.node: stage.targets[number] for stage in reductions}
+        if spill:
+            names[reduce_node] = f"{params[0][0]}[{store_indices[0]}]"
         if spill:
             raw_stores.append((params[0][0], store_indices[0], reduction.targets[number]))
         for node in after_reduce:
@@ -276,7 +298,8 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
                        parallel=optimize and math.prod(full_shape) >= parallel_threshold and bool(global_loops),
                        vectorize=optimize, opts=optimized.opts, block_loop=block_loops[0] if block_loops else None,
                        partial_stores=partial_stores, combine=reduction.combine if reduction else [],
-                       raw_stores=raw_stores)
+                       raw_stores=raw_stores,
+                       prior_stages=[ReduceStage(stage.accumulators, stage.inner, stage.combine) for stage in reductions[:-1]])
 
 
 class _Reduction:
@@ -287,7 +310,7 @@ class _Reduction:
 
     def __init__(self, reduce_node: KernelNode, copies: list[dict[int, int]], output_count: int,
                  emitter: _Emitter, inner_loops: list[Loop], tiled: bool):
-        self.node, self.copies, self.emitter = reduce_node, copies, emitter
+        self.node, self.copies, self.emitter, self.output_count = reduce_node, copies, emitter, output_count
         self.fused = _fused_multiply_add(reduce_node, tiled)
         op, dtype = reduce_node.op, reduce_node.dtype
         self.accumulators = [Accumulator(emitter.namer.next("acc"), op, dtype) for _ in copies]
@@ -300,12 +323,13 @@ class _Reduction:
             self.combine.append(Statement(final, dtype, update, declare=False))
         self.inner: list[Statement] = []
 
-    def emit_body(self, index_text_at) -> None:
+    def emit_body(self, index_text_at, earlier: list["_Reduction"]) -> None:
+        """The loop body; the results of `earlier` reduces (run before this one) are read by name."""
         source, renderer = self.node.srcs[0], self.emitter.renderer
-        nodes = source.walk()
+        nodes = _walk_above([source], {stage.node for stage in earlier})
         seen: dict = {}
-        for target, position in zip(self.targets, self.copies):
-            names: dict = {}
+        for number, (target, position) in enumerate(zip(self.targets, self.copies)):
+            names = {stage.node: stage.targets[number % self.output_count] for stage in earlier}
             index_text = index_text_at(position)
             for node in nodes:
                 self.emitter.emit(node, names, seen, self.inner, index_text)

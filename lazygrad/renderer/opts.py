@@ -136,7 +136,10 @@ def _check_block(optimized: OptimizedKernel, opt: Opt, renderer) -> None:
         raise OptError(f"{opt}: the kernel already has a BLOCK")
     if opt.amount >= kernel.full_shape[opt.axis]:
         raise OptError(f"{opt}: a block of {opt.amount} covers all of axis {opt.axis} (size {kernel.full_shape[opt.axis]})")
-    reduce_node = next((node for node in kernel.ast.walk() if node.is_reduce), None)
+    reduce_nodes = [node for node in kernel.ast.walk() if node.is_reduce]
+    if len(reduce_nodes) > 1:
+        raise OptError(f"{opt}: a kernel with several reduces keeps no partial results")
+    reduce_node = reduce_nodes[0] if reduce_nodes else None
     output_dtype = kernel.buffer_dtypes[0]
     if reduce_node is None or reduce_node.dtype != output_dtype or output_dtype.itemsize < 4:
         raise OptError(f"{opt}: partial results need an output of the accumulator's dtype (32 or 64 bits)")
@@ -271,10 +274,12 @@ def row_reduce_tile(kernel: Kernel) -> list[Opt]:
 def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     """The default opts of a dim-merged kernel on renderers that vectorize straight-line code (C):
     a register tile for matmul-like reduces, else rows and unrolled accumulators for cheap row
-    reduces; nothing elsewhere, where linearize's own loop choices (flat vectorized loops, inner
-    accumulator arrays) already serve."""
+    reduces; nothing for kernels with several reduces or none, where linearize's own loop choices
+    (flat vectorized loops, inner accumulator arrays) already serve."""
     if not getattr(renderer, "expands_tiles", False):
         return []
+    if sum(node.is_reduce for node in kernel.ast.walk()) > 1:
+        return []  # chained reduces (softmax's max, then sum): plain loops, each a SIMD reduction
     tile = matmul_tile(kernel)
     opts = tile or row_reduce_tile(kernel)
     try:

@@ -257,7 +257,7 @@ def _plan_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> list[S
             continue
         kernel, inputs = _KernelBuilder([root], plan).build()
         items.append(ScheduleItem(kernel, [root], inputs))
-    items = _merge_siblings(items, plan)
+    items = _merge_siblings(_chain_reduces(items), plan)
     written: set[int] = set()
     for item in items:
         for number, output in enumerate(item.outputs):
@@ -265,6 +265,109 @@ def _plan_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> list[S
                 item.in_place[number] = True
                 written.add(id(output.srcs[1].buffer))
     return _order(items)
+
+
+def _is_reduce_kernel(item: ScheduleItem | None) -> bool:
+    return item is not None and item.kernel is not None and bool(item.kernel.reduce_axes)
+
+
+def _reads_only_per_position(reader: ScheduleItem, source: ScheduleItem) -> bool:
+    """Whether `reader` reads each of source's outputs only at the output position it computes
+    (broadcast along the reduce axes), the loops of both being the same."""
+    kernel = reader.kernel
+    views = {}
+    for number, output in enumerate(source.outputs):
+        stored = source.kernel.stores[number].arg[1]
+        views[id(output)] = (stored, stored.expand(kernel.full_shape))
+    for node in kernel.ast.walk():
+        if node.op == "LOAD":
+            loaded = reader.inputs[node.arg[0] - len(reader.outputs)]
+            if id(loaded) in views and node.arg[1] not in views[id(loaded)]:
+                return False
+    return True
+
+
+def _renumbered(ast: KernelNode, numbers: dict[int, int], replacements: dict[int, KernelNode]) -> KernelNode:
+    """The AST with buffer numbers mapped through `numbers`, and each load of a buffer number in
+    `replacements` replaced by that value."""
+    rebuilt: dict[KernelNode, KernelNode] = {}
+    for node in ast.walk():
+        if node.op == "LOAD" and node.arg[0] in replacements:
+            rebuilt[node] = replacements[node.arg[0]]
+            continue
+        arg = (numbers[node.arg[0]], node.arg[1]) if node.op in ("LOAD", "STORE") else node.arg
+        rebuilt[node] = KernelNode.make(node.op, node.dtype, tuple(rebuilt[src] for src in node.srcs), arg)
+    return rebuilt[ast]
+
+
+def _chained(source: ScheduleItem, reader: ScheduleItem) -> ScheduleItem:
+    """One kernel computing source's reduces, then reader's, which uses their values by name."""
+    outputs = source.outputs + reader.outputs
+    inputs = list(source.inputs)
+    for node in reader.inputs:
+        if all(node is not other for other in inputs + source.outputs):
+            inputs.append(node)
+    position = {id(node): len(outputs) + index for index, node in enumerate(inputs)}
+    source_numbers = {number: number for number in range(len(source.outputs))}
+    source_numbers.update({len(source.outputs) + index: position[id(node)] for index, node in enumerate(source.inputs)})
+    source_stores = [_renumbered(store, source_numbers, {}) for store in source.kernel.stores]
+    reader_numbers = {0: len(source.outputs)}
+    replacements = {}
+    for index, node in enumerate(reader.inputs):
+        number = len(reader.outputs) + index
+        if id(node) in position:
+            reader_numbers[number] = position[id(node)]
+        else:
+            replacements[number] = source_stores[[id(output) for output in source.outputs].index(id(node))].srcs[0]
+    reader_store = _renumbered(reader.kernel.stores[0], reader_numbers, replacements)
+    ast = KernelNode.make("SINK", None, tuple(source_stores) + (reader_store,))
+    dtypes = tuple(node.dtype for node in outputs + inputs)
+    kernel = Kernel(ast, reader.kernel.full_shape, reader.kernel.reduce_axes, dtypes)
+    return ScheduleItem(kernel, outputs, inputs)
+
+
+def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
+    """A reduce kernel that reads another reduce kernel's results, with the same loops (full shape
+    and reduce axes) and only at the position it computes (broadcast along the reduce axes), runs
+    that reduce itself first, in an earlier loop over the same rows: softmax's row max and its sum
+    of exponentials are one kernel, and so are layernorm's mean and variance. The earlier results
+    are still stored, for the kernels after. Not done when the reader also needs them through
+    another kernel (that kernel would have to run in the middle)."""
+    original, items = items, list(items)
+    producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
+    needs = [{producer[id(node)] for node in item.inputs if id(node) in producer} for item in items]
+
+    def reaches(start: int, goal: int) -> bool:
+        stack, seen = [start], set()
+        while stack:
+            current = stack.pop()
+            if current == goal:
+                return True
+            if current not in seen:
+                seen.add(current)
+                stack.extend(needs[current])
+        return False
+
+    for index, item in enumerate(items):
+        if not _is_reduce_kernel(item) or len(item.outputs) != 1:
+            continue
+        for source_index in sorted(needs[index]):
+            source = items[source_index]
+            if not _is_reduce_kernel(source) or source.kernel.full_shape != item.kernel.full_shape \
+                    or source.kernel.reduce_axes != item.kernel.reduce_axes or not _reads_only_per_position(item, source):
+                continue
+            if any(reaches(other, source_index) for other in needs[index] if other != source_index):
+                continue
+            items[index], items[source_index] = _chained(source, item), None
+            needs[index] = (needs[index] | needs[source_index]) - {source_index}
+            for other_needs in needs:
+                if source_index in other_needs:
+                    other_needs.discard(source_index)
+                    other_needs.add(index)
+            break
+    chained = [item for item in items if item is not None]
+    order = _dependency_order(chained, extra_needs=None)  # a merged kernel runs where its reader did
+    return original if order is None else [chained[index] for index in order]
 
 
 def _mergeable(item: ScheduleItem) -> bool:
@@ -307,7 +410,7 @@ def _merge_siblings(items: list[ScheduleItem], plan: _FusionPlan) -> list[Schedu
     they have in common run once, and one launch replaces several (an optimizer's update of a
     parameter and of its state tensors is one kernel). A merge that would stop an ASSIGN from
     writing in place is not made."""
-    producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
+    producer = {id(output): index for index, item in enumerate(items) for output in item.outputs}
     groups: list[_Siblings] = []
     readers: dict[tuple, list[_Siblings]] = {}  # (shape, an input's id) -> groups of kernels reading it
     depends_on: list[int] = []  # per item, the bit set of the items it needs, directly or not

@@ -193,6 +193,110 @@ def test_softmax_matches_npy():
     assert_matches_npy(softmax, values, rtol=1e-5, atol=1e-7)
 
 
+# ---- code PoCL can vectorize ------------------------------------------------------------------
+
+def test_exp2_matches_numpy_over_its_whole_range():
+    """float32 exp2 is a polynomial (renderer/opencl.py), not the driver's library call; it must
+    still agree with numpy from underflow to overflow, and on NaN and inf. Below the normal range
+    numpy's own exp2 flushes some results that round to the smallest subnormal to 0, so there
+    the results may differ by less than the smallest normal float."""
+    values = np.concatenate([np.linspace(-160, 130, 4001, dtype=np.float32),
+                             np.array([-149.5, -126.0, -0.0, 1e-40, 127.99, np.nan, np.inf, -np.inf],
+                                      dtype=np.float32)])
+    smallest_normal = float(np.finfo(np.float32).tiny)
+    assert_matches_npy(lambda tensor: tensor.exp2(), values, rtol=2e-6, atol=smallest_normal)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_sqrt_is_correctly_rounded(dtype):
+    values = np.array([0.0, -0.0, 1e-30, 2.0, 3.0, 10.0, 12345.678, np.inf, -1.0, np.nan], dtype=dtype)
+    assert_matches_npy(lambda tensor: tensor.sqrt(), values)
+
+
+def test_reduce_kernels_step_in_lockstep_on_a_cpu_device():
+    """On a CPU device a reduce loop ends in a work-group barrier and the kernel is launched in
+    groups of 16, which lets PoCL vectorize across work-items (devices/opencl.py)."""
+    from lazygrad.devices.opencl import LOCKSTEP_OPTION
+    from lazygrad.realize import get_program
+    from lazygrad.schedule.fuse import create_schedule
+    device = get_device("OPENCL")
+    left = Tensor(np.ones((32, 8), np.float32), device="OPENCL").realize()
+    right = Tensor(np.ones((8, 48), np.float32), device="OPENCL").realize()
+    (item,) = [item for item in create_schedule([(left @ right).lazydata]) if item.kernel is not None]
+    compiled = get_program("OPENCL", item.kernel)
+    loop = compiled.source.split("for (", 1)[1]
+    assert "lg_lockstep();\n  }" in loop, "the barrier must be the last statement of the reduce loop"
+    if device.lockstep_reduces:
+        assert LOCKSTEP_OPTION in device.build_options
+        assert compiled.program.local_size == [16, 1]
+    else:
+        assert compiled.program.local_size is None
+
+
+def test_lockstep_changes_no_bit_of_a_result(monkeypatch):
+    """Each work-item still reduces its own values in the same order; only the schedule changes."""
+    from lazygrad.devices.opencl import LOCKSTEP_OPTION
+    from lazygrad.realize import get_program
+    from lazygrad.schedule.fuse import create_schedule
+    device = get_device("OPENCL")
+    if not device.lockstep_reduces:
+        pytest.skip("the OpenCL device is not a CPU: its reduces do not run in lockstep")
+    values = np.random.default_rng(4).standard_normal((48, 300), dtype=np.float32)
+    matrix = Tensor(values, device="OPENCL").realize()
+    (item,) = [item for item in create_schedule([(matrix.exp() * 0.5).sum(1).lazydata]) if item.kernel is not None]
+    compiled = get_program("OPENCL", item.kernel)
+    results = []
+    for lockstep in (True, False):
+        if not lockstep:
+            monkeypatch.setattr(device, "lockstep_reduces", False)
+            options = [option for option in device.build_options if option != LOCKSTEP_OPTION]
+            monkeypatch.setattr(device, "build_options", options)
+        with Context(DISABLE_CACHE=True):
+            program = device.load(compiled.name, device.compile_cached(compiled.source), 2)
+        assert (program.local_size is not None) == lockstep
+        output = device.alloc(dtypes.float32, 48)
+        program(output, matrix.lazydata.buffer)
+        results.append(output.numpy())
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_every_innermost_reduce_loop_ends_in_lockstep():
+    """A kernel with several reduces runs its reduce loops once per reduce; each run steps in lockstep."""
+    from types import SimpleNamespace
+    from lazygrad.renderer.opencl import OpenCLRenderer
+    one_reduce = ["for (long r0 = 0; r0 < 4; r0++) {", "  for (long r1 = 0; r1 < 3; r1++) {",
+                  "    acc0 = (acc0+data1[r0*3+r1]);", "  }", "}"]
+    body = ["float acc0 = 0.0f;"] + one_reduce + [line.replace("acc0", "acc1") for line in one_reduce]
+    program = SimpleNamespace(reduce_loops=[SimpleNamespace(var="r0"), SimpleNamespace(var="r1")])
+    stepped = OpenCLRenderer.add_lockstep(body, program)
+    assert stepped == (["float acc0 = 0.0f;"] + one_reduce[:3] + ["    lg_lockstep();"] + one_reduce[3:]
+                       + [line.replace("acc0", "acc1") for line in one_reduce[:3]] + ["    lg_lockstep();"]
+                       + one_reduce[3:])
+
+
+def test_work_groups_divide_the_global_size():
+    from lazygrad.devices.opencl import lockstep_local_size
+    assert lockstep_local_size([4096]) == [16]
+    assert lockstep_local_size([12, 9]) == [12, 1]
+    assert lockstep_local_size([17, 4, 3]) == [1, 1, 1]
+
+
+REDUCE_SHAPES = [((17, 33), 1), ((24, 5), 0), ((3, 7, 11), 2), ((4, 5, 6), (0, 2)), ((2, 3, 4, 5, 6), 4)]
+
+
+@pytest.mark.parametrize("shape,axis", REDUCE_SHAPES, ids=[f"{shape}-axis{axis}" for shape, axis in REDUCE_SHAPES])
+def test_reduces_of_sizes_16_does_not_divide_match_npy(shape, axis):
+    values = np.random.default_rng(2).standard_normal(shape, dtype=np.float32)
+    assert_matches_npy(lambda tensor: tensor.sum(axis) + tensor.max(axis), values, rtol=1e-5, atol=1e-6)
+    assert_matches_npy(lambda tensor: (tensor * 0.5).exp().sum(axis), values, rtol=1e-5, atol=1e-6)
+
+
+def test_odd_sized_matmul_matches_npy():
+    rng = np.random.default_rng(3)
+    left, right = rng.standard_normal((9, 20), dtype=np.float32), rng.standard_normal((20, 12), dtype=np.float32)
+    assert_matches_npy(lambda a, b: a @ b, left, right, rtol=1e-5, atol=1e-6)
+
+
 # ---- moving data -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("array", [FLOATS, INTS, CONDITION, HALVES, np.zeros((0, 3), np.float32)],

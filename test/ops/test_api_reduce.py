@@ -211,7 +211,7 @@ def test_softmax_edge_cases(device):
           F32, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name,limit", [("softmax", 3), ("log_softmax", 3), ("logsumexp", 3)])
+@pytest.mark.parametrize("name,limit", [("softmax", 2), ("log_softmax", 2), ("logsumexp", 2)])
 def test_softmax_family_kernel_counts(name, limit):
     a = np.random.default_rng(5).standard_normal((32, 48)).astype(np.float32)
     x = Tensor(a).realize()

@@ -130,7 +130,7 @@ def test_every_representative_kernel_compiles_to_ptx(tmp_path):
     assert entries == set(names)
 
 
-@pytest.mark.parametrize("label", ["softmax-2", "WHERE-float16-0", "several-outputs-0"])
+@pytest.mark.parametrize("label", ["softmax-0", "softmax-1", "WHERE-float16-0", "several-outputs-0"])
 def test_a_whole_rendered_source_compiles_alone(label, tmp_path):
     program = dict(representative_kernels())[label]
     source = CUDARenderer().render_program(program)

@@ -38,14 +38,14 @@ def softmax(x: Tensor) -> Tensor:
 
 def test_opencl_softmax_maps_rows_and_columns_to_work_items():
     kernels = sources(softmax(tensor((6, 10))), OpenCLRenderer())
-    assert len(kernels) == 3
+    assert len(kernels) == 2
     for source in kernels:
         assert source.startswith("// launch: global=")
         assert "__kernel void " in source and "get_global_id(0)" in source
         assert "#pragma omp" not in source and "for (long i" not in source  # global loops are work-items
-    row_max, row_sum, normalize = kernels
-    assert row_max.startswith("// launch: global=6\n") and "for (long r1 = 0; r1 < 10; r1++)" in row_max
-    assert "float acc" in row_sum and "for (long r" in row_sum
+    row_max_and_sum, normalize = kernels  # the max's loop, then the sum's, in each work-item
+    assert row_max_and_sum.startswith("// launch: global=6\n")
+    assert row_max_and_sum.count("for (long r1 = 0; r1 < 10; r1++)") == 2
     assert normalize.startswith("// launch: global=10,6\n")
     assert "long i1 = get_global_id(0);" in normalize and "long i0 = get_global_id(1);" in normalize
 
@@ -90,7 +90,8 @@ def test_opencl_int64_constants_have_the_long_suffix():
 
 def test_opencl_uses_its_own_math_and_bitcast_names():
     (math_source,) = sources(tensor((8,)).sqrt() + tensor((8,)).sin(), OpenCLRenderer())
-    assert "sqrt(" in math_source and "sin(" in math_source and "sqrtf" not in math_source
+    # sqrt is the compiler's IEEE builtin (which PoCL inlines), sin is OpenCL's overloaded function
+    assert "__builtin_sqrtf(" in math_source and " sin(" in math_source and "sinf(" not in math_source
     (bitcast_source,) = sources(tensor((8,)).bitcast(dtypes.int32) + 1, OpenCLRenderer())
     assert "as_int(" in bitcast_source
 
@@ -105,13 +106,13 @@ def test_a_column_sum_keeps_one_accumulator_per_work_item():
 
 def test_cuda_softmax_is_a_flat_launch_over_the_output():
     kernels = sources(softmax(tensor((6, 10))), CUDARenderer())
-    assert len(kernels) == 3
+    assert len(kernels) == 2
     for source in kernels:
         assert 'extern "C" __global__ void ' in source
         assert "long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;" in source
         assert "#pragma omp" not in source and "cuda_fp16" not in source
     assert kernels[0].startswith("// launch: grid=1 block=6\n") and "if (gid >= 6) return;" in kernels[0]
-    normalize = kernels[2]
+    normalize = kernels[1]
     assert "if (gid >= 60) return;" in normalize
     assert "long long i0 = (gid / 10);" in normalize and "long long i1 = gid % 10;" in normalize
 

@@ -271,3 +271,32 @@ def test_random_opts_on_opencl_match_npy(monkeypatch):
     for kind in ("matmul", "padded", "max"):
         graph = (8, 6, 16, dtypes.float32, 5, kind)
         np.testing.assert_allclose(build("OPENCL", *graph).numpy(), build("NPY", *graph).numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("opts", [[], [Opt("UNROLL", 1, 4)], [Opt("UPCAST", 0, 4)], [Opt("UNROLL", 1, 8), Opt("UPCAST", 0, 2)]],
+                         ids=["plain", "unrolled", "upcast", "both"])
+def test_chained_reduces_match_numpy_under_opts(monkeypatch, opts):
+    """Softmax's statistics kernel (row max, then the sum of exponentials, in one kernel): every
+    copy of the sum's body reads the max of its own row."""
+    values = np.random.default_rng(6).standard_normal((8, 32)).astype(np.float32)
+    values[3, 7] = np.nan
+    with_opts(monkeypatch, opts)
+    x = Tensor(values)
+    row_max = x.max(axis=1, keepdim=True)
+    total = (x - row_max).exp().sum(axis=1, keepdim=True)
+    (item,) = create_schedule([row_max.lazydata, total.lazydata])
+    assert len(item.outputs) == 2 and len(linearize(item.kernel, CRenderer(), opts=opts).stages) == 2
+    Tensor.realize(row_max, total)
+    with np.errstate(invalid="ignore"):
+        expected_max = values.max(axis=1, keepdims=True)
+        expected_total = np.exp(values - expected_max).sum(axis=1, keepdims=True)
+    np.testing.assert_array_equal(row_max.numpy(), expected_max)
+    np.testing.assert_allclose(total.numpy(), expected_total, rtol=1e-5)
+
+
+def test_chained_reduces_refuse_block():
+    x = Tensor(np.ones((4, 512), np.float32))
+    total = (x - x.max(axis=1, keepdim=True)).sum(axis=1)
+    (item,) = create_schedule([total.lazydata])
+    with pytest.raises(OptError, match="several reduces"):
+        apply_opt(initial(merge_dims(item.kernel)), Opt("BLOCK", 1, 64), CRenderer())

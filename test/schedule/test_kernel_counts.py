@@ -61,26 +61,29 @@ def test_linear_bias_relu_is_one_kernel():
     np.testing.assert_allclose(value, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-5)
 
 
-def test_softmax_from_primitives_takes_at_most_three_kernels(inputs):
+def test_softmax_from_primitives_is_two_kernels(inputs):
+    """The row max and the sum of exponentials share one kernel (two loops per row), then the
+    division."""
     (a, _, _), (ta, _, _) = inputs
 
     def softmax():
         e = (ta - ta.max(axis=1, keepdim=True)).exp()
         return e / e.sum(axis=1, keepdim=True)
     count, value = kernels_for(softmax)
-    assert count <= 3
+    assert count == 2
     e = np.exp(a - a.max(axis=1, keepdims=True))
     np.testing.assert_allclose(value, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
-def test_layernorm_takes_at_most_three_kernels(inputs):
+def test_layernorm_is_two_kernels(inputs):
+    """The mean and the variance share one kernel, then the normalization."""
     (a, _, _), (ta, _, _) = inputs
 
     def layernorm():
         centered = ta - ta.mean(1, keepdim=True)
         return centered / ((centered * centered).mean(1, keepdim=True) + 1e-5).sqrt()
     count, value = kernels_for(layernorm)
-    assert count <= 3
+    assert count == 2
     centered = a - a.mean(1, keepdims=True)
     expected = centered / np.sqrt((centered ** 2).mean(1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5)
@@ -178,3 +181,24 @@ def test_a_merge_that_would_close_a_cycle_keeps_the_kernels_apart(inputs):
     assert realize_counting(a, c, b, d) == 4
     np.testing.assert_allclose(b.numpy(), (x + 1) * y, rtol=1e-6)
     np.testing.assert_allclose(d.numpy(), (y + 2) * x, rtol=1e-6)
+
+
+def test_a_reduce_read_elsewhere_than_its_row_is_not_chained(inputs):
+    """The sum reads the max of another row (a flipped view), so it cannot run in the max's loop."""
+    (a, _, _), (ta, _, _) = inputs
+    row_max = ta.max(axis=1, keepdim=True)
+    count, value = kernels_for(lambda: (ta - row_max.flip(0)).sum(axis=1))
+    assert count == 2
+    np.testing.assert_allclose(value, (a - a.max(axis=1, keepdims=True)[::-1]).sum(axis=1), rtol=1e-4, atol=1e-4)
+
+
+def test_chained_reduces_keep_nan_and_inf(inputs):
+    x = np.array([[1.0, np.nan, 3.0], [-np.inf, -np.inf, -np.inf], [np.inf, 1.0, 2.0], [0.5, -2.0, 4.0]], np.float32)
+    t = Tensor(x)
+    centered = t - t.max(axis=1, keepdim=True)
+    count, value = kernels_for(lambda: centered.exp().sum(axis=1))
+    assert count == 1
+    with np.errstate(invalid="ignore"):
+        expected = np.exp(x - x.max(axis=1, keepdims=True)).sum(axis=1)
+    np.testing.assert_array_equal(np.isnan(value), np.isnan(expected))
+    np.testing.assert_allclose(value[~np.isnan(expected)], expected[~np.isnan(expected)], rtol=1e-6)
