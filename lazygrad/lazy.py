@@ -169,6 +169,8 @@ class LazyBuffer:
         order = tuple(order)
         if order == tuple(range(len(order))):
             return self
+        if self.op == "PERMUTE" and not self.realized:  # one permute of the source (none if they cancel)
+            return self.srcs[0].permute(tuple(self.arg[axis] for axis in order))
         return self._movement("PERMUTE", order, tuple(self.shape[axis] for axis in order))
 
     def expand(self, shape: tuple[int, ...]) -> "LazyBuffer":

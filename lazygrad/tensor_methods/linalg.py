@@ -117,6 +117,7 @@ class LinalgMethods:
             raise ValueError(f"matmul: the batch dims of shapes {self.shape} and {other.shape} "
                              "cannot be broadcast together") from None
         m, k, n = x.shape[-2], x.shape[-1], w.shape[-1]
+        sources = (x, w)
         if m >= 8 and _is_transposed_view(w):
             # x @ W.T (nn.Linear): W's rows are contiguous along k, so the kernel would be a set of
             # dot products; a contiguous copy of W.T (n*k elements, against m*n*k multiply-adds)
@@ -126,6 +127,8 @@ class LinalgMethods:
         left = x.cast(dtype).reshape(x.shape[:-2] + (m, 1, k))
         right = w.cast(dtype).transpose(-1, -2).reshape(w.shape[:-2] + (1, n, k))
         result = (left * right)._reduce("SUM", -1, False, "matmul")
+        if x.ndim == 2 and w.ndim == 2:
+            result = result._with_gradient(sources, _matmul_gradient)
         if x_vector:
             result = result.reshape(result.shape[:-2] + (n,))
         if w_vector:
@@ -182,6 +185,16 @@ class LinalgMethods:
                 result = result._reduce("SUM", tuple(range(len(kept), len(order))), False, "einsum")
             labels = kept
         return result.permute([labels.index(label) for label in output]) if labels else result
+
+
+def _matmul_gradient(grad, out, sources, arg) -> list:
+    """Gradients of a 2-D x @ w as matmuls, so each gets matmul's tiles and transposed-operand copy
+    (derived op by op they are reduces over other axes, several times slower). For w a transposed
+    view (nn.Linear's W.T) the gradient is computed in W's own layout, g.T @ x, and handed back
+    transposed: the two transposes cancel in the graph, so W.grad is that matmul's result."""
+    x, w = sources  # detached; a gradient built for one that needs none is never realized
+    grad_w = grad.T.matmul(x).T if _is_transposed_view(w) else x.T.matmul(grad)
+    return [grad.matmul(w.T), grad_w]
 
 
 def _is_transposed_view(tensor) -> bool:

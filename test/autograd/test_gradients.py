@@ -45,6 +45,8 @@ CASES = {
     "flip_slice": (lambda x: (x.flip(0)[::2] * Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], device=x.device)).sum(), [signed(4, 3)]),
     "getitem": (lambda x: (x[1, ::-1] * x[0]).sum(), [signed(2, 3)]),
     "matmul": (lambda x, w: (x @ w).relu().sum(), [signed(3, 4), signed(4, 2)]),
+    "matmul_transposed": (lambda x, w: (x @ w.T).relu().sum(), [signed(9, 4), signed(2, 4)]),  # nn.Linear's
+    "matmul_vector": (lambda x, w: (x @ w).square().sum(), [signed(4), signed(4, 3)]),
     "batched_matmul": (lambda x, w: (x @ w).square().sum(), [signed(2, 2, 3), signed(3, 2)]),
     "softmax": (lambda x: ((x - x.max(1, keepdim=True)).exp() / (x - x.max(1, keepdim=True)).exp().sum(1, keepdim=True) * Tensor(np.arange(8.0).reshape(2, 4), device=x.device)).sum(), [signed(2, 4)]),
     "sigmoid_tanh": (lambda x: (x.sigmoid() + x.tanh()).sum(), [signed(5)]),
@@ -116,6 +118,20 @@ def test_backward_stays_lazy_and_fuses():
     assert 1 <= forward_kernels <= 2
     x.grad.realize(w.grad)
     assert stats.kernels - forward_kernels <= 4
+
+
+def test_linear_weight_gradient_is_one_matmul_in_the_weights_layout():
+    """x @ W.T's gradient for W is g.T @ x, computed in W's layout: no transposed copy after it."""
+    from lazygrad import stats
+    rng = np.random.default_rng(3)
+    x_values, w_values = rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal((32, 64)).astype(np.float32)
+    g_values = rng.standard_normal((16, 32)).astype(np.float32)
+    x, w = Tensor(x_values), Tensor(w_values, requires_grad=True)
+    ((x @ w.T) * Tensor(g_values)).sum().backward()
+    stats.reset()
+    w.grad.realize()
+    assert stats.kernels == 1
+    np.testing.assert_allclose(w.grad.numpy(), g_values.T @ x_values, rtol=1e-4, atol=1e-4)
 
 
 def test_creation_functions_take_requires_grad():

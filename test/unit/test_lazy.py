@@ -23,6 +23,13 @@ def test_identical_ops_on_identical_sources_are_one_node():
     assert (x * 2).lazydata is not (x * 3).lazydata
 
 
+def test_permutes_of_a_permute_are_one_permute_or_none():
+    x = Tensor(np.zeros((2, 3, 4), np.float32))
+    assert x.T.T.lazydata is x.lazydata
+    twice = x.permute(1, 2, 0).permute(1, 2, 0)
+    assert twice.lazydata.op == "PERMUTE" and twice.lazydata.srcs[0] is x.lazydata and twice.shape == (4, 2, 3)
+
+
 def test_a_realized_tensor_keeps_its_buffer_and_drops_its_graph():
     x = Tensor(np.ones(3, dtype=np.float32))
     intermediate = x * 2
