@@ -241,8 +241,9 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
 
     The file is memory-mapped. On the host devices (CPU, NPY) each tensor's buffer is the mapped
     file itself (copy-on-write): nothing is read until a kernel touches it, and writing a loaded
-    tensor (an optimizer step) never changes the file. Other devices copy each tensor's bytes into
-    their buffer. The whole header is checked first: a truncated or malformed file raises
+    tensor (an optimizer step) never changes the file. On other devices each tensor is a lazy copy
+    of the mapped bytes, read from the file when the tensor is first realized. The whole header is
+    checked first: a truncated or malformed file raises
     ValueError naming the problem, and no tensor is returned.
     """
     path = os.fspath(path)
@@ -262,15 +263,16 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
         data = np.zeros(0, dtype=np.uint8)
     else:
         data = np.memmap(path, dtype=np.uint8, mode="c", offset=data_start, shape=(data_size,))
-    target = get_device(canonical_device(device))
-    in_place = hasattr(target, "wrap") and sys.byteorder == "little"
+    device = canonical_device(device)
+    host = device if hasattr(get_device(device), "wrap") else "CPU"
     tensors = {}
     for name, (dtype, shape, begin, end) in entries.items():
         array = data[begin:end].view(dtype.np.newbyteorder("<"))
-        if in_place:
-            tensors[name] = Tensor(LazyBuffer.from_buffer(target.wrap(dtype, array.view(dtype.np)), shape))
-        else:
-            tensors[name] = Tensor(array.reshape(shape), dtype=dtype, device=device)  # a copy
+        if sys.byteorder != "little":
+            tensors[name] = Tensor(array.reshape(shape), dtype=dtype, device=device)  # a byte-swapped copy
+            continue
+        mapped = Tensor(LazyBuffer.from_buffer(get_device(host).wrap(dtype, array.view(dtype.np)), shape))
+        tensors[name] = mapped if host == device else mapped.to(device)
     return tensors
 
 

@@ -233,3 +233,19 @@ def test_safe_load_maps_the_file_and_never_writes_it(tmp_path):
     np.testing.assert_array_equal(weight.numpy(), values * 2)
     np.testing.assert_array_equal(safe_load(path)["w"].numpy(), values)
     assert path.read_bytes() == before
+
+
+def test_safe_load_reads_no_tensor_before_it_is_used_on_every_device(tmp_path, device):
+    """Host devices use the mapped file as the buffer; others get a pending copy of the mapped bytes."""
+    path = tmp_path / "weights.safetensors"
+    values = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.arange(4, dtype=np.int64)}
+    safe_save({name: Tensor(array) for name, array in values.items()}, path)
+    loaded = safe_load(path, device=device)
+    for name, array in values.items():
+        tensor = loaded[name]
+        assert tensor.device == device
+        if device in ("CPU", "NPY"):
+            assert isinstance(tensor.lazydata.buffer.array.base, np.memmap)
+        else:
+            assert tensor.lazydata.op == "COPY" and not tensor.lazydata.realized
+        np.testing.assert_array_equal(tensor.numpy(), array)
