@@ -5,7 +5,8 @@ before it linearizes the kernel. The search starts from the default heuristic's 
 each round extends every kept candidate by one more valid opt (renderer/opts.py), compiles the new
 candidates (in parallel threads: the compiler is a separate process), runs each on random inputs,
 discards any that fail to compile or disagree with the kernel without opts, and keeps the
-N fastest. It stops when a round finds nothing faster, after BEAM_TIMEOUT seconds, or after
+N fastest. A kernel whose buffers fit in the last-level cache is timed on rotated copies of them, so
+no run finds its inputs in the cache from the run before. It stops when a round finds nothing faster, after BEAM_TIMEOUT seconds, or after
 MAX_ROUNDS. The winner is stored in the disk cache (table "beam") keyed by the kernel and the
 device, so the next process starts at once; IGNORE_BEAM_CACHE=1 searches again.
 
@@ -14,6 +15,7 @@ DEBUG>=3 logs each discarded candidate with the reason.
 """
 from __future__ import annotations
 
+import glob
 import json
 import platform
 import random
@@ -40,6 +42,8 @@ MAX_CANDIDATES_PER_ROUND = 40
 COMPILE_CHUNK = 4         # candidates compiled together, then timed; the deadline is checked between them
 TIMED_RUNS = 5
 TIMING_BUDGET = 0.25      # seconds of runs per candidate at most (after its first run)
+ROTATION_BYTES = 256 << 20  # memory for copies of a small kernel's buffers, timed in turn
+MAX_ROTATED_SETS = 64
 
 
 @dataclass
@@ -94,8 +98,31 @@ def _close(actual: np.ndarray, expected: np.ndarray) -> bool:
                             atol=tolerance * max(scale, 1.0), equal_nan=True))
 
 
+def last_level_cache_bytes() -> int:
+    """The size of the CPU's largest cache (from Linux's sysfs), or 32 MiB when it cannot be read."""
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        with open(path) as handle:
+            text = handle.read().strip()
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if text[:-1].isdigit() and text[-1] in units:
+            sizes.append(int(text[:-1]) * units[text[-1]])
+    return max(sizes, default=32 << 20)
+
+
+def rotated_set_count(set_bytes: int, cache_bytes: int) -> int:
+    """How many copies of a kernel's buffers to time in turn so that each run finds its inputs out
+    of the last-level cache, as a kernel in a real graph does (its inputs were written by other
+    kernels long before): enough to fill the cache twice over, within ROTATION_BYTES."""
+    if set_bytes >= cache_bytes:
+        return 1
+    wanted = -(-2 * cache_bytes // max(set_bytes, 1))
+    return max(1, min(wanted, ROTATION_BYTES // max(set_bytes, 1), MAX_ROTATED_SETS))
+
+
 class KernelBench:
-    """Compiles, runs and checks variants of one kernel on fixed random inputs."""
+    """Compiles, runs and checks variants of one kernel on fixed random inputs. Small kernels run
+    on rotated copies of their buffers (`sets`, identical inputs), one copy per timed run."""
 
     def __init__(self, device_name: str, kernel: Kernel, renderer):
         self.device = get_device(device_name)
@@ -104,12 +131,35 @@ class KernelBench:
         sizes = _buffer_sizes(kernel)
         self.buffers = [self.device.alloc(dtype, size) for dtype, size in zip(kernel.buffer_dtypes, sizes)]
         count = kernel.output_count
-        self.outputs = self.buffers[:count]
         for buffer, dtype, size in zip(self.buffers[count:], kernel.buffer_dtypes[count:], sizes[count:]):
             buffer.copyin(_random_values(dtype, size, rng))
         reference = self.build([])  # no opts (NOOPT's loop bodies, with threads: big kernels stay quick)
         reference(*self.buffers)
-        self.expected = [buffer.numpy() for buffer in self.outputs]
+        self.expected = [buffer.numpy() for buffer in self.buffers[:count]]
+        copies = rotated_set_count(sum(buffer.nbytes for buffer in self.buffers), last_level_cache_bytes())
+        self.sets = [self.buffers] + [self._copy_of_buffers() for _ in range(copies - 1)]
+        self.last_run = 0  # the set the latest run used: its outputs are the ones checked
+
+    def _copy_of_buffers(self) -> list:
+        copies = []
+        for buffer in self.buffers:
+            copy = self.device.alloc(buffer.dtype, buffer.size)
+            copies.append(copy.copyin(buffer.numpy()))
+        return copies
+
+    def clear_outputs(self) -> None:
+        """Zero every set's outputs, so a candidate that writes nothing cannot pass the check."""
+        for buffers in self.sets:
+            for output in buffers[:self.kernel.output_count]:
+                output.copyin(np.zeros(output.size, dtype=output.dtype.np))
+
+    def run(self, program) -> float:
+        """Seconds of one run of program on the next set of buffers."""
+        self.last_run = (self.last_run + 1) % len(self.sets)
+        buffers = self.sets[self.last_run]
+        start = time.perf_counter()
+        program(*buffers)
+        return time.perf_counter() - start
 
     def source(self, opts) -> tuple[str, str]:
         program = linearize(self.kernel, self.renderer, opts=opts)
@@ -120,21 +170,18 @@ class KernelBench:
         return self.device.load(name, self.device.compile_cached(source), len(self.buffers))
 
     def matches(self) -> bool:
-        return all(_close(buffer.numpy(), expected) for buffer, expected in zip(self.outputs, self.expected))
+        outputs = self.sets[self.last_run][:self.kernel.output_count]
+        return all(_close(buffer.numpy(), expected) for buffer, expected in zip(outputs, self.expected))
 
     def time(self, program, best: float) -> float:
         """Median seconds of a few runs after a warm-up; one whose warm-up is far slower than the
         best so far stops there."""
-        start = time.perf_counter()
-        program(*self.buffers)
-        first = time.perf_counter() - start
+        first = self.run(program)
         if first > 3 * best:
             return first
         runs = []
         while len(runs) < TIMED_RUNS and sum(runs) < TIMING_BUDGET:
-            start = time.perf_counter()
-            program(*self.buffers)
-            runs.append(time.perf_counter() - start)
+            runs.append(self.run(program))
         return statistics.median(runs)
 
 
@@ -171,8 +218,7 @@ def _evaluate(bench: KernelBench, opts: tuple[Opt, ...], compiled, best: float) 
     name, binary = compiled
     try:
         program = bench.device.load(name, binary, len(bench.buffers))
-        for output in bench.outputs:
-            output.copyin(np.zeros(output.size, dtype=output.dtype.np))
+        bench.clear_outputs()
         seconds = bench.time(program, best)
     except Exception as error:
         _log(3, f"  BEAM discarded {[str(opt) for opt in opts]}: {type(error).__name__}: {error}")

@@ -98,3 +98,31 @@ def test_a_zero_timeout_keeps_the_better_of_no_opts_and_the_default(fresh, monke
     with Context(BEAM_TIMEOUT=0):
         np.testing.assert_allclose(result.numpy(), np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
     assert len(proposals) <= 2
+
+
+def test_small_kernels_are_timed_on_rotated_copies_of_their_buffers(monkeypatch):
+    """Each timed run uses the next copy, so its inputs are not left in the cache by the run before;
+    the check reads the outputs of the copy that ran last."""
+    monkeypatch.setattr(beam, "last_level_cache_bytes", lambda: 64 << 10)
+    a, b, result = tiny_matmul()
+    (item,) = create_schedule([result.lazydata])
+    bench = beam.KernelBench("CPU", merge_dims(item.kernel), realize.RENDERERS["CPU"])
+    set_bytes = sum(buffer.nbytes for buffer in bench.buffers)
+    assert len(bench.sets) == beam.rotated_set_count(set_bytes, 64 << 10) > 1
+    program = bench.build([])
+    bench.clear_outputs()
+    used = set()
+    for _ in range(len(bench.sets)):
+        bench.run(program)
+        used.add(bench.last_run)
+        assert bench.matches()
+    assert used == set(range(len(bench.sets)))
+    bench.clear_outputs()
+    assert not bench.matches()  # zeroed outputs of the latest copy fail the check
+
+
+def test_rotation_stops_at_the_cache_size_and_the_memory_limit():
+    assert beam.rotated_set_count(64 << 20, 32 << 20) == 1
+    assert beam.rotated_set_count(1 << 20, 8 << 20) == 16
+    assert beam.rotated_set_count(1 << 10, 1 << 30) == beam.MAX_ROTATED_SETS
+    assert beam.rotated_set_count(100 << 20, 1 << 30) == beam.ROTATION_BYTES // (100 << 20)
