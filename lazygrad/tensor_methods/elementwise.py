@@ -416,19 +416,39 @@ class ElementwiseMethods:
     def selu(self) -> "Tensor":
         return _SELU_SCALE * self.elu(_SELU_ALPHA)
 
+    def _kept_for_backward(self) -> "Tensor":
+        """This tensor, stored by the forward pass when a gradient will read it. An activation's
+        input is usually a matmul fused into the activation's kernel: without this, every backward
+        kernel reading it would compute the matmul again."""
+        from lazygrad.tensor import Tensor
+        if Tensor.grad_enabled and self.requires_grad and not self.lazydata.realized:
+            return self.contiguous()
+        return self
+
     def gelu(self, approximate: str = "none") -> "Tensor":
-        """x * Phi(x); approximate='tanh' uses 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))."""
-        x = self._to_float()
-        if approximate == "none":
-            wide = x.double()  # erfc(-x/sqrt 2) needs x/sqrt 2 unrounded in its tail
-            return (0.5 * wide * (wide * -math.sqrt(0.5)).erfc()).cast(x.dtype)
-        if approximate == "tanh":
-            # 0.5 (1 + tanh(u)) == sigmoid(2u)
-            return x * (2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).sigmoid()
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        """x * Phi(x); approximate='tanh' uses 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3))).
+        The gradient is written out (Phi(x) + x phi(x), or the tanh form's derivative) and reads x,
+        which the forward pass stores when a gradient is needed."""
+        from lazygrad.tensor import no_grad
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        x = self._to_float()._kept_for_backward()
+        with no_grad():
+            out = x * _gelu_gate(x, approximate)
+        return out._with_gradient((x,), lambda grad, out, sources, rule: [grad * _gelu_slope(sources[0], approximate)])
 
     def silu(self) -> "Tensor":
-        return self * self.sigmoid()
+        """x * sigmoid(x); its gradient s (1 + x (1 - s)) reads x, stored by the forward pass when
+        a gradient is needed."""
+        from lazygrad.tensor import no_grad
+        x = self._to_float()._kept_for_backward()
+        with no_grad():
+            out = x * x.sigmoid()
+
+        def slope(grad, out, sources, rule):
+            gate = sources[0].sigmoid()
+            return [grad * gate * (1 + sources[0] * (1 - gate))]
+        return out._with_gradient((x,), slope)
 
     swish = silu
 
@@ -452,3 +472,20 @@ class ElementwiseMethods:
     def hardswish(self) -> "Tensor":
         x = self._to_float()
         return x * (x + 3).relu6() / 6
+
+
+def _gelu_gate(x, approximate: str):
+    """Phi(x), or its tanh approximation 0.5 (1 + tanh(u)) = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)."""
+    if approximate == "none":
+        wide = x.double()  # erfc(-x/sqrt 2) needs x/sqrt 2 unrounded in its tail
+        return (0.5 * (wide * -math.sqrt(0.5)).erfc()).cast(x.dtype)
+    return (2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).sigmoid()
+
+
+def _gelu_slope(x, approximate: str):
+    """d/dx of x * gate(x): gate + x * gate'."""
+    gate = _gelu_gate(x, approximate)
+    if approximate == "none":
+        return gate + x * (x * x * -0.5).exp() * (1 / math.sqrt(2 * math.pi))
+    inner = 2 * math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x * x)
+    return gate + x * gate * (1 - gate) * inner

@@ -139,3 +139,22 @@ def test_assigning_into_a_tensor_that_requires_grad_needs_no_grad():
     with no_grad():
         y[0] = 1.0
     np.testing.assert_array_equal(y.numpy(), [1.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu"])
+def test_a_matmul_under_an_activation_is_not_computed_again_for_its_gradient(activation):
+    """The forward pass stores the activation's input (the matmul), which its gradient reads:
+    the weight gradient then costs one more matmul, not two. (Here the activation's output is
+    what the forward pass stores; were it read by another reduce, the matmul would be stored anyway.)"""
+    from lazygrad import stats
+    rng = np.random.default_rng(7)
+    x = Tensor(rng.standard_normal((8, 512)).astype(np.float32))
+    w = Tensor(rng.standard_normal((16, 512)).astype(np.float32) * 0.05, requires_grad=True)
+    pre = x @ w.T
+    out = pre.gelu(approximate="tanh") if activation == "gelu_tanh" else getattr(pre, activation)()
+    out.realize()
+    (out * 3).sum().backward()
+    matmul_flops = 8 * 16 * 512 * 2
+    stats.reset()
+    w.grad.realize()
+    assert stats.flops < 1.5 * matmul_flops, f"{stats.flops} flops: the forward matmul was computed again"
