@@ -327,15 +327,19 @@ def _chained(source: ScheduleItem, reader: ScheduleItem) -> ScheduleItem:
 
 
 def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
-    """A reduce kernel that reads another reduce kernel's results, with the same loops (full shape
-    and reduce axes) and only at the position it computes (broadcast along the reduce axes), runs
-    that reduce itself first, in an earlier loop over the same rows: softmax's row max and its sum
-    of exponentials are one kernel, and so are layernorm's mean and variance. The earlier results
-    are still stored, for the kernels after. Not done when the reader also needs them through
-    another kernel (that kernel would have to run in the middle)."""
+    """Reduce kernels with the same loops (full shape and reduce axes) become one kernel that runs
+    each reduce in turn over the same rows, storing every result:
+      * a reduce that reads another's results only at the position it computes (broadcast along
+        the reduce axes) runs after it and uses its value: softmax's row max and its sum of
+        exponentials are one kernel, and so are layernorm's mean and variance. Not done when the
+        reader also needs those results through another kernel (it would have to run in between);
+      * reduces that read a common buffer and need nothing from each other run side by side
+        (LAMB's two norms, a bias gradient's sums).
+    At most MAX_KERNEL_OUTPUTS results per kernel."""
     original, items = items, list(items)
     producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
     needs = [{producer[id(node)] for node in item.inputs if id(node) in producer} for item in items]
+    readers: dict[tuple, list[int]] = {}  # (loops, an input's id) -> reduce kernels reading it
 
     def reaches(start: int, goal: int) -> bool:
         stack, seen = [start], set()
@@ -348,25 +352,43 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
                 stack.extend(needs[current])
         return False
 
+    def partner(index: int, item: ScheduleItem) -> int | None:
+        """An earlier reduce kernel this one can join, or None."""
+        loops = (item.kernel.full_shape, item.kernel.reduce_axes)
+        for source_index in sorted(needs[index]):  # a reduce whose result this one reads
+            source = items[source_index]
+            if _is_reduce_kernel(source) and (source.kernel.full_shape, source.kernel.reduce_axes) == loops \
+                    and len(source.outputs) < MAX_KERNEL_OUTPUTS and _reads_only_per_position(item, source) \
+                    and not any(reaches(other, source_index) for other in needs[index] if other != source_index):
+                return source_index
+        for node in item.inputs:  # a reduce reading the same buffer, which this one does not need
+            for sibling_index in readers.get(loops + (id(node),), ()):
+                sibling = items[sibling_index]
+                if sibling is not None and len(sibling.outputs) < MAX_KERNEL_OUTPUTS and not reaches(index, sibling_index):
+                    return sibling_index
+        return None
+
     for index, item in enumerate(items):
         if not _is_reduce_kernel(item) or len(item.outputs) != 1:
             continue
-        for source_index in sorted(needs[index]):
-            source = items[source_index]
-            if not _is_reduce_kernel(source) or source.kernel.full_shape != item.kernel.full_shape \
-                    or source.kernel.reduce_axes != item.kernel.reduce_axes or not _reads_only_per_position(item, source):
-                continue
-            if any(reaches(other, source_index) for other in needs[index] if other != source_index):
-                continue
-            items[index], items[source_index] = _chained(source, item), None
-            needs[index] = (needs[index] | needs[source_index]) - {source_index}
-            for other_needs in needs:
-                if source_index in other_needs:
-                    other_needs.discard(source_index)
-                    other_needs.add(index)
-            break
+        source_index = partner(index, item)
+        if source_index is None:
+            for node in item.inputs:
+                readers.setdefault((item.kernel.full_shape, item.kernel.reduce_axes, id(node)), []).append(index)
+            continue
+        items[index], items[source_index] = _chained(items[source_index], item), None
+        needs[index] = (needs[index] | needs[source_index]) - {source_index}
+        for other_needs in needs:
+            if source_index in other_needs:
+                other_needs.discard(source_index)
+                other_needs.add(index)
+        for node in items[index].inputs:
+            key = (item.kernel.full_shape, item.kernel.reduce_axes, id(node))
+            readers[key] = [index if reader == source_index else reader for reader in readers.get(key, [])]
+            if index not in readers[key]:
+                readers[key].append(index)
     chained = [item for item in items if item is not None]
-    order = _dependency_order(chained, extra_needs=None)  # a merged kernel runs where its reader did
+    order = _dependency_order(chained, extra_needs=None)  # a merged kernel runs where its later part did
     return original if order is None else [chained[index] for index in order]
 
 

@@ -202,3 +202,24 @@ def test_chained_reduces_keep_nan_and_inf(inputs):
         expected = np.exp(x - x.max(axis=1, keepdims=True)).sum(axis=1)
     np.testing.assert_array_equal(np.isnan(value), np.isnan(expected))
     np.testing.assert_allclose(value[~np.isnan(expected)], expected[~np.isnan(expected)], rtol=1e-6)
+
+
+def test_reduces_over_the_same_rows_of_a_common_buffer_are_one_kernel(inputs):
+    (a, b, _), (ta, tb, _) = inputs
+    total, squares, largest, other = ta.sum(axis=1), (ta * ta).sum(axis=1), ta.max(axis=1), tb.sum(axis=0)
+    assert realize_counting(total, squares, largest, other) == 2  # other sums columns: other loops
+    np.testing.assert_allclose(total.numpy(), a.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(squares.numpy(), (a * a).sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(largest.numpy(), a.max(axis=1))
+    np.testing.assert_allclose(other.numpy(), b.sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_reduce_needing_another_through_a_third_kernel_is_not_merged_with_it(inputs):
+    """second reads first's result through a column-wise kernel, so the three stay apart."""
+    (a, _, _), (ta, _, _) = inputs
+    first = ta.sum(axis=1, keepdim=True)
+    shifted = (ta - first).sum(axis=0, keepdim=True)  # other loops: its own kernel
+    second = (ta * shifted).sum(axis=1)
+    assert realize_counting(first, second) == 3
+    expected_shift = (a - a.sum(axis=1, keepdims=True)).sum(axis=0, keepdims=True)
+    np.testing.assert_allclose(second.numpy(), (a * expected_shift).sum(axis=1), rtol=1e-4, atol=1e-3)
