@@ -8,7 +8,8 @@ Without a GPU the generated source can still be checked: `compile_to_ptx(source)
 `nvcc --ptx` when nvcc is installed, else with NVRTC through cupy. The tests use it.
 
 A kernel's first source line says how to launch it (`// launch: grid=<blocks> block=<threads>`,
-written by renderer/cuda.py); the cached "binary" is that launch size followed by the PTX.
+written by renderer/cuda.py); the cached "binary" is that launch size followed by the PTX. A kernel
+with work-groups (LOCAL, GROUP) has one block per group there, so `block` is its group size.
 """
 from __future__ import annotations
 

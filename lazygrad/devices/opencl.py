@@ -10,9 +10,13 @@ Buffers live in device memory. Moving data to and from numpy is `copyin(array)` 
 work as they do for host buffers.
 
 A kernel's first source line says how to launch it (`// launch: global=<dim0>,<dim1>,...`, written
-by renderer/opencl.py). The cached "binary" is that launch size, the source and the program
+by renderer/opencl.py), followed by ` local=<dim0>,...` when its work-groups are prescribed (the
+LOCAL and GROUP opts: a grouped reduce is only correct in groups of that size). The cached
+"binary" is the global size, the local size when there is one, the source and the program
 binary, so a kernel loads from the cache alone, and a binary the driver rejects is rebuilt from
-its source. Each call waits for the kernel to finish, so the engine's timings are honest.
+its source. An entry without a local size (every entry written before local sizes existed) is a
+kernel without one: its source key has no `local=` either. Each call waits for the kernel to
+finish, so the engine's timings are honest.
 
 On a CPU device (PoCL) kernels are built with `-DLAZYGRAD_LOCKSTEP_REDUCES`, which turns the
 renderer's `lg_lockstep();` at the end of a reduce loop into a work-group barrier, and a kernel
@@ -21,8 +25,9 @@ runs the group's work-items one loop step at a time as vector instructions. Meas
 on a 2-core AVX-512 Xeon, for matmul and row sums: groups of 8 and 16 are about equally fast, 32
 and more several times slower. Other kernels are launched without a local size, which lets PoCL
 choose large work-groups (groups of 8 made an elementwise kernel with exp several times slower).
-On other devices nothing of this applies. The work-group size is not part of the cached binary:
-it follows from the source and the device each time a kernel is loaded.
+On other devices nothing of this applies. This derived work-group size is not part of the cached
+binary: it follows from the source and the device each time a kernel is loaded. A local size
+from the launch line always takes precedence over it.
 """
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ from lazygrad.dtype import DType
 from lazygrad.stats import stats
 
 INSTALL_HINT = "pip install lazygrad[opencl]  (pyopencl, and PoCL: OpenCL on the CPU)"
-LAUNCH_LINE = re.compile(r"^// launch: global=(\d+(?:,\d+)*)")
+LAUNCH_LINE = re.compile(r"^// launch: global=(\d+(?:,\d+)*)(?: local=(\d+(?:,\d+)*))?")
 ENVELOPE = struct.Struct("<4sI")        # magic, length of the JSON header that follows
 MAGIC = b"LGOC"
 POCL_BINARY_MAGIC = b"poclbin\0"
@@ -145,24 +150,51 @@ class OpenCLBuffer:
         return f"<OpenCLBuffer {self.device} {self.dtype.name}[{self.size}]>"
 
 
-def pack_binary(global_size: list[int], source: str, program_binary: bytes) -> bytes:
-    header = json.dumps({"global": global_size, "source": source}).encode()
+def pack_binary(global_size: list[int], source: str, program_binary: bytes,
+                local_size: list[int] | None = None) -> bytes:
+    fields = {"global": global_size, "source": source}
+    if local_size is not None:
+        fields["local"] = local_size
+    header = json.dumps(fields).encode()
     return ENVELOPE.pack(MAGIC, len(header)) + header + program_binary
 
 
-def unpack_binary(binary: bytes) -> tuple[list[int], str, bytes]:
+def _unpack_header(binary: bytes) -> tuple[dict, bytes]:
     magic, length = ENVELOPE.unpack_from(binary)
     if magic != MAGIC:
         raise ValueError("not a lazygrad OpenCL binary")
     header = json.loads(binary[ENVELOPE.size:ENVELOPE.size + length])
-    return header["global"], header["source"], binary[ENVELOPE.size + length:]
+    return header, binary[ENVELOPE.size + length:]
 
 
-def launch_size(source: str) -> list[int]:
+def unpack_binary(binary: bytes) -> tuple[list[int], str, bytes]:
+    """(global size, source, program binary) of a cached entry."""
+    header, program_binary = _unpack_header(binary)
+    return header["global"], header["source"], program_binary
+
+
+def unpack_launch(binary: bytes) -> tuple[list[int], list[int] | None]:
+    """(global size, local size or None) of a cached entry; entries from before local sizes have none."""
+    header, _ = _unpack_header(binary)
+    return header["global"], header.get("local")
+
+
+def _launch_match(source: str) -> re.Match:
     match = LAUNCH_LINE.match(source)
     if match is None:
         raise ValueError("OpenCL source must start with '// launch: global=...' (see renderer/opencl.py)")
-    return [int(size) for size in match.group(1).split(",")]
+    return match
+
+
+def launch_size(source: str) -> list[int]:
+    """The global size on the launch line."""
+    return [int(size) for size in _launch_match(source).group(1).split(",")]
+
+
+def launch_local_size(source: str) -> list[int] | None:
+    """The local size on the launch line, or None when the line leaves it to the device."""
+    local = _launch_match(source).group(2)
+    return None if local is None else [int(size) for size in local.split(",")]
 
 
 def lockstep_local_size(global_size: list[int]) -> list[int]:
@@ -228,6 +260,7 @@ class OpenCLProgram:
     def __init__(self, device: "OpenCLDevice", name: str, binary: bytes, argument_count: int):
         cl = import_pyopencl()
         self.global_size, source, program_binary = unpack_binary(binary)
+        _, prescribed_local_size = unpack_launch(binary)
         self.queue = device.queue
         try:
             program = cl.Program(device.context, [device.cl_device], [program_binary]).build(
@@ -238,7 +271,9 @@ class OpenCLProgram:
         if self.kernel.num_args != argument_count:
             raise ValueError(f"kernel {name} takes {self.kernel.num_args} buffers, not {argument_count}")
         self.local_size = None  # the driver chooses
-        if device.lockstep_reduces and LOCKSTEP_MARKER in source:
+        if prescribed_local_size is not None:  # LOCAL/GROUP: the kernel needs these groups
+            self.local_size = prescribed_local_size
+        elif device.lockstep_reduces and LOCKSTEP_MARKER in source:
             self.local_size = lockstep_local_size(self.global_size)
 
     def __call__(self, *buffers: OpenCLBuffer) -> None:
@@ -286,7 +321,7 @@ class OpenCLDevice:
             stats.cache_hits += 1
             return binary
         program = self.compiler.build(source)
-        binary = pack_binary(launch_size(source), source, program.binaries[0])
+        binary = pack_binary(launch_size(source), source, program.binaries[0], launch_local_size(source))
         stats.compiles += 1
         cache_put("compile_opencl", key, binary)
         return binary

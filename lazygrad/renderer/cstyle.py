@@ -3,6 +3,10 @@
 `linearize` asks a renderer for the text of each load, constant and op; this class answers from
 the op table's C-family templates. A dialect subclasses it and overrides only what differs
 (type names, math helpers, how a kernel is declared and its loops are laid out).
+
+`render_thread_body` is the body of one GPU work-item (OpenCL and CUDA share it), including the
+fold of a GROUP: each lane's partial result goes to local memory, the group waits at a barrier,
+and lane 0 folds the lanes in order and stores.
 """
 from __future__ import annotations
 
@@ -28,6 +32,11 @@ class CStyleRenderer(FloorSyntax):
     accumulator_arrays = False
     # Whether a tile's epilogue reads its sums back from the output (see linearize; a gcc matter).
     spills_tile_epilogue = False
+    # Whether LOCAL and GROUP opts apply (a dialect with work-groups), and the syntax they need:
+    # the qualifier of memory shared by a group, and the statement that waits for the whole group.
+    supports_local = False
+    local_memory_qualifier = ""
+    group_barrier = ""
 
     def type_name(self, dtype: DType) -> str:
         return self.type_names.get(dtype, dtype.c_name)
@@ -117,17 +126,52 @@ class CStyleRenderer(FloorSyntax):
             lines.append(f"{declaration}{statement.name} = {statement.expr};")
         return lines
 
+    @staticmethod
+    def render_unflatten(loops, flat: str, index_type: str) -> list[str]:
+        """Declarations of the variables of `loops` (the last varying fastest) recovered from one
+        flat index with `/` and `%`."""
+        lines = []
+        inner_size = math.prod(loop.size for loop in loops)
+        for number, loop in enumerate(loops):
+            inner_size //= loop.size
+            quotient = flat if inner_size == 1 else f"({flat} / {inner_size})"
+            lines.append(f"{index_type} {loop.var} = {quotient if number == 0 else f'{quotient} % {loop.size}'};")
+        return lines
+
+    def render_group_fold(self, program, loop_index_type: str) -> tuple[list[str], list[str]]:
+        """GROUP's fold, as (lines every work-item runs, lines lane 0 runs). Every work-item writes
+        its partial results to local memory at its flat local id `lid` and waits at the barrier
+        (so no work-item may leave before it); lane 0, whose lanes sit at lid+1 .. lid+n-1 because
+        the lane varies fastest, folds them into its own accumulator in lane order, with the same
+        update as the reduce (a max keeps NaN)."""
+        slots = math.prod(loop.size for loop in program.local_loops)
+        everyone, lane_zero = [], []
+        for accumulator in program.group_fold:
+            everyone.append(f"{self.local_memory_qualifier} {self.type_name(accumulator.dtype)} "
+                            f"{accumulator.name}_lanes[{slots}];")
+            everyone.append(f"{accumulator.name}_lanes[lid] = {accumulator.name};")
+        everyone.append(f"{self.group_barrier};")
+        lanes = program.group_lane.size
+        for accumulator in program.group_fold:
+            update = self.render_accumulate(accumulator.op, accumulator.dtype, accumulator.name,
+                                            f"{accumulator.name}_lanes[lid+lane]")
+            lane_zero += [f"for ({loop_index_type} lane = 1; lane < {lanes}; lane++) {{",
+                          f"  {accumulator.name} = {update};",
+                          "}"]
+        return everyone, lane_zero
+
     def render_thread_body(self, program, loop_index_type: str) -> list[str]:
         """One output position per thread (GPU dialects): the reduce loop with its register
         accumulator, the values after it, and the stores (one per output buffer); the lines the
-        caller indents into its kernel."""
+        caller indents into its kernel. With GROUP, only lane 0 finishes the outputs."""
         lines = []
         depth = 0
 
         def line(text: str) -> None:
             lines.append("  " * depth + text)
 
-        for stage in program.stages:  # each reduce in turn, over the same loops
+        stages = program.stages
+        for number, stage in enumerate(stages):  # each reduce in turn, over the same loops
             for accumulator in stage.accumulators:
                 line(f"{self.type_name(accumulator.dtype)} {accumulator.name} = "
                      f"{self.render_identity(accumulator.op, accumulator.dtype)};")
@@ -141,6 +185,14 @@ class CStyleRenderer(FloorSyntax):
                 line("}")
             for text in self.render_statements(stage.combine):
                 line(text)
+            if program.group_lane is not None and number == len(stages) - 1:
+                everyone, lane_zero = self.render_group_fold(program, loop_index_type)
+                for text in everyone:
+                    line(text)
+                line(f"if ({program.group_lane.var} == 0) {{")
+                depth += 1
+                for text in lane_zero:
+                    line(text)
             for accumulator in stage.accumulators:
                 if accumulator.dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end
                     line(f"{accumulator.name} = lg_half({accumulator.name});")
@@ -149,4 +201,7 @@ class CStyleRenderer(FloorSyntax):
         param_dtypes = {name: dtype for name, dtype, _ in program.params}
         for param, index, value in program.stores:
             line(self.render_store(param, param_dtypes[param], index, value))
+        if program.group_lane is not None:
+            depth -= 1
+            line("}")
         return lines

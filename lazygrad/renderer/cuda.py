@@ -14,6 +14,12 @@ Expression syntax comes from CStyleRenderer and the op table; this file supplies
   memcpy that the compiler turns into a register move, like `__float_as_int`). Shifts and
   accumulator arrays are handled as in the OpenCL dialect (renderer/opencl.py).
 
+- Work-groups (the LOCAL and GROUP opts) are blocks: a kernel with `LoopProgram.local_loops`
+  launches one block per position of the global loops (recovered from `blockIdx.x`) and one thread
+  per work-item of the group (recovered from `threadIdx.x`, the flat id `lid`). The launch covers
+  the loops exactly, so there is no bounds check and no early return: every thread reaches the
+  `__syncthreads()` of a GROUP's fold through `__shared__` memory (CStyleRenderer.render_group_fold).
+
 The first line says how to launch the kernel, `// launch: grid=<blocks> block=<threads>`; the CUDA
 device reads it. `compile_to_ptx` in devices/cuda.py compiles this source without a GPU.
 """
@@ -62,6 +68,9 @@ class CUDARenderer(CStyleRenderer):
     storage_names = {dtypes.float16: "__half"}
 
     float16_in_registers_as_float = True
+    supports_local = True
+    local_memory_qualifier = "__shared__"
+    group_barrier = "__syncthreads()"
 
     def storage_name(self, dtype: DType) -> str:
         return self.storage_names.get(dtype, self.type_name(dtype))
@@ -110,13 +119,22 @@ class CUDARenderer(CStyleRenderer):
         def line(text: str) -> None:
             lines.append("  " + text)
 
-        line("long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
-        line(f"if (gid >= {total}) return;")
-        inner_size = total
-        for number, loop in enumerate(program.global_loops):
-            inner_size //= loop.size
-            quotient = "gid" if inner_size == 1 else f"(gid / {inner_size})"
-            line(f"long long {loop.var} = {quotient if number == 0 else f'{quotient} % {loop.size}'};")
+        if program.local_loops:  # a block per group, a thread per work-item of the group
+            block = math.prod(loop.size for loop in program.local_loops)
+            grid = total
+            line("long long group = blockIdx.x;")
+            line("long long lid = threadIdx.x;")
+            for text in self.render_unflatten(program.local_loops, "lid", "long long"):
+                line(text)
+            for text in self.render_unflatten(program.global_loops, "group", "long long"):
+                line(text)
+        else:  # a flat launch, BLOCK threads per block, the last block partly idle
+            block = min(BLOCK, total)
+            grid = -(-total // block)
+            line("long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
+            line(f"if (gid >= {total}) return;")
+            for text in self.render_unflatten(program.global_loops, "gid", "long long"):
+                line(text)
         for text in self.render_thread_body(program, "long long"):
             line(text)
         lines.append("}")
@@ -124,8 +142,7 @@ class CUDARenderer(CStyleRenderer):
         helpers = [text for marker, text in HELPERS.items() if marker in body]
         if "half" in body:
             helpers.insert(0, "#include <cuda_fp16.h>")
-        block = min(BLOCK, total)
-        launch = f"// launch: grid={-(-total // block)} block={block}"
+        launch = f"// launch: grid={grid} block={block}"
         return launch, helpers, body
 
     def render_program(self, program: LoopProgram) -> str:

@@ -4,7 +4,8 @@ Called by every renderer (through realize.get_program, and by BEAM for each cand
 adjacent dims when every view allows it (a contiguous 4096x4096 elementwise kernel is one flat
 loop), applies the opts (renderer/opts.py: the default heuristic's unless given), decides the loop
 nest (a BLOCK loop outermost, global loops, reduce loops inside; upcast and unrolled axes expanded
-into copies of the body), names every value, and asks the renderer for the text of each
+into copies of the body; LOCAL and GROUP axes become the work-items of a group, `local_loops`, which
+GPU renderers map to local ids), names every value, and asks the renderer for the text of each
 expression, so the dialect files only supply syntax. Views become index expressions here.
 """
 from __future__ import annotations
@@ -15,8 +16,8 @@ from dataclasses import dataclass, field
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer.axes import merge_dims, split_dim
-from lazygrad.renderer.opts import (BLOCK, UNROLL, UPCAST, Opt, OptimizedKernel, apply_opts, heuristic_opts, initial,
-                                    load_strides)
+from lazygrad.renderer.opts import (BLOCK, GROUP, LOCAL, UNROLL, UPCAST, Opt, OptimizedKernel, apply_opts,
+                                    heuristic_opts, initial, load_strides)
 from lazygrad.schedule.kernel import Kernel, KernelNode
 from lazygrad.shape.symbolic import Lin, render_condition, var
 from lazygrad.shape.view import ShapeTracker
@@ -79,6 +80,11 @@ class LoopProgram:
     #                                                        stored before the epilogue, which reads them back
     prior_stages: list[ReduceStage] = field(default_factory=list)  # reduces run before this one, each over
     #                                                        the same reduce loops, in order
+    local_loops: list[Loop] = field(default_factory=list)  # LOCAL axes, then the GROUP lane: the work-items of
+    #                                                        one group, the last loop varying fastest
+    group_lane: Loop | None = None  # GROUP: the lane axis (also in local_loops); each lane reduces every n-th step
+    group_fold: list[Accumulator] = field(default_factory=list)  # GROUP: per output, the accumulator whose
+    #                                                        lanes' partial results lane 0 folds after the reduce
 
     @property
     def stages(self) -> list[ReduceStage]:
@@ -224,7 +230,7 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     upcast_axes = [axis for axis, kind in enumerate(kinds) if kind == UPCAST and full_shape[axis] > 1]
     unroll_axes = [axis for axis, kind in enumerate(kinds) if kind == UNROLL and full_shape[axis] > 1]
     loop_indices: list[Lin] = []
-    global_loops, reduce_loops, inner_loops, block_loops = [], [], [], []
+    global_loops, reduce_loops, inner_loops, block_loops, local_loops = [], [], [], [], []
     for axis, size in enumerate(full_shape):
         if size == 1 or axis in upcast_axes or axis in unroll_axes:
             loop_indices.append(Lin.of(0))
@@ -233,9 +239,14 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
         loop_indices.append(var(loop_var, 0, max(size - 1, 0)))
         if kinds[axis] == BLOCK:
             loops = block_loops
+        elif kinds[axis] in (LOCAL, GROUP):
+            loops = local_loops
         else:
             loops = reduce_loops if axis in axes else (inner_loops if axis in inner_axes else global_loops)
         loops.append(Loop(loop_var, size, axis in axes))
+    # the GROUP lane varies fastest among a group's work-items, so lane 0's neighbours are its lanes
+    local_loops.sort(key=lambda loop: loop.reduce)
+    group_lane = next((loop for loop in local_loops if loop.reduce), None)
     out_shape = kernel.output_shape
 
     def index_text_at(position: dict[int, int]):
@@ -299,7 +310,9 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
                        vectorize=optimize, opts=optimized.opts, block_loop=block_loops[0] if block_loops else None,
                        partial_stores=partial_stores, combine=reduction.combine if reduction else [],
                        raw_stores=raw_stores,
-                       prior_stages=[ReduceStage(stage.accumulators, stage.inner, stage.combine) for stage in reductions[:-1]])
+                       prior_stages=[ReduceStage(stage.accumulators, stage.inner, stage.combine) for stage in reductions[:-1]],
+                       local_loops=local_loops, group_lane=group_lane,
+                       group_fold=reduction.accumulators[:len(outputs)] if group_lane and reduction else [])
 
 
 class _Reduction:

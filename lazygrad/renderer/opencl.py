@@ -29,9 +29,17 @@ Expression syntax comes from CStyleRenderer and the op table; this file supplies
   Each work-item still sums its own values in the same order, so results do not change. Every
   work-item of a group runs the same number of steps, as a barrier requires.
 
-The first line of every kernel says how to launch it, `// launch: global=<dim0>,<dim1>,...`; the
-OPENCL device reads it, so the renderer alone decides which loop maps to which dimension (the
-device chooses the work-group size).
+- Work-groups (the LOCAL and GROUP opts): the work-items of one group (`LoopProgram.local_loops`)
+  are all of dimension 0, whose global size is the group size, so `get_local_id(0)` is the flat id
+  `lid` they are recovered from; the global loops then take dimensions 1 and 2 (more than two share
+  dimension 2). A GROUP's lanes fold through a `__local` array after a
+  `barrier(CLK_LOCAL_MEM_FENCE)` (CStyleRenderer.render_group_fold). The global size is always a
+  multiple of the group, so every work-item exists and reaches the barrier.
+
+The first line of every kernel says how to launch it, `// launch: global=<dim0>,<dim1>,...`, with
+` local=<dim0>,<dim1>,...` when the kernel has work-groups; the OPENCL device reads it, so the
+renderer alone decides which loop maps to which dimension (without a local size the device
+chooses the work-group size).
 """
 from __future__ import annotations
 
@@ -134,6 +142,16 @@ def loop_ends(body: list[str], var: str) -> list[int]:
     return ends
 
 
+def launch_line(global_size: list[int], local_size: int | None) -> str:
+    """`// launch: global=...`, and ` local=...` when the kernel's work-group (of `local_size`
+    work-items, all along dimension 0) is prescribed."""
+    if local_size is None:
+        return f"// launch: global={','.join(str(size) for size in global_size or [1])}"
+    sizes = [local_size] + global_size
+    local = [local_size] + [1] * len(global_size)
+    return f"// launch: global={','.join(map(str, sizes))} local={','.join(map(str, local))}"
+
+
 class OpenCLRenderer(CStyleRenderer):
     dialect = "opencl"
     # Types of values in registers.
@@ -144,6 +162,9 @@ class OpenCLRenderer(CStyleRenderer):
     storage_names = {dtypes.bool: "uchar", dtypes.float16: "half"}
 
     float16_in_registers_as_float = True
+    supports_local = True
+    local_memory_qualifier = "__local"
+    group_barrier = "barrier(CLK_LOCAL_MEM_FENCE)"
 
     def storage_name(self, dtype: DType) -> str:
         return self.storage_names.get(dtype, self.type_name(dtype))
@@ -205,11 +226,13 @@ class OpenCLRenderer(CStyleRenderer):
     # ---- the kernel ---------------------------------------------------------------------------
 
     @staticmethod
-    def global_dimensions(loops: list[Loop]) -> list[list[Loop]]:
-        """The global loops of each work-item dimension, dimension 0 first (the innermost loop)."""
-        if len(loops) <= MAX_DIMENSIONS:
+    def global_dimensions(loops: list[Loop], dimensions: int = MAX_DIMENSIONS) -> list[list[Loop]]:
+        """The global loops of each of `dimensions` work-item dimensions, the first one the innermost
+        loop; when there are more loops than dimensions, the outer loops share the last one."""
+        if len(loops) <= dimensions:
             return [[loop] for loop in reversed(loops)]
-        return [[loops[-1]], [loops[-2]], loops[:-2]]
+        shared = len(loops) - dimensions + 1
+        return [[loop] for loop in reversed(loops[shared:])] + [loops[:shared]]
 
     @staticmethod
     def add_lockstep(body: list[str], program: LoopProgram) -> list[str]:
@@ -228,29 +251,34 @@ class OpenCLRenderer(CStyleRenderer):
         for name, dtype, is_output in program.params:
             qualifier = "" if is_output else "const "
             params.append(f"__global {qualifier}{self.storage_name(dtype)}* restrict {name}")
-        dimensions = self.global_dimensions(program.global_loops)
-        global_size = [math.prod(loop.size for loop in loops) for loops in dimensions] or [1]
         lines = [f"__kernel void {program.name}({', '.join(params)}) {{"]
 
         def line(text: str) -> None:
             lines.append("  " + text)
 
-        for dimension, loops in enumerate(dimensions):
+        local_size = None
+        first_global_dimension = 0
+        if program.local_loops:  # the work-group is dimension 0
+            local_size = math.prod(loop.size for loop in program.local_loops)
+            line("long lid = get_local_id(0);")
+            for text in self.render_unflatten(program.local_loops, "lid", "long"):
+                line(text)
+            first_global_dimension = 1
+        dimensions = self.global_dimensions(program.global_loops, MAX_DIMENSIONS - first_global_dimension)
+        global_size = [math.prod(loop.size for loop in loops) for loops in dimensions]
+        for dimension, loops in enumerate(dimensions, start=first_global_dimension):
             if len(loops) == 1:
                 line(f"long {loops[0].var} = get_global_id({dimension});")
                 continue
             line(f"long gid{dimension} = get_global_id({dimension});")
-            inner_size = math.prod(loop.size for loop in loops)
-            for number, loop in enumerate(loops):
-                inner_size //= loop.size
-                quotient = f"gid{dimension}" if inner_size == 1 else f"(gid{dimension} / {inner_size})"
-                line(f"long {loop.var} = {quotient if number == 0 else f'{quotient} % {loop.size}'};")
+            for text in self.render_unflatten(loops, f"gid{dimension}", "long"):
+                line(text)
         for text in self.add_lockstep(self.render_thread_body(program, "long"), program):
             line(text)
         lines.append("}")
         body = "\n".join(lines)
         helpers = [text for marker, text in HELPERS.items() if marker in body]
-        header = [f"// launch: global={','.join(str(size) for size in global_size)}"]
+        header = [launch_line(global_size, local_size)]
         if "double" in body or any("double" in text for text in helpers):
             header.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
         return "\n".join(header + helpers) + "\n\n" + body + "\n"

@@ -10,8 +10,12 @@ adjacent dims are merged (`OptimizedKernel.kernel.full_shape`, which grows as op
                   compiler packs the n straight-line copies into vector instructions)
   UNROLL axis n   split a reduce axis into (size/n, n) and unroll the inner n steps, each into its
                   own accumulator (folded together after the loop: independent chains vectorize)
-  LOCAL axis n    a work-group of n along a global axis (GPU dialects; refused where unsupported)
-  GROUP axis n    split a reduce across n work-items of a group (GPU dialects; refused likewise)
+  LOCAL axis n    split a global axis into (size/n, n) and run the inner n outputs as work-items of
+                  one work-group (GPU dialects; the C dialect refuses it)
+  GROUP axis n    split a reduce axis into (size/n, n): n work-items of a group (lanes) each reduce
+                  every n-th step into their own accumulator, then one lane folds the n partial
+                  results from local memory, in lane order (GPU dialects; one per kernel, and not
+                  for kernels with several reduces)
   BLOCK axis n    run a reduce axis in blocks of n, the block loop outermost, with partial results kept
                   in the output buffer between blocks (cache blocking for big matmuls; C only)
 
@@ -37,7 +41,12 @@ OPTS_VERSION = 1
 MAX_UPCAST = 256
 MAX_EXPANSION = 512
 
+# Work-items in one work-group (LOCAL sizes times the GROUP size): every GPU and PoCL allow 256.
+MAX_LOCAL = 256
+
 GLOBAL, REDUCE, UPCAST, UNROLL, BLOCK = "global", "reduce", "upcast", "unroll", "block"
+LOCAL, GROUP = "local", "group"       # a global axis in a work-group; a reduce axis split over lanes
+REDUCE_KINDS = (REDUCE, UNROLL, BLOCK, GROUP)
 
 
 class OptError(ValueError):
@@ -57,8 +66,9 @@ class Opt:
 @dataclass(frozen=True)
 class OptimizedKernel:
     """A kernel whose axes each have a kind: global, reduce, upcast (expanded outputs), unroll
-    (expanded reduce steps) or block (a reduce loop outside the global loops).
-    `kernel.reduce_axes` holds the reduce, unroll and block axes."""
+    (expanded reduce steps), block (a reduce loop outside the global loops), local (work-items of a
+    group) or group (the lanes a reduce is split over). `kernel.reduce_axes` holds the reduce,
+    unroll, block and group axes."""
     kernel: Kernel
     kinds: tuple[str, ...]
     opts: tuple[Opt, ...] = ()
@@ -86,7 +96,7 @@ def _split_axis(optimized: OptimizedKernel, axis: int, amount: int, inner_kind: 
         raise OptError(f"axis {axis} of {kernel.full_shape} cannot be split by {amount}: some view would need a reshape")
     outer_kind = outer_kind or optimized.kinds[axis]
     kinds = optimized.kinds[:axis] + (outer_kind, inner_kind) + optimized.kinds[axis + 1:]
-    reduce_axes = tuple(index for index, kind in enumerate(kinds) if kind in (REDUCE, UNROLL, BLOCK))
+    reduce_axes = tuple(index for index, kind in enumerate(kinds) if kind in REDUCE_KINDS)
     split = Kernel(split.ast, split.full_shape, reduce_axes, split.buffer_dtypes)
     return OptimizedKernel(split, kinds, optimized.opts)
 
@@ -117,7 +127,9 @@ def apply_opt(optimized: OptimizedKernel, opt: Opt, renderer) -> OptimizedKernel
         _check_block(optimized, opt, renderer)
         split = _split_axis(optimized, opt.axis, opt.amount, REDUCE, outer_kind=BLOCK)
         return OptimizedKernel(split.kernel, split.kinds, optimized.opts + (opt,))
-    inner_kind = {"UPCAST": UPCAST, "UNROLL": UNROLL}.get(opt.op)
+    if opt.op in ("LOCAL", "GROUP"):
+        _check_work_group(optimized, opt)
+    inner_kind = {"UPCAST": UPCAST, "UNROLL": UNROLL, "LOCAL": LOCAL, "GROUP": GROUP}.get(opt.op)
     if inner_kind is None:
         raise OptError(f"{opt.op} is not implemented for {type(renderer).__name__} yet")
     split = _split_axis(optimized, opt.axis, opt.amount, inner_kind)
@@ -146,6 +158,21 @@ def _check_block(optimized: OptimizedKernel, opt: Opt, renderer) -> None:
     store_views = kernel.stores[0].arg[1].views
     if len(store_views) != 1 or store_views[0].mask is not None:
         raise OptError(f"{opt}: the output view must be a plain one")
+
+
+def _check_work_group(optimized: OptimizedKernel, opt: Opt) -> None:
+    """LOCAL and GROUP add work-items to a group: at most MAX_LOCAL of them in all. GROUP folds one
+    reduce's partial results across lanes once, so a kernel has at most one GROUP, and a kernel
+    whose reduces run one after another (softmax's max, then its sum) is not grouped."""
+    work_items = optimized.expanded_size(LOCAL, GROUP) * opt.amount
+    if work_items > MAX_LOCAL:
+        raise OptError(f"{opt}: more than {MAX_LOCAL} work-items in a group ({work_items})")
+    if opt.op != "GROUP":
+        return
+    if GROUP in optimized.kinds:
+        raise OptError(f"{opt}: only one GROUP per kernel (the kernel has one already)")
+    if sum(node.is_reduce for node in optimized.kernel.ast.walk()) > 1:
+        raise OptError(f"{opt}: a kernel with several reduces is not grouped (its reduces run one after another)")
 
 
 def apply_opts(kernel: Kernel, opts, renderer) -> OptimizedKernel:

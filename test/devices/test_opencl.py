@@ -387,3 +387,46 @@ def test_a_damaged_pocl_kernel_cache_entry_is_built_again(tmp_path):
     result = subprocess.run([sys.executable, "-c", DAMAGE_PROGRAM, str(pocl_cache)], capture_output=True,
                             text=True, env=environment, timeout=120)
     assert result.returncode == 0, f"exit code {result.returncode}\n{result.stderr[-3000:]}"
+
+
+# ---- work-groups from the launch line ----------------------------------------------------------
+
+def test_the_launch_line_may_carry_a_local_size():
+    from lazygrad.devices.opencl import launch_local_size, launch_size
+    assert launch_size("// launch: global=16,4 local=16,1\n") == [16, 4]
+    assert launch_local_size("// launch: global=16,4 local=16,1\n") == [16, 1]
+    assert launch_local_size("// launch: global=16,4\n") is None
+
+
+def test_an_explicit_local_size_takes_precedence_over_lockstep(tmp_path):
+    """A kernel with lg_lockstep() and a local size from its launch line runs in those groups."""
+    device = get_device("OPENCL")
+    source = ("// launch: global=8 local=8\n#define lg_lockstep()\n\n"
+              "__kernel void lane_sum(__global int* restrict data0, __global const int* restrict data1) {\n"
+              "  long lid = get_local_id(0);\n"
+              "  __local int lanes[8];\n"
+              "  lanes[lid] = data1[lid];\n"
+              "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+              "  int total = 0;\n"
+              "  for (long lane = 0; lane < 8; lane++) { total += lanes[lane]; lg_lockstep(); }\n"
+              "  data0[lid] = total + (int)get_local_size(0) * 100;\n"
+              "}\n")
+    with Context(LAZYGRAD_CACHE=tmp_path, DISABLE_CACHE=False):
+        binary = device.compile_cached(source)
+        assert device.compile_cached(source) == binary  # the local size comes back from the cache
+    program = device.load("lane_sum", binary, 2)
+    assert program.local_size == [8]
+    output, values = device.alloc(dtypes.int32, 8), device.alloc(dtypes.int32, 8)
+    values.copyin(np.arange(8, dtype=np.int32))
+    program(output, values)
+    np.testing.assert_array_equal(output.numpy(), [28 + 800] * 8)
+
+
+def test_a_cache_entry_without_a_local_size_reads_as_none():
+    """Entries written before launch lines carried local sizes have no "local" in their header."""
+    import json
+    from lazygrad.devices.opencl import ENVELOPE, MAGIC, unpack_binary, unpack_launch
+    header = json.dumps({"global": [12], "source": "// launch: global=12\n"}).encode()
+    old = ENVELOPE.pack(MAGIC, len(header)) + header + b"binary"
+    assert unpack_binary(old) == ([12], "// launch: global=12\n", b"binary")
+    assert unpack_launch(old) == ([12], None)

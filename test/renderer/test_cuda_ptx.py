@@ -137,3 +137,35 @@ def test_a_whole_rendered_source_compiles_alone(label, tmp_path):
     with Context(LAZYGRAD_CACHE=tmp_path):
         ptx = compile_to_ptx(source)
     assert re.search(rf"\.entry\s+{program.name}\(", ptx)
+
+
+def _work_group_programs():
+    """Kernels under LOCAL and GROUP: grouped sums, max (with NaN handling), a float16 sum, a bool
+    any, an upcast tile in a group, and softmax's kernels with local rows."""
+    from lazygrad.renderer.axes import merge_dims
+    from lazygrad.renderer.opts import Opt
+    renderer = CUDARenderer()
+    graphs = [
+        ("group-sum", tensor((4, 64)).sum(1), [Opt("GROUP", 1, 16)]),
+        ("group-max", tensor((4, 64)).max(1), [Opt("GROUP", 1, 8), Opt("UNROLL", 1, 4)]),
+        ("group-half", tensor((4, 64), np.float16).sum(1), [Opt("GROUP", 1, 32)]),
+        ("group-any", tensor((4, 64), np.bool_).max(1), [Opt("GROUP", 1, 16)]),
+        ("group-all", tensor((256,)).sum(), [Opt("GROUP", 0, 64)]),
+        ("local-group-upcast", tensor((8, 64)).sum(1), [Opt("UPCAST", 0, 2), Opt("LOCAL", 0, 4), Opt("GROUP", 3, 8)]),
+        ("local-matmul", tensor((8, 16)) @ tensor((16, 32)), [Opt("LOCAL", 1, 32), Opt("LOCAL", 0, 4)]),
+    ]
+    for label, result, opts in graphs:
+        for number, item in enumerate(create_schedule([result.lazydata])):
+            yield f"{label}-{number}", linearize(merge_dims(item.kernel), renderer, opts=opts)
+    for number, item in enumerate(create_schedule([softmax(tensor((8, 16))).lazydata])):
+        yield f"local-softmax-{number}", linearize(merge_dims(item.kernel), renderer, opts=[Opt("LOCAL", 0, 4)])
+
+
+def test_work_group_kernels_compile_to_ptx(tmp_path):
+    programs = list(_work_group_programs())
+    source, names = one_file([program for _, program in programs])
+    assert "__syncthreads();" in source and "__shared__" in source
+    with Context(LAZYGRAD_CACHE=tmp_path):
+        ptx = compile_to_ptx(source)
+    assert set(re.findall(r"\.entry\s+(\w+)\(", ptx)) == set(names)
+    assert "bar.sync" in ptx

@@ -169,3 +169,78 @@ def test_a_kernel_with_several_outputs_stores_each_in_its_own_type(renderer):
     assert ["const" in parameter for parameter in parameters] == [False, False, False, True]
     half_store = "vstore_half_rte(" if isinstance(renderer, OpenCLRenderer) else "__float2half_rn("
     assert half_store in text and "data0[" in text and "data2[" in text
+
+
+# ---- work-groups: LOCAL and GROUP ------------------------------------------------------------
+
+def grouped_sum_source(renderer, opts) -> str:
+    from lazygrad.renderer.axes import merge_dims
+    (item,) = create_schedule([tensor((4, 64)).sum(1).lazydata])
+    return renderer.render_program(linearize(merge_dims(item.kernel), renderer, opts=opts))
+
+
+def test_opencl_grouped_sum_folds_lanes_through_local_memory():
+    from lazygrad.renderer.opts import Opt
+    source = grouped_sum_source(OpenCLRenderer(), [Opt("GROUP", 1, 16)])
+    assert source.startswith("// launch: global=16,4 local=16,1\n")
+    body = source[source.index("__kernel"):]
+    assert body == (
+        "__kernel void r_4_r64(__global float* restrict data0, __global const float* restrict data1) {\n"
+        "  long lid = get_local_id(0);\n"
+        "  long r2 = lid;\n"
+        "  long i0 = get_global_id(1);\n"
+        "  float acc0 = 0.0f;\n"
+        "  for (long r1 = 0; r1 < 4; r1++) {\n"
+        "    float v1 = data1[i0*64+r1*16+r2];\n"
+        "    acc0 = (acc0+v1);\n"
+        "    lg_lockstep();\n"
+        "  }\n"
+        "  __local float acc0_lanes[16];\n"
+        "  acc0_lanes[lid] = acc0;\n"
+        "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "  if (r2 == 0) {\n"
+        "    for (long lane = 1; lane < 16; lane++) {\n"
+        "      acc0 = (acc0+acc0_lanes[lid+lane]);\n"
+        "    }\n"
+        "    data0[i0] = acc0;\n"
+        "  }\n"
+        "}\n")
+
+
+def test_cuda_grouped_sum_folds_lanes_through_shared_memory():
+    from lazygrad.renderer.opts import Opt
+    source = grouped_sum_source(CUDARenderer(), [Opt("GROUP", 1, 16)])
+    assert source.startswith("// launch: grid=4 block=16\n")
+    body = source[source.index("extern"):]
+    assert body == (
+        'extern "C" __global__ void r_4_r64(float* __restrict__ data0, const float* __restrict__ data1) {\n'
+        "  long long group = blockIdx.x;\n"
+        "  long long lid = threadIdx.x;\n"
+        "  long long r2 = lid;\n"
+        "  long long i0 = group;\n"
+        "  float acc0 = 0.0f;\n"
+        "  for (long long r1 = 0; r1 < 4; r1++) {\n"
+        "    float v1 = data1[i0*64+r1*16+r2];\n"
+        "    acc0 = (acc0+v1);\n"
+        "  }\n"
+        "  __shared__ float acc0_lanes[16];\n"
+        "  acc0_lanes[lid] = acc0;\n"
+        "  __syncthreads();\n"
+        "  if (r2 == 0) {\n"
+        "    for (long long lane = 1; lane < 16; lane++) {\n"
+        "      acc0 = (acc0+acc0_lanes[lid+lane]);\n"
+        "    }\n"
+        "    data0[i0] = acc0;\n"
+        "  }\n"
+        "}\n")
+
+
+@pytest.mark.parametrize("renderer", RENDERERS, ids=lambda renderer: renderer.dialect)
+def test_local_rows_put_the_work_group_in_its_own_dimension(renderer):
+    from lazygrad.renderer.opts import Opt
+    source = grouped_sum_source(renderer, [Opt("LOCAL", 0, 2), Opt("GROUP", 2, 8)])
+    launch = "// launch: global=16,2 local=16,1\n" if renderer.dialect == "opencl" else "// launch: grid=2 block=16\n"
+    assert source.startswith(launch)
+    assert "i1 = (lid / 8)" in source and "r3 = lid % 8" in source
+    assert "return" not in source  # every work-item reaches the barrier
+    assert source.count("_lanes[lid] = acc0;") == 1 and "if (r3 == 0) {" in source

@@ -300,3 +300,168 @@ def test_chained_reduces_refuse_block():
     (item,) = create_schedule([total.lazydata])
     with pytest.raises(OptError, match="several reduces"):
         apply_opt(initial(merge_dims(item.kernel)), Opt("BLOCK", 1, 64), CRenderer())
+
+
+# ---- work-groups: LOCAL and GROUP (GPU dialects) ------------------------------------------------
+
+def row_sum_kernel(rows=4, columns=64):
+    return kernel_of(Tensor(np.ones((rows, columns), np.float32)).sum(axis=1))
+
+
+@pytest.mark.parametrize("opts,reason", [
+    ([Opt("LOCAL", 2, 4)], "is a reduce axis; LOCAL applies to global axes"),
+    ([Opt("GROUP", 0, 4)], "is a global axis; GROUP applies to reduce axes"),
+    ([Opt("LOCAL", 1, 5)], "not divisible by 5"),
+    ([Opt("LOCAL", 1, 32), Opt("GROUP", 3, 12)], "more than 256 work-items in a group"),
+    ([Opt("GROUP", 2, 4), Opt("GROUP", 2, 3)], "only one GROUP per kernel"),
+])
+def test_a_refused_work_group_opt_says_why(opts, reason):
+    with pytest.raises(OptError, match=reason):
+        apply_opts(matmul_kernel(m=16, k=12, n=32), opts, OpenCLRenderer())
+
+
+def test_group_is_refused_for_a_kernel_with_several_reduces():
+    x = Tensor(np.ones((4, 512), np.float32))
+    total = (x - x.max(axis=1, keepdim=True)).sum(axis=1)
+    (item,) = create_schedule([total.lazydata])
+    with pytest.raises(OptError, match="several reduces"):
+        apply_opt(initial(merge_dims(item.kernel)), Opt("GROUP", 1, 16), OpenCLRenderer())
+    apply_opt(initial(merge_dims(item.kernel)), Opt("LOCAL", 0, 4), OpenCLRenderer())  # LOCAL is fine
+
+
+def test_work_group_opts_are_candidates_only_on_gpu_dialects():
+    from lazygrad.renderer.cuda import CUDARenderer
+    kernel = row_sum_kernel()
+    for renderer in (OpenCLRenderer(), CUDARenderer()):
+        candidates = candidate_opts(initial(kernel), renderer)
+        assert Opt("LOCAL", 0, 4) in candidates and Opt("GROUP", 1, 16) in candidates
+    assert not [opt for opt in candidate_opts(initial(kernel), CRenderer()) if opt.op in ("LOCAL", "GROUP")]
+    with pytest.raises(OptError, match="needs a dialect with work-groups"):
+        apply_opt(initial(kernel), Opt("GROUP", 1, 16), CRenderer())
+
+
+def test_work_group_opts_leave_the_c_output_unchanged():
+    """Kernels without LOCAL/GROUP render byte for byte as before on every dialect."""
+    from lazygrad.renderer.cuda import CUDARenderer
+    kernel = row_sum_kernel()
+    program = linearize(kernel, OpenCLRenderer(), opts=[Opt("UNROLL", 1, 4)])
+    assert program.local_loops == [] and program.group_lane is None
+    for renderer in (CRenderer(), OpenCLRenderer(), CUDARenderer()):
+        # the heuristic from its module: a module-scoped monkeypatch above may replace linearize's
+        opts = heuristic_opts(kernel, renderer)
+        source = renderer.render_program(linearize(kernel, renderer, opts=opts))
+        assert "lanes" not in source and "local=" not in source
+
+
+def opencl_available() -> None:
+    pytest.importorskip("pyopencl")
+    from lazygrad.devices import get_device
+    try:
+        get_device("OPENCL")
+    except Exception as error:
+        pytest.skip(f"no OpenCL device: {error}")
+
+
+def random_work_group_opts(kernel, renderer, rng: np.random.Generator) -> list[Opt]:
+    """Random valid opts: each one a GROUP, a LOCAL or any opt, a third of the time each (when
+    there is such a candidate)."""
+    optimized, opts = initial(kernel), []
+    for _ in range(rng.integers(1, 5)):
+        choices = candidate_opts(optimized, renderer)
+        if not choices:
+            break
+        wanted = ("GROUP", "LOCAL", None)[rng.integers(3)]
+        pool = [opt for opt in choices if opt.op == wanted] or choices
+        opt = pool[rng.integers(len(pool))]
+        optimized = apply_opt(optimized, opt, renderer)
+        opts.append(opt)
+    return opts
+
+
+KINDS = ["matmul", "transposed", "padded", "sum", "elementwise", "max"]
+
+
+def test_random_work_group_opts_on_opencl_match_npy(monkeypatch):
+    """Random graphs, dtypes and sizes under random valid opt lists rich in LOCAL and GROUP."""
+    opencl_available()
+    rng = np.random.default_rng(11)
+    chosen = []
+
+    def pick(kernel, renderer):
+        opts = random_work_group_opts(kernel, renderer, rng)
+        chosen.append([str(opt) for opt in opts])
+        return opts
+    monkeypatch.setattr(linearize_module, "heuristic_opts", pick)
+    monkeypatch.setattr(realize, "_PROGRAMS", {})
+    sizes = [2, 4, 6, 8, 12, 16, 32]
+    for number in range(36):  # about 30 s when PoCL compiles them all afresh
+        kind = KINDS[number % len(KINDS)]
+        m, k, n = (int(rng.choice(sizes)) for _ in range(3))
+        dtype = DTYPES[number % len(DTYPES)]
+        graph = (m, k, n, dtype, number, kind)
+        chosen.clear()
+        actual = build("OPENCL", *graph).numpy()
+        expected = build("NPY", *graph).numpy()
+        tolerance = 2e-2 if dtype == dtypes.float16 else 1e-5
+        np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=tolerance,
+                                   atol=tolerance, err_msg=f"graph {graph} with opts {chosen}")
+
+
+def run_with_opts(monkeypatch, opts, make):
+    """make() built and realized on OPENCL with `opts` for every kernel."""
+    with_opts(monkeypatch, opts)
+    return make().numpy()
+
+
+@pytest.mark.parametrize("opts", [[Opt("GROUP", 1, 16)], [Opt("GROUP", 1, 8), Opt("UNROLL", 1, 4)],
+                                  [Opt("UPCAST", 0, 2), Opt("GROUP", 2, 4), Opt("LOCAL", 0, 2)]],
+                         ids=["group", "group-unroll", "upcast-group-local"])
+def test_grouped_max_keeps_nan_and_grouped_sums_match_numpy(monkeypatch, opts):
+    opencl_available()
+    values = np.random.default_rng(7).standard_normal((8, 64)).astype(np.float32)
+    values[1, 5], values[2, 63], values[3, 0] = np.nan, np.inf, -np.inf
+    row_max = run_with_opts(monkeypatch, opts, lambda: Tensor(values, device="OPENCL").max(axis=1))
+    np.testing.assert_array_equal(row_max, values.max(axis=1))
+    row_sum = run_with_opts(monkeypatch, opts, lambda: Tensor(values, device="OPENCL").sum(axis=1))
+    np.testing.assert_allclose(row_sum, values.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_grouped_float16_sum_accumulates_in_float_and_rounds_once(monkeypatch):
+    """2048 ones and 2048 values of 2^-5 per row: summed in half, each lane's small values would
+    vanish once its sum passes 64 (half's spacing there is 2^-4); in float the row sum 2112 is exact."""
+    opencl_available()
+    values = np.ones((2, 4096), np.float16)
+    values[:, 1::2] = np.float16(2.0 ** -5)
+    result = run_with_opts(monkeypatch, [Opt("GROUP", 1, 16)], lambda: Tensor(values, device="OPENCL").sum(axis=1))
+    expected = values.astype(np.float32).sum(axis=1).astype(np.float16)
+    assert result.dtype == np.float16
+    np.testing.assert_array_equal(result, expected)
+
+
+def test_a_grouped_bool_any_matches_numpy(monkeypatch):
+    opencl_available()
+    values = np.zeros((4, 64), np.bool_)
+    values[1, 40] = values[3, 0] = True
+    result = run_with_opts(monkeypatch, [Opt("GROUP", 1, 16)], lambda: Tensor(values, device="OPENCL").max(axis=1))
+    np.testing.assert_array_equal(result, values.max(axis=1))
+
+
+def test_a_full_reduce_runs_as_one_group(monkeypatch):
+    opencl_available()
+    values = np.arange(512, dtype=np.float32)
+    result = run_with_opts(monkeypatch, [Opt("GROUP", 0, 64)], lambda: Tensor(values, device="OPENCL").sum())
+    assert float(result) == float(values.sum())
+
+
+def test_softmax_under_local_matches_numpy(monkeypatch):
+    """Both softmax kernels (a row max then a sum; a normalization) with their rows in work-groups."""
+    opencl_available()
+    values = np.random.default_rng(8).standard_normal((16, 32)).astype(np.float32)
+
+    def softmax():
+        x = Tensor(values, device="OPENCL")
+        exponentials = (x - x.max(-1, keepdim=True)).exp()
+        return exponentials / exponentials.sum(-1, keepdim=True)
+    result = run_with_opts(monkeypatch, [Opt("LOCAL", 0, 4)], softmax)
+    expected = np.exp(values - values.max(-1, keepdims=True))
+    np.testing.assert_allclose(result, expected / expected.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
