@@ -311,14 +311,15 @@ def _chained(source: ScheduleItem, reader: ScheduleItem) -> ScheduleItem:
     source_numbers = {number: number for number in range(len(source.outputs))}
     source_numbers.update({len(source.outputs) + index: position[id(node)] for index, node in enumerate(source.inputs)})
     source_stores = [_renumbered(store, source_numbers, {}) for store in source.kernel.stores]
+    stored_value = {id(output): store.srcs[0] for output, store in zip(source.outputs, source_stores)}
     reader_numbers = {0: len(source.outputs)}
-    replacements = {}
+    replacements = {}  # reader's loads of source's results -> the values source stores
     for index, node in enumerate(reader.inputs):
         number = len(reader.outputs) + index
         if id(node) in position:
             reader_numbers[number] = position[id(node)]
         else:
-            replacements[number] = source_stores[[id(output) for output in source.outputs].index(id(node))].srcs[0]
+            replacements[number] = stored_value[id(node)]
     reader_store = _renumbered(reader.kernel.stores[0], reader_numbers, replacements)
     ast = KernelNode.make("SINK", None, tuple(source_stores) + (reader_store,))
     dtypes = tuple(node.dtype for node in outputs + inputs)
@@ -333,8 +334,8 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
         the reduce axes) runs after it and uses its value: softmax's row max and its sum of
         exponentials are one kernel, and so are layernorm's mean and variance. Not done when the
         reader also needs those results through another kernel (it would have to run in between);
-      * reduces that read a common buffer and need nothing from each other run side by side
-        (LAMB's two norms, a bias gradient's sums).
+      * reduces that read a common buffer and need nothing from each other run side by side (a
+        row's sum and its sum of squares).
     At most MAX_KERNEL_OUTPUTS results per kernel."""
     original, items = items, list(items)
     producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
