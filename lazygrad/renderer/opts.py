@@ -220,13 +220,27 @@ def _reduce_source(kernel: Kernel) -> KernelNode | None:
     return next((node.srcs[0] for node in kernel.ast.walk() if node.is_reduce), None)
 
 
+# Vector widths of a convolution tile over plain loads, widest first: any width from 32 down to 8,
+# so rows that no power of two divides (28, 14, 30 columns) get a tile too. conv2d 16x32x28x28 by
+# 64x32x3x3: 7 ms with 28 x 8, 105 ms with no tile; 8x64x14x14 by 64x64x3x3: 3 ms with 14 x 8, 20 ms.
+CONVOLUTION_VECTOR_CHOICES = tuple(range(32, 7, -1))
+
+
+def _has_masked_load(source: KernelNode) -> bool:
+    """Whether some load reads through padding (a view with a mask: each element is tested)."""
+    return any(node.op == "LOAD" and any(view.mask is not None for view in node.arg[1].views)
+               for node in source.walk())
+
+
 def matmul_tile(kernel: Kernel) -> list[Opt]:
     """Register tile for a reduce whose loads each stay put along some output axis (matmul,
     convolution): the output axis that some load walks contiguously (the vector axis) and an output
     axis that load does not move along (the row axis) are upcast, so every loaded value is used
-    many times from registers. A matmul (one reduce axis) gets 32 columns by 8 rows; a convolution
-    (several reduce axes, windows that are often padded) 16 columns by 16 output channels, which
-    measured several times faster here than 32 x 8. Empty when the kernel is not like that."""
+    many times from registers. A matmul (one reduce axis) gets 32 columns by 8 rows. A convolution
+    (several reduce axes) whose loads are plain gets 8 output channels by the widest run of columns
+    up to 32 that divides its rows (28 for 28 or 56 columns, 14 for 14); one reading a padded input
+    through its windows (masked loads) gets 16 columns by 16 output channels, which measured several
+    times faster there than 32 x 8. Empty when the kernel is not like that."""
     source = _reduce_source(kernel)
     if source is None:
         return []
@@ -235,10 +249,12 @@ def matmul_tile(kernel: Kernel) -> list[Opt]:
     if len(strides) < 2:
         return []
     reused = {axis for axis in globals_ if any(load[axis] == 0 for load in strides)}
-    if len(kernel.reduce_axes) > 1:
+    if len(kernel.reduce_axes) == 1:
+        vector_choices, row_choices = (32, 16, 8), (8, 6, 4, 2)
+    elif _has_masked_load(source):
         vector_choices, row_choices = (16, 8), (16, 8, 4, 2)
     else:
-        vector_choices, row_choices = (32, 16, 8), (8, 6, 4, 2)
+        vector_choices, row_choices = CONVOLUTION_VECTOR_CHOICES, (8, 6, 4, 2)
     for vector_axis in reversed(globals_):
         walking = [load for load in strides if load[vector_axis] == 1]
         if vector_axis not in reused or not walking:
