@@ -76,6 +76,7 @@ WINDOWED_TILE_ATTRIBUTE = ('__attribute__((optimize("no-tree-loop-vectorize", "n
 
 class CRenderer(CStyleRenderer):
     dialect = "c"
+    supports_threads = True
     accumulator_arrays = True
     expands_tiles = True
     spills_tile_epilogue = True
@@ -119,7 +120,7 @@ class CRenderer(CStyleRenderer):
             depth += 1
         for number, loop in enumerate(program.global_loops):
             if number == 0 and program.parallel:
-                line("#pragma omp parallel for")
+                line("#pragma omp parallel for" + (f" num_threads({program.threads})" if program.threads else ""))
             line(f"for (long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
             depth += 1
         def open_loops(loops, simd_pragma: str | None = None) -> None:

@@ -69,6 +69,7 @@ class LoopProgram:
     inner_loops: list[Loop] = field(default_factory=list)  # output loops run inside the reduce, one
     #                                                        accumulator each (an array, see accumulator_index)
     parallel: bool = False       # split the outer loop over CPU cores
+    threads: int | None = None   # how many (a THREADS opt); None: OpenMP's default, every core
     vectorize: bool = False      # mark the innermost reduce loop as a SIMD reduction
     opts: tuple[Opt, ...] = ()   # the opts applied (upcast and unrolled axes are expanded in place)
     block_loop: Loop | None = None  # BLOCK: a reduce loop around everything, partial results in the output
@@ -290,6 +291,7 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     spill = (renderer.spills_tile_epilogue and len(reductions) == 1 and len(outputs) > 1 and values[0] is not reduce_node
              and reduce_node.dtype == kernel.buffer_dtypes[0] and reduce_node.dtype.itemsize >= 4)
     after_reduce = _walk_above(values, set(reduce_nodes))
+    threads = next((opt.amount for opt in optimized.opts if opt.op == "THREADS"), None)
     for number, output in enumerate(outputs):
         index_text = index_text_at(output)
         store_indices = [index_text(store.arg[1])[0] for store in kernel.stores]
@@ -306,13 +308,22 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
             partial_stores.append((params[0][0], store_indices[0], reduction.targets[number]))
     return LoopProgram(name, params, global_loops, reduce_loops, reduction.inner if reduction else [],
                        reduction.accumulators if reduction else [], outer, stores, full_shape, inner_loops,
-                       parallel=optimize and math.prod(full_shape) >= parallel_threshold and bool(global_loops),
+                       parallel=_runs_on_threads(threads, full_shape, global_loops, optimize, parallel_threshold),
+                       threads=threads,
                        vectorize=optimize, opts=optimized.opts, block_loop=block_loops[0] if block_loops else None,
                        partial_stores=partial_stores, combine=reduction.combine if reduction else [],
                        raw_stores=raw_stores,
                        prior_stages=[ReduceStage(stage.accumulators, stage.inner, stage.combine) for stage in reductions[:-1]],
                        local_loops=local_loops, group_lane=group_lane,
                        group_fold=reduction.accumulators[:len(outputs)] if group_lane and reduction else [])
+
+
+def _runs_on_threads(threads: int | None, full_shape, global_loops, optimize: bool, parallel_threshold: int) -> bool:
+    """Whether the outermost global loop is split over CPU threads: as a THREADS opt says (its
+    count, or None), else when the kernel is big enough for the threads to pay off."""
+    if threads is not None:
+        return threads > 1 and bool(global_loops)
+    return optimize and math.prod(full_shape) >= parallel_threshold and bool(global_loops)
 
 
 class _Reduction:

@@ -18,6 +18,8 @@ adjacent dims are merged (`OptimizedKernel.kernel.full_shape`, which grows as op
                   for kernels with several reduces)
   BLOCK axis n    run a reduce axis in blocks of n, the block loop outermost, with partial results kept
                   in the output buffer between blocks (cache blocking for big matmuls; C only)
+  THREADS axis n  run the outermost global loop (axis) on n CPU threads, 1 for none (C only; without
+                  it, a kernel of 32768 iterations or more runs on every core, a smaller one on one)
 
 Every opt is validated: a refused opt raises `OptError` saying why (not divisible, too large,
 wrong kind of axis, not supported by this renderer). Upcast and unrolled axes are expanded into
@@ -26,13 +28,14 @@ straight-line code by linearize, so the same opt list runs on every renderer tha
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from lazygrad.renderer.axes import split_dim
 from lazygrad.schedule.kernel import Kernel, KernelNode
 from lazygrad.shape.symbolic import Lin, var
 
-OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "LOCAL", "GROUP")
+OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "LOCAL", "GROUP", "THREADS")
 # Part of BEAM's cache key: bump it when an opt's meaning or the code it renders changes.
 OPTS_VERSION = 1
 
@@ -43,6 +46,7 @@ MAX_EXPANSION = 512
 
 # Work-items in one work-group (LOCAL sizes times the GROUP size): every GPU and PoCL allow 256.
 MAX_LOCAL = 256
+MAX_THREADS = 64
 
 GLOBAL, REDUCE, UPCAST, UNROLL, BLOCK = "global", "reduce", "upcast", "unroll", "block"
 LOCAL, GROUP = "local", "group"       # a global axis in a work-group; a reduce axis split over lanes
@@ -110,6 +114,9 @@ def apply_opt(optimized: OptimizedKernel, opt: Opt, renderer) -> OptimizedKernel
         raise OptError(f"{opt.op} needs a dialect with work-groups; {type(renderer).__name__} has none")
     if not 0 <= opt.axis < len(shape):
         raise OptError(f"{opt}: axis {opt.axis} is out of range for a kernel of shape {shape}")
+    if opt.op == "THREADS":  # no split: the amount is a thread count, 1 allowed
+        _check_threads(optimized, opt, renderer)
+        return OptimizedKernel(optimized.kernel, optimized.kinds, optimized.opts + (opt,))
     size, kind = shape[opt.axis], optimized.kinds[opt.axis]
     if opt.amount < 2:
         raise OptError(f"{opt}: the amount must be at least 2, got {opt.amount}")
@@ -158,6 +165,23 @@ def _check_block(optimized: OptimizedKernel, opt: Opt, renderer) -> None:
     store_views = kernel.stores[0].arg[1].views
     if len(store_views) != 1 or store_views[0].mask is not None:
         raise OptError(f"{opt}: the output view must be a plain one")
+
+
+def _check_threads(optimized: OptimizedKernel, opt: Opt, renderer) -> None:
+    """THREADS sets how many CPU threads run the outermost global loop: once per kernel, between 1
+    and MAX_THREADS, on the dialect that runs on CPU cores."""
+    if not getattr(renderer, "supports_threads", False):
+        raise OptError(f"{opt}: THREADS needs the C dialect; {type(renderer).__name__} runs work-items instead")
+    if any(previous.op == "THREADS" for previous in optimized.opts):
+        raise OptError(f"{opt}: the kernel has a THREADS already")
+    if not 1 <= opt.amount <= MAX_THREADS:
+        raise OptError(f"{opt}: the thread count must be between 1 and {MAX_THREADS}, got {opt.amount}")
+    shape = optimized.kernel.full_shape
+    outermost = next((axis for axis, kind in enumerate(optimized.kinds) if kind == GLOBAL and shape[axis] > 1), None)
+    if outermost is None:
+        raise OptError(f"{opt}: the kernel has no global loop to run on threads")
+    if opt.axis != outermost:
+        raise OptError(f"{opt}: THREADS applies to the outermost global loop, axis {outermost}")
 
 
 def _check_work_group(optimized: OptimizedKernel, opt: Opt) -> None:
@@ -359,7 +383,8 @@ def candidate_opts(optimized: OptimizedKernel, renderer) -> list[Opt]:
     """Every single opt that applies to this kernel now (the moves of BEAM and of random tests)."""
     found = []
     amounts = {"UPCAST": (2, 3, 4, 8, 16, 32), "UNROLL": (2, 4, 8, 16), "BLOCK": (64, 128, 256),
-               "LOCAL": (2, 4, 8, 16, 32), "GROUP": (2, 4, 8, 16)}
+               "LOCAL": (2, 4, 8, 16, 32), "GROUP": (2, 4, 8, 16),
+               "THREADS": (1,) + tuple(count for count in (2, 4, 8, 16, 32) if count <= (os.cpu_count() or 1))}
     for op, choices in amounts.items():
         for axis in range(len(optimized.kernel.full_shape)):
             for amount in choices:

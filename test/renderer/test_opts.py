@@ -508,3 +508,44 @@ def test_softmax_under_local_matches_numpy(monkeypatch):
     result = run_with_opts(monkeypatch, [Opt("LOCAL", 0, 4)], softmax)
     expected = np.exp(values - values.max(-1, keepdims=True))
     np.testing.assert_allclose(result, expected / expected.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+# ---- THREADS -------------------------------------------------------------------------------------
+
+def big_elementwise_kernel():
+    return kernel_of(Tensor(np.ones((256, 256), np.float32)) * 2 + 1)
+
+
+@pytest.mark.parametrize("opt,reason", [
+    (Opt("THREADS", 0, 0), "between 1 and"),
+    (Opt("THREADS", 0, 65), "between 1 and"),
+])
+def test_threads_refusals_say_why(opt, reason):
+    with pytest.raises(OptError, match=reason):
+        apply_opt(initial(big_elementwise_kernel()), opt, CRenderer())
+
+
+def test_threads_apply_once_to_the_outermost_global_loop_on_c_only():
+    kernel = matmul_kernel()  # (16, 32, 12): globals 0 and 1, reduce 2
+    with pytest.raises(OptError, match="outermost global loop, axis 0"):
+        apply_opt(initial(kernel), Opt("THREADS", 1, 2), CRenderer())
+    once = apply_opt(initial(kernel), Opt("THREADS", 0, 2), CRenderer())
+    with pytest.raises(OptError, match="has a THREADS already"):
+        apply_opt(once, Opt("THREADS", 0, 1), CRenderer())
+    with pytest.raises(OptError, match="needs the C dialect"):
+        apply_opt(initial(kernel), Opt("THREADS", 0, 2), OpenCLRenderer())
+    assert Opt("THREADS", 0, 1) in candidate_opts(initial(kernel), CRenderer())
+
+
+@pytest.mark.parametrize("threads,pragma", [(None, "#pragma omp parallel for\n"), (1, None),
+                                            (2, "#pragma omp parallel for num_threads(2)\n")])
+def test_threads_set_the_outer_loops_thread_count(monkeypatch, threads, pragma):
+    opts = [] if threads is None else [Opt("THREADS", 0, threads)]
+    source = CRenderer().render_program(linearize(big_elementwise_kernel(), CRenderer(), opts=opts))
+    if pragma is None:
+        assert "omp parallel" not in source
+    else:
+        assert pragma in source
+    with_opts(monkeypatch, opts)
+    values = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)
+    np.testing.assert_array_equal((Tensor(values) * 2 + 1).numpy(), values * 2 + 1)
