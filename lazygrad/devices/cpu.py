@@ -71,7 +71,7 @@ class Compiler:
 
 
 class CPUProgram:
-    """A loaded kernel: call it with buffers (output first)."""
+    """A loaded kernel: call it with buffers (outputs first)."""
 
     def __init__(self, name: str, binary: bytes, argument_count: int):
         with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as handle:

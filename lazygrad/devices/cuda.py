@@ -185,7 +185,7 @@ class CUDABuffer:
 
 
 class CUDAProgram:
-    """A loaded kernel: call it with buffers (output first); returns when the kernel has finished."""
+    """A loaded kernel: call it with buffers (outputs first); returns when the kernel has finished."""
 
     def __init__(self, device: "CUDADevice", name: str, binary: bytes, argument_count: int):
         cupy = import_cupy()

@@ -255,7 +255,7 @@ class OpenCLCompiler:
 
 
 class OpenCLProgram:
-    """A loaded kernel: call it with buffers (output first); returns when the kernel has finished."""
+    """A loaded kernel: call it with buffers (outputs first); returns when the kernel has finished."""
 
     def __init__(self, device: "OpenCLDevice", name: str, binary: bytes, argument_count: int):
         cl = import_pyopencl()

@@ -166,7 +166,8 @@ class ReduceMethods:
         return x - x.detach().max(axis, keepdim=True), axis
 
     def softmax(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
-        """exp(x) / sum(exp(x)) along axis (default the last, as in tinygrad): 3 kernels."""
+        """exp(x) / sum(exp(x)) along axis (default the last, as in tinygrad): 2 kernels (the row max and
+        the sum of exponentials in one, then the division)."""
         shifted, axis = self._shifted_by_max(_pick_axis(axis, dim, "softmax", -1), dtype, "softmax")
         e = shifted.exp()
         return e / e.sum(axis, keepdim=True)
