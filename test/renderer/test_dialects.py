@@ -102,6 +102,20 @@ def test_a_column_sum_keeps_one_accumulator_per_work_item():
         assert re.search(r"acc\d+\[", source) is None, source
 
 
+def test_opencl_matmul_tile_uses_the_builtin_fma_and_no_lockstep():
+    """A matmul gets a 16 x 8 register tile per work-item, vectorized within the work-item: its
+    updates are the compiler's fma (OpenCL's `fma` is a library call on PoCL) and its reduce loop
+    has no lockstep barrier; a short reduce keeps one output per work-item, in lockstep."""
+    (tiled,) = sources(tensor((64, 128)) @ tensor((128, 64)), OpenCLRenderer())
+    assert tiled.startswith("// launch: global=4,8\n")
+    assert tiled.count("__builtin_fmaf(") == 16 * 8 and " fma(" not in tiled
+    assert "lg_lockstep" not in tiled
+    (wide,) = sources(tensor((64, 128), np.float64) @ tensor((128, 64), np.float64), OpenCLRenderer())
+    assert wide.count("__builtin_fma(") == 16 * 8
+    (short,) = sources(tensor((64, 8)) @ tensor((8, 64)), OpenCLRenderer())
+    assert "lg_lockstep();" in short and "fma" not in short
+
+
 # ---- CUDA ------------------------------------------------------------------------------------
 
 def test_cuda_softmax_is_a_flat_launch_over_the_output():

@@ -9,6 +9,7 @@ import lazygrad.renderer.linearize as linearize_module
 from lazygrad import Context, Tensor, dtypes
 from lazygrad.renderer.axes import merge_dims
 from lazygrad.renderer.c import CRenderer
+from lazygrad.renderer.cuda import CUDARenderer
 from lazygrad.renderer.linearize import linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
 from lazygrad.renderer.opts import Opt, OptError, apply_opt, apply_opts, candidate_opts, heuristic_opts, initial
@@ -111,10 +112,37 @@ def test_only_convolution_tiles_turn_off_predictive_commoning():
     assert "predictive" not in matmul_source and 'optimize("no-tree-loop-vectorize")' in matmul_source
 
 
-def test_elementwise_and_gpu_kernels_get_no_tile():
+def test_elementwise_kernels_get_no_tile():
     x = Tensor(np.ones((64, 64), np.float32))
     assert heuristic_opts(kernel_of(x * 2 + 1), CRenderer()) == []
-    assert heuristic_opts(matmul_kernel(), OpenCLRenderer()) == []
+    assert heuristic_opts(kernel_of(x * 2 + 1), OpenCLRenderer()) == []
+
+
+@pytest.mark.parametrize("renderer", [OpenCLRenderer(), CUDARenderer()], ids=["opencl", "cuda"])
+def test_gpu_matmul_tiles_16_columns_by_8_rows_per_work_item(renderer):
+    assert heuristic_opts(matmul_kernel(64, 128, 64), renderer) == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 8)]
+    assert heuristic_opts(matmul_kernel(6, 64, 24), renderer) == [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 2)]
+    assert heuristic_opts(matmul_kernel(7, 64, 7), renderer) == []
+    assert heuristic_opts(matmul_kernel(64, 32, 64), renderer) == []  # a short reduce: one output each
+
+
+def test_gpu_heuristic_tiles_only_matmuls():
+    """Row reduces, softmax and convolutions keep one output per work-item on the GPU dialects."""
+    x = Tensor(np.ones((64, 128), np.float32))
+    assert heuristic_opts(kernel_of(x.sum(axis=1)), OpenCLRenderer()) == []
+    assert heuristic_opts(kernel_of(x.max(axis=1)), OpenCLRenderer()) == []
+    images = Tensor(np.ones((2, 16, 14, 14), np.float32))
+    weights = Tensor(np.ones((32, 16, 3, 3), np.float32))
+    assert heuristic_opts(kernel_of(images.conv2d(weights)), OpenCLRenderer()) == []
+    (item,) = [item for item in create_schedule([x.softmax(1).lazydata]) if item.kernel is not None][:1]
+    assert heuristic_opts(merge_dims(item.kernel), OpenCLRenderer()) == []
+
+
+def test_the_gpu_tile_leaves_the_c_heuristic_alone():
+    """The same matmul kernel: C keeps its 32 x 8 tile in blocks of 64 steps, OpenCL gets 16 x 8."""
+    kernel = matmul_kernel(128, 512, 128)
+    assert heuristic_opts(kernel, CRenderer()) == [Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 8), Opt("BLOCK", 4, 64)]
+    assert heuristic_opts(kernel, OpenCLRenderer()) == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 8)]
 
 
 def test_sizes_that_do_not_divide_get_a_smaller_tile_or_none():
@@ -549,3 +577,33 @@ def test_threads_set_the_outer_loops_thread_count(monkeypatch, threads, pragma):
     with_opts(monkeypatch, opts)
     values = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)
     np.testing.assert_array_equal((Tensor(values) * 2 + 1).numpy(), values * 2 + 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_tiled_opencl_matmuls_match_numpy(monkeypatch, dtype):
+    """The default heuristic's tile on OPENCL: a plain matmul, one with a fused bias and relu, and a
+    batched one, each against numpy."""
+    opencl_available()
+    monkeypatch.setattr(realize, "_PROGRAMS", {})
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((48, 128)).astype(dtype)
+    b = rng.standard_normal((128, 80)).astype(dtype)
+    bias = rng.standard_normal(80).astype(dtype)
+    batch_a = rng.standard_normal((3, 16, 64)).astype(dtype)
+    batch_b = rng.standard_normal((3, 64, 32)).astype(dtype)
+
+    def on_device(values: np.ndarray) -> Tensor:
+        return Tensor(values, device="OPENCL")
+    products = {
+        "plain": (lambda: on_device(a) @ on_device(b), a.astype(np.float64) @ b),
+        "bias and relu": (lambda: (on_device(a) @ on_device(b) + on_device(bias)).relu(),
+                          np.maximum(a.astype(np.float64) @ b + bias, 0)),
+        "batched": (lambda: on_device(batch_a) @ on_device(batch_b), batch_a.astype(np.float64) @ batch_b),
+    }
+    tolerance = 2e-2 if dtype == np.float16 else 1e-4
+    for name, (make, expected) in products.items():
+        result = make()
+        (item,) = [item for item in create_schedule([result.lazydata]) if item.kernel is not None]
+        assert [opt.op for opt in heuristic_opts(merge_dims(item.kernel), OpenCLRenderer())] == ["UPCAST", "UPCAST"], name
+        np.testing.assert_allclose(result.numpy().astype(np.float64), expected, rtol=tolerance, atol=tolerance,
+                                   err_msg=name)
