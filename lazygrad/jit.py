@@ -59,9 +59,11 @@ class JitError(RuntimeError):
 def _signature(args: tuple, kwargs: dict) -> tuple[list[tuple], list[Tensor]]:
     """What must stay the same between calls (one entry per argument) and the Tensor arguments."""
     described, tensors = [], []
-    for name, value in list(enumerate(args)) + sorted(kwargs.items()):
+    named = enumerate(args) if not kwargs else list(enumerate(args)) + sorted(kwargs.items())
+    for name, value in named:  # runs on every call: plain attribute reads, no properties
         if isinstance(value, Tensor):
-            described.append((name, "tensor", (value.shape, value.dtype, value.device)))
+            node = value.lazydata
+            described.append((name, "tensor", (node.shape, node.dtype, node.device)))
             tensors.append(value)
         elif isinstance(value, _PLAIN_TYPES) or (isinstance(value, tuple) and all(isinstance(v, _PLAIN_TYPES) for v in value)):
             described.append((name, "value", value))

@@ -66,7 +66,7 @@ class LazyBuffer:
     def create(op: str, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
         # sources by id, so the table holds no node alive (an id reused after its node died can only
         # find a dead entry: a live unrealized node keeps its sources alive); repr tells -0.0 from 0.0
-        # (equal as floats) and lets NaN constants match each other
+        # (equal as floats) and lets NaN constants match each other; fuse._structure reads key[2]
         key = (op, tuple(map(id, srcs)), repr(arg) if op == "CONST" else arg, dtype, shape, device)
         try:
             existing = _consed(key)

@@ -215,17 +215,20 @@ SCHEDULE_CACHE_LIMIT = 4096
 
 
 def _structure(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> tuple:
-    """A hashable description of the graph that determines its schedule, with nodes as positions."""
-    position = {id(node): index for index, node in enumerate(nodes)}
+    """A hashable description of the graph that determines its schedule, with nodes as positions
+    (`nodes` lists sources before users, so a source's position is known when its user is read).
+    Built for every realize: an unrealized node's hash-consing key already holds its argument as
+    compared (a constant's repr), so that is taken from the key."""
+    position: dict[int, int] = {}
     first_holder: dict[int, int] = {}
     described = []
     for index, node in enumerate(nodes):
-        if node.realized:
+        position[id(node)] = index
+        if node.buffer is not None:
             holder = first_holder.setdefault(id(node.buffer), index)
             described.append(("REALIZED", node.dtype, node.shape, node.device, holder))
         else:
-            arg = repr(node.arg) if node.op == "CONST" else node.arg
-            described.append((node.op, arg, node.dtype, node.shape, node.device,
+            described.append((node.op, node._key[2], node.dtype, node.shape, node.device,
                               tuple([position[id(src)] for src in node.srcs])))
     return tuple(described), tuple([position[id(node)] for node in outputs])
 
