@@ -36,6 +36,8 @@ def matmul_kernel(m=16, k=12, n=32):
     (Opt("UPCAST", 1, 1), "at least 2"),
     (Opt("LOCAL", 0, 4), "needs a dialect with work-groups"),
     (Opt("SPLIT", 0, 4), "unknown opt"),
+    (Opt("THREADS", 0, 0), "between 1 and"),
+    (Opt("THREADS", 0, 65), "between 1 and"),
 ])
 def test_a_refused_opt_says_why(opt, reason):
     with pytest.raises(OptError, match=reason):
@@ -542,15 +544,6 @@ def test_softmax_under_local_matches_numpy(monkeypatch):
 
 def big_elementwise_kernel():
     return kernel_of(Tensor(np.ones((256, 256), np.float32)) * 2 + 1)
-
-
-@pytest.mark.parametrize("opt,reason", [
-    (Opt("THREADS", 0, 0), "between 1 and"),
-    (Opt("THREADS", 0, 65), "between 1 and"),
-])
-def test_threads_refusals_say_why(opt, reason):
-    with pytest.raises(OptError, match=reason):
-        apply_opt(initial(big_elementwise_kernel()), opt, CRenderer())
 
 
 def test_threads_apply_once_to_the_outermost_global_loop_on_c_only():
