@@ -28,6 +28,10 @@ choose large work-groups (groups of 8 made an elementwise kernel with exp severa
 On other devices nothing of this applies. This derived work-group size is not part of the cached
 binary: it follows from the source and the device each time a kernel is loaded. A local size
 from the launch line always takes precedence over it.
+
+`float_vector_width` is the float32 vector width the OpenCL renderer builds vector code with
+(renderer/opencl.py): the device's preferred and native widths, limited to vectors whose size the
+base address alignment of every buffer covers (the renderer's aligned vector loads need it).
 """
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ LLVM_BITCODE_MAGIC = b"BC\xc0\xde"
 LOCKSTEP_OPTION = "-DLAZYGRAD_LOCKSTEP_REDUCES"
 LOCKSTEP_MARKER = "lg_lockstep();"
 LOCKSTEP_GROUP_SIZE = 16
+VECTOR_WIDTHS = (16, 8, 4, 2)  # the float vector widths renderer/opencl.py builds, widest first
 
 
 class CompileError(RuntimeError):
@@ -205,6 +210,15 @@ def lockstep_local_size(global_size: list[int]) -> list[int]:
     return [group] + [1] * (len(global_size) - 1)
 
 
+def float_vector_width(preferred: int, native: int, base_alignment_bits: int) -> int:
+    """Lanes of the float32 vectors kernels should use: the widest of VECTOR_WIDTHS within both the
+    preferred and the native width the device reports, whose vectors every buffer's base address
+    is aligned to (the renderer's vector loads need that alignment); 1 for none."""
+    aligned_floats = base_alignment_bits // 8 // 4
+    limit = min(preferred, native, aligned_floats)
+    return next((width for width in VECTOR_WIDTHS if width <= limit), 1)
+
+
 def binary_is_complete(program_binary: bytes) -> bool:
     """False for a PoCL program binary that lacks the LLVM bitcode PoCL compiles work-groups from."""
     return not program_binary.startswith(POCL_BINARY_MAGIC) or LLVM_BITCODE_MAGIC in program_binary
@@ -305,6 +319,9 @@ class OpenCLDevice:
         if self.cl_device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
             options.append("-cl-fp32-correctly-rounded-divide-sqrt")  # a / b and sqrt as in numpy
         self.lockstep_reduces = bool(self.cl_device.type & cl.device_type.CPU)
+        self.float_vector_width = float_vector_width(self.cl_device.preferred_vector_width_float,
+                                                     self.cl_device.native_vector_width_float,
+                                                     self.cl_device.mem_base_addr_align)
         if self.lockstep_reduces:
             options.append(LOCKSTEP_OPTION)
         self.build_options = options

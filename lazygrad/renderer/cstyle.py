@@ -6,7 +6,9 @@ the op table's C-family templates. A dialect subclasses it and overrides only wh
 
 `render_thread_body` is the body of one GPU work-item (OpenCL and CUDA share it), including the
 fold of a GROUP: each lane's partial result goes to local memory, the group waits at a barrier,
-and lane 0 folds the lanes in order and stores.
+and lane 0 folds the lanes in order and stores. Values of several lanes (`Statement.width`, see
+linearize's vector copies) are declared with `value_type_name`; only a dialect whose
+`vector_width` exceeds 1 (OpenCL) receives them, and it supplies the `render_vector_*` syntax.
 """
 from __future__ import annotations
 
@@ -38,8 +40,20 @@ class CStyleRenderer(FloorSyntax):
     local_memory_qualifier = ""
     group_barrier = ""
 
+    # Ops linearize may apply to vectors (besides loads and constants); see vector_width.
+    vector_ops: frozenset[str] = frozenset()
+
     def type_name(self, dtype: DType) -> str:
         return self.type_names.get(dtype, dtype.c_name)
+
+    def value_type_name(self, dtype: DType, width: int = 1) -> str:
+        """The register type of a value of `width` lanes (`float16` for 16 float32 lanes)."""
+        return self.type_name(dtype) + (str(width) if width > 1 else "")
+
+    def vector_width(self, dtype: DType) -> int:
+        """Lanes per vector value of `dtype` that linearize may build; 1 (scalar code) unless a
+        dialect says otherwise."""
+        return 1
 
     # ---- expressions --------------------------------------------------------------------------
 
@@ -122,7 +136,7 @@ class CStyleRenderer(FloorSyntax):
         """Lines of a statement list (declarations and accumulator updates), unindented."""
         lines = []
         for statement in statements:
-            declaration = f"{self.type_name(statement.dtype)} " if statement.declare else ""
+            declaration = f"{self.value_type_name(statement.dtype, statement.width)} " if statement.declare else ""
             lines.append(f"{declaration}{statement.name} = {statement.expr};")
         return lines
 
@@ -173,8 +187,10 @@ class CStyleRenderer(FloorSyntax):
         stages = program.stages
         for number, stage in enumerate(stages):  # each reduce in turn, over the same loops
             for accumulator in stage.accumulators:
-                line(f"{self.type_name(accumulator.dtype)} {accumulator.name} = "
-                     f"{self.render_identity(accumulator.op, accumulator.dtype)};")
+                identity = self.render_identity(accumulator.op, accumulator.dtype)
+                if accumulator.width > 1:
+                    identity = self.render_broadcast(accumulator.dtype, accumulator.width, identity)
+                line(f"{self.value_type_name(accumulator.dtype, accumulator.width)} {accumulator.name} = {identity};")
             for loop in program.reduce_loops:
                 line(f"for ({loop_index_type} {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
                 depth += 1
@@ -196,11 +212,14 @@ class CStyleRenderer(FloorSyntax):
             for accumulator in stage.accumulators:
                 if accumulator.dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end
                     line(f"{accumulator.name} = lg_half({accumulator.name});")
-        for statement in program.outer:
-            line(f"{self.type_name(statement.dtype)} {statement.name} = {statement.expr};")
+        for text in self.render_statements(program.outer):
+            line(text)
         param_dtypes = {name: dtype for name, dtype, _ in program.params}
         for param, index, value in program.stores:
-            line(self.render_store(param, param_dtypes[param], index, value))
+            if program.vector_width > 1:
+                line(self.render_vector_store(param, param_dtypes[param], index, value, program.vector_width))
+            else:
+                line(self.render_store(param, param_dtypes[param], index, value))
         if program.group_lane is not None:
             depth -= 1
             line("}")

@@ -7,6 +7,13 @@ nest (a BLOCK loop outermost, global loops, reduce loops inside; upcast and unro
 into copies of the body; LOCAL and GROUP axes become the work-items of a group, `local_loops`, which
 GPU renderers map to local ids), names every value, and asks the renderer for the text of each
 expression, so the dialect files only supply syntax. Views become index expressions here.
+
+Vector copies: when the renderer reports a vector width W > 1 for the kernel's dtype
+(`renderer.vector_width`, OpenCL's) and the kernel qualifies (`_vector_width`), each copy of the
+body covers W neighbouring positions of the last upcast axis, its lanes. A value then is a vector
+(`Statement.width` W) or, when every lane computes the same text, a scalar; a load that is
+contiguous along the lanes and aligned to W is one vector load (`_is_vector_access`), other loads
+gather their lanes, and stores are vector stores. Every other kernel gets one position per copy.
 """
 from __future__ import annotations
 
@@ -36,6 +43,7 @@ class Statement:
     dtype: DType
     expr: str
     declare: bool = True         # False: an assignment to an existing variable (an accumulator)
+    width: int = 1               # lanes of a vector value; 1 for a scalar
 
 
 @dataclass
@@ -43,6 +51,7 @@ class Accumulator:
     name: str
     op: str                      # SUM, PROD or MAX_REDUCE
     dtype: DType
+    width: int = 1               # lanes of a vector accumulator; 1 for a scalar
 
 
 @dataclass
@@ -86,6 +95,7 @@ class LoopProgram:
     group_lane: Loop | None = None  # GROUP: the lane axis (also in local_loops); each lane reduces every n-th step
     group_fold: list[Accumulator] = field(default_factory=list)  # GROUP: per output, the accumulator whose
     #                                                        lanes' partial results lane 0 folds after the reduce
+    vector_width: int = 1        # > 1: every stored value is a vector of this many lanes (a vector store)
 
     @property
     def stages(self) -> list[ReduceStage]:
@@ -170,34 +180,92 @@ def _fused_multiply_add(reduce_node: KernelNode, tiled: bool) -> bool:
             and all(src.dtype == source.dtype for src in source.srcs))
 
 
+LEAF_OPS = ("LOAD", "CONST", "VALID")
+
+
+def _render_index(indexer, tracker: ShapeTracker, renderer) -> tuple[str, str | bool]:
+    """The index text and the validity (text, or True/False when decided) of an access at one position."""
+    offset, conditions = indexer(tracker)
+    return offset.render(renderer), render_condition(conditions)
+
+
+def _is_vector_access(tracker: ShapeTracker, lanes: list) -> bool:
+    """Whether the lanes of a copy access consecutive elements without a mask, starting at an index
+    provably a multiple of the lane count (every coefficient and the constant are), so one aligned
+    vector access reads or writes them all."""
+    width = len(lanes)
+    accesses = [indexer(tracker) for indexer in lanes]
+    first = accesses[0][0]
+    if any(render_condition(conditions) is not True for _, conditions in accesses):
+        return False
+    for lane, (offset, _) in enumerate(accesses):
+        step = offset - first
+        if not step.is_const or step.const != lane:
+            return False
+    return first.const % width == 0 and all(coefficient % width == 0 for coefficient in first.terms.values())
+
+
 class _Emitter:
     """Names values and writes their statements; a value whose text was already written in the
     same scope reuses its name, so a load shared by every copy of an upcast body is read once."""
 
     def __init__(self, renderer, params, namer: _Namer):
         self.renderer, self.params, self.namer = renderer, params, namer
+        self.widths: dict[str, int] = {}  # lanes of each vector value, by name (absent: a scalar)
 
-    def emit(self, node: KernelNode, names: dict, seen: dict, statements: list[Statement], index_text) -> None:
-        renderer = self.renderer
-        operands = [names[src] for src in node.srcs]
-        if node.op == "LOAD":
-            index, valid = index_text(node.arg[1])
-            expr = renderer.render_load(self.params[node.arg[0]][0], node.dtype, index, valid)
-        elif node.op == "CONST":
-            expr = renderer.render_const(node.arg[0], node.dtype)
-            if node.arg[1] is not None:
-                _, valid = index_text(node.arg[1])
-                expr = renderer.render_masked(expr, node.dtype, valid)
-        elif node.op == "VALID":
-            _, valid = index_text(node.arg)
-            expr = renderer.render_const(valid, node.dtype) if isinstance(valid, bool) else f"({valid})"
+    def emit(self, node: KernelNode, names: dict, seen: dict, statements: list[Statement], lanes: list) -> None:
+        """Name `node`'s value in one copy of the body; `lanes` holds the indexer of each position
+        the copy covers (one, except in vector copies)."""
+        if len(lanes) == 1:
+            expr, width = self.scalar_expression(node, [names[src] for src in node.srcs], lanes[0]), 1
         else:
-            expr = renderer.render_op(node.op, [src.dtype for src in node.srcs], node.dtype, operands)
-        key = (node.dtype, expr)
+            expr, width = self.vector_expression(node, names, lanes)
+        key = (node.dtype, width, expr)
         if key not in seen:
             seen[key] = self.namer.next()
-            statements.append(Statement(seen[key], node.dtype, expr))
+            statements.append(Statement(seen[key], node.dtype, expr, width=width))
+            if width > 1:
+                self.widths[seen[key]] = width
         names[node] = seen[key]
+
+    def scalar_expression(self, node: KernelNode, operands: list[str], indexer) -> str:
+        renderer = self.renderer
+        if node.op == "LOAD":
+            index, valid = _render_index(indexer, node.arg[1], renderer)
+            return renderer.render_load(self.params[node.arg[0]][0], node.dtype, index, valid)
+        if node.op == "CONST":
+            expr = renderer.render_const(node.arg[0], node.dtype)
+            if node.arg[1] is not None:
+                _, valid = _render_index(indexer, node.arg[1], renderer)
+                expr = renderer.render_masked(expr, node.dtype, valid)
+            return expr
+        if node.op == "VALID":
+            _, valid = _render_index(indexer, node.arg, renderer)
+            return renderer.render_const(valid, node.dtype) if isinstance(valid, bool) else f"({valid})"
+        return renderer.render_op(node.op, [src.dtype for src in node.srcs], node.dtype, operands)
+
+    def vector_expression(self, node: KernelNode, names: dict, lanes: list) -> tuple[str, int]:
+        """(text, width) of a node across the lanes of a vector copy: a leaf the same in every lane
+        stays a scalar, an aligned contiguous unmasked load is one vector load, other leaves gather
+        their lanes; an op is scalar over scalars, else a vector op with scalar operands broadcast."""
+        renderer, width = self.renderer, len(lanes)
+        if node.op in LEAF_OPS:
+            texts = [self.scalar_expression(node, [], indexer) for indexer in lanes]
+            if all(text == texts[0] for text in texts):
+                return texts[0], 1
+            if node.op == "LOAD" and _is_vector_access(node.arg[1], lanes):
+                index, _ = _render_index(lanes[0], node.arg[1], renderer)
+                return renderer.render_vector_load(self.params[node.arg[0]][0], node.dtype, index, width), width
+            return renderer.render_vector(node.dtype, texts), width
+        operands = [names[src] for src in node.srcs]
+        if all(operand not in self.widths for operand in operands):
+            return self.scalar_expression(node, operands, lanes[0]), 1
+        operands = [self.vector_operand(operand, src.dtype, width) for operand, src in zip(operands, node.srcs)]
+        return renderer.render_vector_op(node.op, [src.dtype for src in node.srcs], node.dtype, operands), width
+
+    def vector_operand(self, name: str, dtype: DType, width: int) -> str:
+        """A value as a vector of `width` lanes: a scalar is broadcast."""
+        return name if self.widths.get(name) == width else self.renderer.render_broadcast(dtype, width, name)
 
 
 def _combinations(shape: tuple[int, ...], axes: list[int]) -> list[dict[int, int]]:
@@ -250,20 +318,23 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     group_lane = next((loop for loop in local_loops if loop.reduce), None)
     out_shape = kernel.output_shape
 
-    def index_text_at(position: dict[int, int]):
-        """index_text for one copy of the body: expanded axes at `position`, the rest loop variables."""
+    def indexer_at(position: dict[int, int]):
+        """The indexer of one position of the body: expanded axes at `position`, the rest loop
+        variables. It maps a view to its offset and validity conditions there."""
         full_indices = [Lin.of(position[axis]) if axis in position else index for axis, index in enumerate(loop_indices)]
         out_indices = [Lin.of(0) if axis in axes else index for axis, index in enumerate(full_indices)]
 
-        def index_text(tracker: ShapeTracker) -> tuple[str, str | bool]:
+        def indexer(tracker: ShapeTracker) -> tuple[Lin, list]:
             if tracker.shape == full_shape:
                 indices = full_indices
             else:
                 assert tracker.shape == out_shape
                 indices = out_indices
-            offset, conditions = tracker.index_and_valid(indices)
-            return offset.render(renderer), render_condition(conditions)
-        return index_text
+            return tracker.index_and_valid(indices)
+        return indexer
+
+    def lanes_at(positions: list[dict[int, int]]) -> list:
+        return [indexer_at(position) for position in positions]
 
     output_count = kernel.output_count
     params = [(f"data{number}", dtype, number < output_count) for number, dtype in enumerate(kernel.buffer_dtypes)]
@@ -271,12 +342,16 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     values = [store.srcs[0] for store in kernel.stores]
     reduce_nodes = [node for node in kernel.ast.walk() if node.is_reduce]  # a reduce after those it reads
     assert len(reduce_nodes) <= 1 or not inner_loops, "accumulator arrays serve one reduce"
-    outputs = _combinations(full_shape, upcast_axes)
-    copies = [{**output, **step} for step in _combinations(full_shape, unroll_axes) for output in outputs]
+    plain = not (block_loops or inner_loops or group_lane)
+    vector_width = _vector_width(kernel, renderer, upcast_axes, plain, lanes_at) if optimize else 1
+    # each copy of the body: its positions, one per lane (a single one unless vectorized)
+    outputs = _lanes(_combinations(full_shape, upcast_axes), vector_width)
+    copies = [[{**lane, **step} for lane in output] for step in _combinations(full_shape, unroll_axes)
+              for output in outputs]
     reductions: list[_Reduction] = []
     for node in reduce_nodes:
         stage = _Reduction(node, copies, len(outputs), emitter, inner_loops, bool(optimized.opts))
-        stage.emit_body(index_text_at, reductions)
+        stage.emit_body(lanes_at, reductions)
         reductions.append(stage)
     reduction = reductions[-1] if reductions else None
     reduce_node = reduction.node if reduction else None
@@ -293,17 +368,18 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     after_reduce = _walk_above(values, set(reduce_nodes))
     threads = next((opt.amount for opt in optimized.opts if opt.op == "THREADS"), None)
     for number, output in enumerate(outputs):
-        index_text = index_text_at(output)
-        store_indices = [index_text(store.arg[1])[0] for store in kernel.stores]
+        lanes = lanes_at(output)
+        store_indices = [_render_index(lanes[0], store.arg[1], renderer)[0] for store in kernel.stores]
         names = {stage.node: stage.targets[number] for stage in reductions}
         if spill:
             names[reduce_node] = f"{params[0][0]}[{store_indices[0]}]"
         if spill:
             raw_stores.append((params[0][0], store_indices[0], reduction.targets[number]))
         for node in after_reduce:
-            emitter.emit(node, names, seen, outer, index_text)
+            emitter.emit(node, names, seen, outer, lanes)
         for store, store_index, value in zip(kernel.stores, store_indices, values):
-            stores.append((params[store.arg[0]][0], store_index, names[value]))
+            stored = names[value] if vector_width == 1 else emitter.vector_operand(names[value], value.dtype, vector_width)
+            stores.append((params[store.arg[0]][0], store_index, stored))
         if reduction is not None and block_loops:
             partial_stores.append((params[0][0], store_indices[0], reduction.targets[number]))
     return LoopProgram(name, params, global_loops, reduce_loops, reduction.inner if reduction else [],
@@ -315,7 +391,44 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
                        raw_stores=raw_stores,
                        prior_stages=[ReduceStage(stage.accumulators, stage.inner, stage.combine) for stage in reductions[:-1]],
                        local_loops=local_loops, group_lane=group_lane,
-                       group_fold=reduction.accumulators[:len(outputs)] if group_lane and reduction else [])
+                       group_fold=reduction.accumulators[:len(outputs)] if group_lane and reduction else [],
+                       vector_width=vector_width)
+
+
+def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool, lanes_at) -> int:
+    """How many lanes of the last upcast axis each copy of the body covers: the renderer's vector
+    width for the kernel's dtype, halved until it divides the axis, when every value has that dtype,
+    every op is one the renderer computes on vectors (`renderer.vector_ops`), the loops are plain
+    (no BLOCK, GROUP or accumulator arrays) and every store is contiguous and aligned along the
+    lanes; else 1."""
+    if not upcast_axes or not plain:
+        return 1
+    nodes = [node for node in kernel.ast.walk() if node.op not in ("SINK", "STORE")]
+    dtypes_ = {node.dtype for node in nodes}
+    if len(dtypes_) != 1:
+        return 1
+    width = renderer.vector_width(dtypes_.pop())
+    axis = upcast_axes[-1]
+    while kernel.full_shape[axis] % width:  # widths are powers of two: halve to one that divides the axis
+        width //= 2
+    if width <= 1:
+        return 1
+    if any(node.op not in LEAF_OPS and node.op not in renderer.vector_ops for node in nodes):
+        return 1
+    starts = [position for position in _combinations(kernel.full_shape, upcast_axes) if position[axis] % width == 0]
+    for start in starts:
+        lanes = lanes_at([{**start, axis: start[axis] + lane} for lane in range(width)])
+        if not all(_is_vector_access(store.arg[1], lanes) for store in kernel.stores):
+            return 1
+    return width
+
+
+def _lanes(positions: list[dict[int, int]], width: int) -> list[list[dict[int, int]]]:
+    """The copies of the body: each position alone, or with width > 1 the positions grouped in runs
+    of `width` along the last upcast axis (which varies fastest, so runs are consecutive)."""
+    if width == 1:
+        return [[position] for position in positions]
+    return [positions[start:start + width] for start in range(0, len(positions), width)]
 
 
 def _runs_on_threads(threads: int | None, full_shape, global_loops, optimize: bool, parallel_threshold: int) -> bool:
@@ -332,34 +445,42 @@ class _Reduction:
     C cannot vectorize as a reduction), the loop body, and the folding of each output's unrolled
     accumulators into its first one after the loop."""
 
-    def __init__(self, reduce_node: KernelNode, copies: list[dict[int, int]], output_count: int,
+    def __init__(self, reduce_node: KernelNode, copies: list[list[dict[int, int]]], output_count: int,
                  emitter: _Emitter, inner_loops: list[Loop], tiled: bool):
         self.node, self.copies, self.emitter, self.output_count = reduce_node, copies, emitter, output_count
         self.fused = _fused_multiply_add(reduce_node, tiled)
         op, dtype = reduce_node.op, reduce_node.dtype
-        self.accumulators = [Accumulator(emitter.namer.next("acc"), op, dtype) for _ in copies]
+        self.width = len(copies[0])
+        self.accumulators = [Accumulator(emitter.namer.next("acc"), op, dtype, self.width) for _ in copies]
+        if self.width > 1:
+            emitter.widths.update((accumulator.name, self.width) for accumulator in self.accumulators)
         suffix = f"[{accumulator_index(inner_loops)}]" if inner_loops else ""
         self.targets = [accumulator.name + suffix for accumulator in self.accumulators]
         self.combine = []
         for number in range(output_count, len(copies)):
             final, partial = self.targets[number % output_count], self.targets[number]
             update = emitter.renderer.render_accumulate(op, dtype, final, partial)
-            self.combine.append(Statement(final, dtype, update, declare=False))
+            self.combine.append(Statement(final, dtype, update, declare=False, width=self.width))
         self.inner: list[Statement] = []
 
-    def emit_body(self, index_text_at, earlier: list["_Reduction"]) -> None:
+    def emit_body(self, lanes_at, earlier: list["_Reduction"]) -> None:
         """The loop body; the results of `earlier` reduces (run before this one) are read by name."""
-        source, renderer = self.node.srcs[0], self.emitter.renderer
+        source, renderer, emitter = self.node.srcs[0], self.emitter.renderer, self.emitter
+        dtype, width = self.node.dtype, self.width
         nodes = _walk_above([source], {stage.node for stage in earlier})
         seen: dict = {}
-        for number, (target, position) in enumerate(zip(self.targets, self.copies)):
+        for number, (target, positions) in enumerate(zip(self.targets, self.copies)):
             names = {stage.node: stage.targets[number % self.output_count] for stage in earlier}
-            index_text = index_text_at(position)
+            lanes = lanes_at(positions)
             for node in nodes:
-                self.emitter.emit(node, names, seen, self.inner, index_text)
-            if self.fused:
-                left, right = (names[src] for src in source.srcs)
-                update = renderer.render_fma(self.node.dtype, left, right, target)
+                emitter.emit(node, names, seen, self.inner, lanes)
+            operands = [names[src] for src in source.srcs] if self.fused else [names[source]]
+            if width > 1:
+                operands = [emitter.vector_operand(operand, dtype, width) for operand in operands]
+            if self.fused and width > 1:
+                update = renderer.render_vector_fma(dtype, width, *operands, target)
+            elif self.fused:
+                update = renderer.render_fma(dtype, *operands, target)
             else:
-                update = renderer.render_accumulate(self.node.op, self.node.dtype, target, names[source])
-            self.inner.append(Statement(target, self.node.dtype, update, declare=False))
+                update = renderer.render_accumulate(self.node.op, dtype, target, operands[0])
+            self.inner.append(Statement(target, dtype, update, declare=False, width=width))

@@ -24,6 +24,22 @@ Expression syntax comes from CStyleRenderer and the op table; this file supplies
   ask linearize for CPU-style accumulator arrays), or with UPCAST opts (the default for a matmul,
   opts.work_item_tile) a tile of outputs in as many registers, updated with `__builtin_fmaf`:
   OpenCL's `fma` is a library call on PoCL, which kept a 16 x 8 tile scalar (160 ms against 7 at 512).
+- Vector types: the renderer has a float32 vector width (`float_vector_width`: given, or the OPENCL
+  device's, OpenCLDevice.float_vector_width, read when a kernel first needs it). With a width above
+  1, linearize groups the copies of a kernel's last upcast axis into vectors (its "vector copies")
+  when every value is float32, every op is in VECTOR_OPS and every store is contiguous and aligned
+  along the lanes: the 16 columns of a matmul row are one `float16`. An aligned contiguous unmasked
+  load is `*(__global const float16*)(data + index)`, one vector load; a masked, strided or unaligned
+  load gathers its lanes, `(float16)(a, b, ...)`; a value the same in every lane stays a scalar and
+  is broadcast where a vector needs it; a store is `*(__global float16*)(data + index) = value`.
+  The aligned pointer is used rather than vloadN/vstoreN because PoCL 3.0 calls library functions
+  for those (measured: a call per load), and the device offers the width only when buffers' base
+  addresses are aligned to it. Vector fma is `lg_fma16`, the builtin lane by lane, which LLVM packs
+  into one vector fma; OpenCL's `fma` on vectors is a library call on PoCL too. Kernels with other
+  dtypes, math functions (exp2, sqrt, ...) or bool values (comparisons, WHERE) stay scalar. PoCL
+  already vectorizes scalar elementwise kernels across work-items, and an UPCAST by the width
+  measured no faster there, so the default opts add none; the matmul tile is where vectors apply
+  (PoCL, AVX-512: matmul 512 4.2 -> 3.3 ms, 1024 92 -> 100 ms, see docs/architecture.md).
 - Every innermost reduce loop ends with `lg_lockstep();`. It does nothing unless the device defines
   `LAZYGRAD_LOCKSTEP_REDUCES` (the OPENCL device does on CPUs); then it is a work-group barrier, which
   makes PoCL run the work-items of a group one loop step at a time, so a step is one vector
@@ -50,6 +66,7 @@ import math
 
 import numpy as np
 
+from lazygrad.devices import get_device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.linearize import Loop, LoopProgram
@@ -80,6 +97,20 @@ def render_exp2f_helper() -> str:
               "  return x != x ? x : p * first_scale * second_scale;",
               "}"]
     return "\n".join(lines)
+
+
+def lane_names(width: int) -> list[str]:
+    """OpenCL's component names of a vector: s0 .. s9, sa .. sf."""
+    return [f"s{lane:x}" for lane in range(width)]
+
+
+def render_vector_fma_helper(width: int) -> str:
+    """lg_fma<width>: fma of float vectors lane by lane with the compiler's builtin, which LLVM packs
+    into one vector fma; OpenCL's `fma` on vectors is a library call on PoCL 3.0 (see the module
+    docstring)."""
+    lanes = ", ".join(f"__builtin_fmaf(a.{lane}, b.{lane}, c.{lane})" for lane in lane_names(width))
+    vector = f"float{width}"
+    return f"{vector} lg_fma{width}({vector} a, {vector} b, {vector} c) {{ return ({vector})({lanes}); }}"
 
 
 EXP2F_HELPER = render_exp2f_helper()
@@ -114,6 +145,14 @@ EXACT_IN_HALF = {"NEG", "MAX", "WHERE", "MOD", "CAST", "BITCAST"}
 
 MAX_DIMENSIONS = 3
 
+# OpenCL vector lengths the renderer builds (3 is left out: a float3 occupies four floats in memory).
+VECTOR_WIDTHS = (2, 4, 8, 16)
+# Ops computed on float vectors: OpenCL's operators and ?: act lane by lane on vectors (a comparison
+# gives -1 or 0 per lane, which ?: reads as select does), so the op table's float templates keep
+# their meaning, NaN handling of MAX included. Math functions (exp2, sqrt, ...) stay scalar.
+VECTOR_OPS = frozenset({"NEG", "ADD", "MUL", "DIV", "RECIP", "MAX", "SUM", "PROD", "MAX_REDUCE"})
+HELPERS.update({f"lg_fma{width}(": render_vector_fma_helper(width) for width in VECTOR_WIDTHS})
+
 # Shifts as numpy defines them for every amount: by a negative amount or by the (promoted) width
 # or more, a left shift gives 0 and a right shift the sign fill. The op table's C template checks
 # the width only, and OpenCL takes a negative amount modulo the width, so both are checked here.
@@ -145,6 +184,15 @@ def loop_ends(body: list[str], var: str) -> list[int]:
     return ends
 
 
+def opencl_device_vector_width() -> int:
+    """The float32 vector width of the OPENCL device (OpenCLDevice.float_vector_width); 1 when
+    there is no OpenCL device, so sources still render without one."""
+    try:
+        return get_device("OPENCL").float_vector_width
+    except RuntimeError:
+        return 1
+
+
 def launch_line(global_size: list[int], local_size: int | None) -> str:
     """`// launch: global=...`, and ` local=...` when the kernel's work-group (of `local_size`
     work-items, all along dimension 0) is prescribed."""
@@ -168,9 +216,52 @@ class OpenCLRenderer(CStyleRenderer):
     supports_local = True
     local_memory_qualifier = "__local"
     group_barrier = "barrier(CLK_LOCAL_MEM_FENCE)"
+    vector_ops = VECTOR_OPS
+
+    def __init__(self, float_vector_width: int | None = None):
+        """`float_vector_width`: lanes of the float32 vectors to build (1: scalar code only); None
+        asks the OPENCL device when a kernel first needs it."""
+        if float_vector_width is not None and float_vector_width not in (1,) + VECTOR_WIDTHS:
+            raise ValueError(f"OpenCLRenderer: float_vector_width must be one of 1, "
+                             f"{', '.join(map(str, VECTOR_WIDTHS))}; got {float_vector_width}")
+        self.float_vector_width = float_vector_width
 
     def storage_name(self, dtype: DType) -> str:
         return self.storage_names.get(dtype, self.type_name(dtype))
+
+    # ---- vectors (linearize's vector copies) ---------------------------------------------------
+
+    def vector_width(self, dtype: DType) -> int:
+        """float32 values of an upcast axis are built as vectors of the device's width; other dtypes
+        stay scalar."""
+        if dtype != dtypes.float32:
+            return 1
+        if self.float_vector_width is None:
+            self.float_vector_width = opencl_device_vector_width()
+        return self.float_vector_width
+
+    def render_vector_load(self, param: str, dtype: DType, index: str, width: int) -> str:
+        """An aligned vector read through a vector pointer: one load instruction. vloadN would say
+        the same without the alignment, but PoCL 3.0 calls a library function for it."""
+        return f"(*(__global const {self.value_type_name(dtype, width)}*)({param} + ({index})))"
+
+    def render_vector_store(self, param: str, dtype: DType, index: str, value: str, width: int) -> str:
+        return f"*(__global {self.value_type_name(dtype, width)}*)({param} + ({index})) = {value};"
+
+    def render_vector(self, dtype: DType, lanes: list[str]) -> str:
+        """A vector of separately computed lanes (a gather)."""
+        return f"(({self.value_type_name(dtype, len(lanes))})({', '.join(lanes)}))"
+
+    def render_broadcast(self, dtype: DType, width: int, value: str) -> str:
+        return f"(({self.value_type_name(dtype, width)})({value}))"
+
+    def render_vector_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
+        """An op of VECTOR_OPS on vector operands: the op table's template, which OpenCL applies lane by lane."""
+        assert op in VECTOR_OPS and dtype == dtypes.float32, f"{op} on {dtype.name} vectors is not rendered"
+        return self.template(op, src_dtypes[-1] if src_dtypes else dtype).format(*operands, f="", ctype="")
+
+    def render_vector_fma(self, dtype: DType, width: int, left: str, right: str, accumulator: str) -> str:
+        return f"lg_fma{width}({left}, {right}, {accumulator})"
 
     # ---- expressions --------------------------------------------------------------------------
 

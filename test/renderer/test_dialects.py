@@ -1,6 +1,8 @@
 """Golden checks of the OpenCL and CUDA dialects: how loops map to threads, types in memory, helpers.
 
-No device is needed: kernels come from the scheduler and are only rendered.
+No device is needed: kernels come from the scheduler and are only rendered. OpenCL renderers are
+built with float vector width 1 (scalar code), so the width a device reports does not matter here;
+vector code is checked in test_opencl_vector_source.py.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from lazygrad.renderer.linearize import linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
 from lazygrad.schedule.fuse import create_schedule
 
-RENDERERS = [OpenCLRenderer(), CUDARenderer()]
+RENDERERS = [OpenCLRenderer(1), CUDARenderer()]
 
 
 def sources(tensor: Tensor, renderer) -> list[str]:
@@ -37,7 +39,7 @@ def softmax(x: Tensor) -> Tensor:
 # ---- OpenCL ----------------------------------------------------------------------------------
 
 def test_opencl_softmax_maps_rows_and_columns_to_work_items():
-    kernels = sources(softmax(tensor((6, 10))), OpenCLRenderer())
+    kernels = sources(softmax(tensor((6, 10))), OpenCLRenderer(1))
     assert len(kernels) == 2
     for source in kernels:
         assert source.startswith("// launch: global=")
@@ -51,7 +53,7 @@ def test_opencl_softmax_maps_rows_and_columns_to_work_items():
 
 
 def test_opencl_more_than_three_global_loops_share_dimension_two():
-    (source,) = sources(tensor((2, 3, 4, 5, 2), np.int32).permute(4, 2, 0, 3, 1) * 3, OpenCLRenderer())
+    (source,) = sources(tensor((2, 3, 4, 5, 2), np.int32).permute(4, 2, 0, 3, 1) * 3, OpenCLRenderer(1))
     assert source.startswith("// launch: global=3,5,16\n")
     assert "long gid2 = get_global_id(2);" in source
     assert "long i0 = (gid2 / 8);" in source and "long i1 = (gid2 / 2) % 4;" in source
@@ -59,40 +61,40 @@ def test_opencl_more_than_three_global_loops_share_dimension_two():
 
 
 def test_opencl_parameters_are_global_restrict_pointers_and_inputs_const():
-    (source,) = sources(tensor((4, 4)) + tensor((4, 4)) * 2, OpenCLRenderer())
+    (source,) = sources(tensor((4, 4)) + tensor((4, 4)) * 2, OpenCLRenderer(1))
     assert re.search(r"__kernel void \w+\(__global float\* restrict data0, "
                      r"__global const float\* restrict data1, __global const float\* restrict data2\)", source)
 
 
 def test_opencl_bool_buffers_are_uchar_in_memory():
-    (source,) = sources(tensor((8,), np.bool_) & (tensor((8,)) < 2), OpenCLRenderer())
+    (source,) = sources(tensor((8,), np.bool_) & (tensor((8,)) < 2), OpenCLRenderer(1))
     assert "__global uchar* restrict data0" in source and "__global const uchar* restrict data1" in source
     assert "bool*" not in source and "bool v" in source
 
 
 def test_opencl_float16_is_half_in_memory_and_float_in_registers():
-    (source,) = sources((tensor((8,), np.float16) * 3 + 1).sqrt(), OpenCLRenderer())
+    (source,) = sources((tensor((8,), np.float16) * 3 + 1).sqrt(), OpenCLRenderer(1))
     assert "__global half* restrict data0" in source and "vload_half(" in source and "vstore_half_rte(" in source
     assert "cl_khr_fp16" not in source and "half v" not in source and "lg_half(" in source
 
 
 def test_opencl_enables_float64_only_where_used():
-    (with_double,) = sources(tensor((8,), np.float64) * 2, OpenCLRenderer())
-    (without,) = sources(tensor((8,)) * 2, OpenCLRenderer())
+    (with_double,) = sources(tensor((8,), np.float64) * 2, OpenCLRenderer(1))
+    (without,) = sources(tensor((8,)) * 2, OpenCLRenderer(1))
     assert "#pragma OPENCL EXTENSION cl_khr_fp64 : enable" in with_double
     assert "cl_khr_fp64" not in without
 
 
 def test_opencl_int64_constants_have_the_long_suffix():
-    (source,) = sources(tensor((8,), np.int64) * 3, OpenCLRenderer())
+    (source,) = sources(tensor((8,), np.int64) * 3, OpenCLRenderer(1))
     assert "3L" in source and "ll" not in source
 
 
 def test_opencl_uses_its_own_math_and_bitcast_names():
-    (math_source,) = sources(tensor((8,)).sqrt() + tensor((8,)).sin(), OpenCLRenderer())
+    (math_source,) = sources(tensor((8,)).sqrt() + tensor((8,)).sin(), OpenCLRenderer(1))
     # sqrt is the compiler's IEEE builtin (which PoCL inlines), sin is OpenCL's overloaded function
     assert "__builtin_sqrtf(" in math_source and " sin(" in math_source and "sinf(" not in math_source
-    (bitcast_source,) = sources(tensor((8,)).bitcast(dtypes.int32) + 1, OpenCLRenderer())
+    (bitcast_source,) = sources(tensor((8,)).bitcast(dtypes.int32) + 1, OpenCLRenderer(1))
     assert "as_int(" in bitcast_source
 
 
@@ -106,13 +108,13 @@ def test_opencl_matmul_tile_uses_the_builtin_fma_and_no_lockstep():
     """A matmul gets a 16 x 8 register tile per work-item, vectorized within the work-item: its
     updates are the compiler's fma (OpenCL's `fma` is a library call on PoCL) and its reduce loop
     has no lockstep barrier; a short reduce keeps one output per work-item, in lockstep."""
-    (tiled,) = sources(tensor((64, 128)) @ tensor((128, 64)), OpenCLRenderer())
+    (tiled,) = sources(tensor((64, 128)) @ tensor((128, 64)), OpenCLRenderer(1))
     assert tiled.startswith("// launch: global=4,8\n")
     assert tiled.count("__builtin_fmaf(") == 16 * 8 and " fma(" not in tiled
     assert "lg_lockstep" not in tiled
-    (wide,) = sources(tensor((64, 128), np.float64) @ tensor((128, 64), np.float64), OpenCLRenderer())
+    (wide,) = sources(tensor((64, 128), np.float64) @ tensor((128, 64), np.float64), OpenCLRenderer(1))
     assert wide.count("__builtin_fma(") == 16 * 8
-    (short,) = sources(tensor((64, 8)) @ tensor((8, 64)), OpenCLRenderer())
+    (short,) = sources(tensor((64, 8)) @ tensor((8, 64)), OpenCLRenderer(1))
     assert "lg_lockstep();" in short and "fma" not in short
 
 
@@ -195,7 +197,7 @@ def grouped_sum_source(renderer, opts) -> str:
 
 def test_opencl_grouped_sum_folds_lanes_through_local_memory():
     from lazygrad.renderer.opts import Opt
-    source = grouped_sum_source(OpenCLRenderer(), [Opt("GROUP", 1, 16)])
+    source = grouped_sum_source(OpenCLRenderer(1), [Opt("GROUP", 1, 16)])
     assert source.startswith("// launch: global=16,4 local=16,1\n")
     body = source[source.index("__kernel"):]
     assert body == (
