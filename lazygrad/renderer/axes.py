@@ -1,4 +1,4 @@
-"""Reshaping a kernel's iteration space: merging adjacent loop dims and splitting one in two.
+"""Reshaping a kernel's iteration space: merging adjacent loop dims, splitting one in two, moving one.
 
 Used by linearize (merged dims, inner accumulator loops) and by opts (every split an opt makes).
 A reshape succeeds only when every view of the kernel follows it without a second view, so the
@@ -75,3 +75,14 @@ def split_dim(kernel: Kernel, dim: int, inner: int) -> Kernel | None:
     new_full = tuple(shape[:dim] + [shape[dim] // inner, inner] + shape[dim + 1:])
     new_axes = {axis if axis < dim else axis + 1 for axis in axes} | ({dim} if dim in axes else set())
     return reshape_kernel(kernel, new_full, new_axes)
+
+
+def move_dim(kernel: Kernel, source: int, destination: int) -> Kernel:
+    """The kernel with loop dim `source` moved to position `destination` (every view permuted alike,
+    so each still reads and writes the same elements)."""
+    order = [dim for dim in range(len(kernel.full_shape)) if dim != source]
+    order.insert(destination, source)
+    mapping = {tracker: tracker.permute(order) for tracker in _trackers(kernel.ast)}
+    new_full = tuple(kernel.full_shape[dim] for dim in order)
+    new_axes = tuple(position for position, dim in enumerate(order) if dim in kernel.reduce_axes)
+    return Kernel(_reshape_ast(kernel.ast, mapping), new_full, new_axes, kernel.buffer_dtypes)

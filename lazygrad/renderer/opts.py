@@ -18,6 +18,10 @@ adjacent dims are merged (`OptimizedKernel.kernel.full_shape`, which grows as op
                   for kernels with several reduces)
   BLOCK axis n    run a reduce axis in blocks of n, the block loop outermost, with partial results kept
                   in the output buffer between blocks (cache blocking for big matmuls; C only)
+  PANEL axis n    split a global axis into (size/n, n) and move the inner n loop inside the later global
+                  loops: n steps along this axis run for each step of theirs, so what those loops
+                  read stays in L1 while n tiles reuse it (in a matmul, a panel of the right operand
+                  serves n row tiles before the next panel is read; C only)
   THREADS axis n  run the outermost global loop (axis) on n CPU threads, 1 for none (C only; without
                   it, a kernel of 32768 iterations or more runs on every core, a smaller one on one)
 
@@ -31,13 +35,13 @@ import math
 import os
 from dataclasses import dataclass
 
-from lazygrad.renderer.axes import split_dim
+from lazygrad.renderer.axes import move_dim, split_dim
 from lazygrad.schedule.kernel import Kernel, KernelNode
 from lazygrad.shape.symbolic import Lin, var
 
-OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "LOCAL", "GROUP", "THREADS")
+OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "PANEL", "LOCAL", "GROUP", "THREADS")
 # Part of BEAM's cache key: bump it when an opt's meaning or the code it renders changes.
-OPTS_VERSION = 2
+OPTS_VERSION = 3
 
 # Straight-line copies of the loop body: outputs computed together (upcast) times reduce steps
 # unrolled. Larger tiles spill registers and make the C compiler slow.
@@ -122,7 +126,7 @@ def apply_opt(optimized: OptimizedKernel, opt: Opt, renderer) -> OptimizedKernel
         raise OptError(f"{opt}: the amount must be at least 2, got {opt.amount}")
     if size % opt.amount != 0:
         raise OptError(f"{opt}: axis {opt.axis} has size {size}, not divisible by {opt.amount}")
-    if opt.op in ("UPCAST", "LOCAL") and kind != GLOBAL:
+    if opt.op in ("UPCAST", "LOCAL", "PANEL") and kind != GLOBAL:
         raise OptError(f"{opt}: axis {opt.axis} is a {kind} axis; {opt.op} applies to global axes")
     if opt.op in ("UNROLL", "GROUP", "BLOCK") and kind != REDUCE:
         raise OptError(f"{opt}: axis {opt.axis} is a {kind} axis; {opt.op} applies to reduce axes")
@@ -134,6 +138,8 @@ def apply_opt(optimized: OptimizedKernel, opt: Opt, renderer) -> OptimizedKernel
         _check_block(optimized, opt, renderer)
         split = _split_axis(optimized, opt.axis, opt.amount, REDUCE, outer_kind=BLOCK)
         return OptimizedKernel(split.kernel, split.kinds, optimized.opts + (opt,))
+    if opt.op == "PANEL":
+        return _apply_panel(optimized, opt, renderer)
     if opt.op in ("LOCAL", "GROUP"):
         _check_work_group(optimized, opt)
     inner_kind = {"UPCAST": UPCAST, "UNROLL": UNROLL, "LOCAL": LOCAL, "GROUP": GROUP}.get(opt.op)
@@ -165,6 +171,22 @@ def _check_block(optimized: OptimizedKernel, opt: Opt, renderer) -> None:
     store_views = kernel.stores[0].arg[1].views
     if len(store_views) != 1 or store_views[0].mask is not None:
         raise OptError(f"{opt}: the output view must be a plain one")
+
+
+def _apply_panel(optimized: OptimizedKernel, opt: Opt, renderer) -> OptimizedKernel:
+    """PANEL: split the axis, then move its inner part behind the last global loop."""
+    if not getattr(renderer, "expands_tiles", False):
+        raise OptError(f"{opt}: PANEL (reordered loops for cache reuse) is only rendered by the C dialect")
+    shape = optimized.kernel.full_shape
+    later = [axis for axis, kind in enumerate(optimized.kinds) if kind == GLOBAL and axis > opt.axis and shape[axis] > 1]
+    if not later:
+        raise OptError(f"{opt}: no global loop after axis {opt.axis} to move its panel inside")
+    split = _split_axis(optimized, opt.axis, opt.amount, GLOBAL)
+    destination = later[-1] + 1  # just after the last global loop, which the split moved one place on
+    kernel = move_dim(split.kernel, opt.axis + 1, destination)
+    kinds = list(split.kinds)
+    kinds.insert(destination, kinds.pop(opt.axis + 1))
+    return OptimizedKernel(kernel, tuple(kinds), optimized.opts + (opt,))
 
 
 def _check_threads(optimized: OptimizedKernel, opt: Opt, renderer) -> None:
@@ -362,7 +384,13 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
         tiled = apply_opts(kernel, opts, renderer)
     except OptError:
         return []
-    block = reduce_block(tiled) if tile else None
+    if not tile:
+        return opts
+    panel = panel_opt(tiled)
+    if panel is not None:
+        tiled = apply_opt(tiled, panel, renderer)
+        opts.append(panel)
+    block = reduce_block(tiled, PANEL_BLOCK_STEPS if panel else BLOCK_STEPS)
     if block is not None:
         try:
             apply_opt(tiled, block, renderer)
@@ -408,23 +436,56 @@ def work_item_tile(kernel: Kernel, renderer) -> list[Opt]:
 # Steps per BLOCK of a tiled matmul: measured fastest here for 512 to 2048 (64 steps of the 8 rows
 # and 32 columns a tile reads stay in L1; 128 and 256 were 10 to 30% slower, 32 and 16 slower too).
 BLOCK_STEPS = 64
+# With the right operand in panels and PANEL rows, 256 steps: a panel's 256 x 32 block (32 KiB)
+# stays in L1 while the PANEL's row tiles use it, and the rows' block of the left operand in L2.
+PANEL_BLOCK_STEPS = 256
+# Row tiles per PANEL: the largest that leaves at least PANEL_MIN_CHUNKS steps of the loop outside,
+# which the CPU threads share.
+PANEL_ROW_TILES = (8, 4, 2)
+PANEL_MIN_CHUNKS = 4
 
 
-def reduce_block(tiled: OptimizedKernel) -> Opt | None:
-    """BLOCK for a tiled kernel whose single reduce has at least 4 blocks of BLOCK_STEPS."""
+def reduce_block(tiled: OptimizedKernel, steps: int = BLOCK_STEPS) -> Opt | None:
+    """BLOCK of `steps` for a tiled kernel whose single reduce has at least 2 such blocks (4 for
+    the short blocks of BLOCK_STEPS)."""
     reduces = tiled.axes_of(REDUCE)
     if len(reduces) != 1:
         return None
     size = tiled.kernel.full_shape[reduces[0]]
-    if size % BLOCK_STEPS or size < 4 * BLOCK_STEPS:
+    if size % steps or size < max(2, 4 * BLOCK_STEPS // steps) * steps:
         return None
-    return Opt("BLOCK", reduces[0], BLOCK_STEPS)
+    return Opt("BLOCK", reduces[0], steps)
+
+
+def panel_opt(tiled: OptimizedKernel) -> Opt | None:
+    """PANEL for a register-tiled matmul whose right operand is stored in panels (linalg's
+    _panel_product): a load that walks an upcast axis contiguously and moves on by that whole run
+    per reduce step. The panelled axis is the row-tile axis that load stays put along, and the
+    global axis after it, along which the load moves to the next panel, runs outside the panel."""
+    reduces = tiled.axes_of(REDUCE)
+    source = _reduce_source(tiled.kernel)
+    if len(reduces) != 1 or source is None:
+        return None
+    shape = tiled.kernel.full_shape
+    globals_ = [axis for axis in tiled.axes_of(GLOBAL) if shape[axis] > 1]
+    for load in load_strides(tiled.kernel, source.walk()):
+        walked = [axis for axis in tiled.axes_of(UPCAST) if load[axis] == 1]
+        if not walked or load[reduces[0]] != shape[walked[0]]:
+            continue
+        for row_axis in globals_:
+            if load[row_axis] != 0 or not any(load[axis] not in (0, None) for axis in globals_ if axis > row_axis):
+                continue
+            amount = next((amount for amount in PANEL_ROW_TILES
+                           if shape[row_axis] % amount == 0 and shape[row_axis] // amount >= PANEL_MIN_CHUNKS), None)
+            if amount is not None:
+                return Opt("PANEL", row_axis, amount)
+    return None
 
 
 def candidate_opts(optimized: OptimizedKernel, renderer) -> list[Opt]:
     """Every single opt that applies to this kernel now (the moves of BEAM and of random tests)."""
     found = []
-    amounts = {"UPCAST": (2, 3, 4, 8, 16, 32), "UNROLL": (2, 4, 8, 16), "BLOCK": (64, 128, 256),
+    amounts = {"UPCAST": (2, 3, 4, 8, 16, 32), "UNROLL": (2, 4, 8, 16), "BLOCK": (64, 128, 256), "PANEL": (2, 4, 8, 16),
                "LOCAL": (2, 4, 8, 16, 32), "GROUP": (2, 4, 8, 16),
                "THREADS": (1,) + tuple(count for count in (2, 4, 8, 16, 32) if count <= (os.cpu_count() or 1))}
     for op, choices in amounts.items():

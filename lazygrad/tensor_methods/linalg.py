@@ -118,15 +118,19 @@ class LinalgMethods:
                              "cannot be broadcast together") from None
         m, k, n = x.shape[-2], x.shape[-1], w.shape[-1]
         sources = (x, w)
-        if m >= 8 and _is_transposed_view(w):
-            # x @ W.T (nn.Linear): W's rows are contiguous along k, so the kernel would be a set of
-            # dot products; a contiguous copy of W.T (n*k elements, against m*n*k multiply-adds)
-            # lets it tile along n instead, several times faster
-            w = w.contiguous()
         dtype = result_type([x.dtype, w.dtype], [], [])
-        left = x.cast(dtype).reshape(x.shape[:-2] + (m, 1, k))
-        right = w.cast(dtype).transpose(-1, -2).reshape(w.shape[:-2] + (1, n, k))
-        result = (left * right)._reduce("SUM", -1, False, "matmul")
+        width = _panel_width(m, k, n)
+        if width is not None:
+            result = _panel_product(x.cast(dtype), w.cast(dtype), width)
+        else:
+            if m >= 8 and _is_transposed_view(w):
+                # x @ W.T (nn.Linear): W's rows are contiguous along k, so the kernel would be a set of
+                # dot products; a contiguous copy of W.T (n*k elements, against m*n*k multiply-adds)
+                # lets it tile along n instead, several times faster
+                w = w.contiguous()
+            left = x.cast(dtype).reshape(x.shape[:-2] + (m, 1, k))
+            right = w.cast(dtype).transpose(-1, -2).reshape(w.shape[:-2] + (1, n, k))
+            result = (left * right)._reduce("SUM", -1, False, "matmul")
         if x.ndim == 2 and w.ndim == 2:
             result = result._with_gradient(sources, _matmul_gradient)
         if x_vector:
@@ -185,6 +189,38 @@ class LinalgMethods:
                 result = result._reduce("SUM", tuple(range(len(kept), len(order))), False, "einsum")
             labels = kept
         return result.permute([labels.index(label) for label in output]) if labels else result
+
+
+# Operands of a matmul with at least PANEL_MIN_ROWS rows (a multiple of PANEL_ROWS) and a right
+# operand of at least PANEL_MIN_ELEMENTS elements are first copied into panels (_panel_product).
+PANEL_ROWS = 8
+PANEL_WIDTHS = (32, 16)
+PANEL_MIN_ROWS = 64
+PANEL_MIN_ELEMENTS = 1 << 18
+
+
+def _panel_width(m: int, k: int, n: int) -> int | None:
+    """Columns per panel of the right operand, or None to read both operands in place."""
+    if m < PANEL_MIN_ROWS or m % PANEL_ROWS or k * n < PANEL_MIN_ELEMENTS:
+        return None
+    return next((width for width in PANEL_WIDTHS if n % width == 0), None)
+
+
+def _panel_product(x: "Tensor", w: "Tensor", width: int) -> "Tensor":
+    """x @ w with both operands first copied into panels, as BLAS libraries pack them: w into
+    panels of `width` columns, shape (n / width, k, width), and x into panels of PANEL_ROWS rows,
+    shape (m / PANEL_ROWS, k, PANEL_ROWS). The kernel's register tile (PANEL_ROWS rows by `width`
+    columns, renderer/opts.py) then reads each operand as one contiguous stream per reduce step.
+    Read in place, consecutive rows of w lie n elements apart, a stride that maps them onto the
+    same few cache sets, and the tile's rows of x are PANEL_ROWS separate streams. The copies are
+    (m + n) * k elements against m * k * n multiply-adds; a transposed w needs a copy anyway."""
+    m, k, n = x.shape[-2], x.shape[-1], w.shape[-1]
+    right_panels = w.reshape(w.shape[:-2] + (k, n // width, width)).transpose(-3, -2).contiguous()
+    left_panels = x.reshape(x.shape[:-2] + (m // PANEL_ROWS, PANEL_ROWS, k)).transpose(-1, -2).contiguous()
+    right = right_panels.transpose(-1, -2).reshape(w.shape[:-2] + (1, 1, n // width, width, k))
+    left = left_panels.transpose(-1, -2).reshape(x.shape[:-2] + (m // PANEL_ROWS, PANEL_ROWS, 1, 1, k))
+    result = (left * right)._reduce("SUM", -1, False, "matmul")  # (..., m / rows, rows, n / width, width)
+    return result.reshape(result.shape[:-4] + (m, n))
 
 
 def _matmul_gradient(grad, out, sources, arg) -> list:

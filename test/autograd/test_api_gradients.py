@@ -158,3 +158,18 @@ def test_a_matmul_under_an_activation_is_not_computed_again_for_its_gradient(act
     stats.reset()
     w.grad.realize()
     assert stats.flops < 1.5 * matmul_flops, f"{stats.flops} flops: the forward matmul was computed again"
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["x@w", "x@w.T"])
+def test_gradients_of_a_matmul_that_takes_panels_match_their_formulas(transposed):
+    """Past linalg's panel thresholds the forward and both gradient matmuls copy their operands into
+    panels; the gradients must still be g @ w.T and x.T @ g (computed by numpy in float64)."""
+    x, w, g = rng.standard_normal((64, 512)), rng.standard_normal((512, 512)), rng.standard_normal((64, 512))
+    x_tensor = Tensor(x, requires_grad=True)
+    w_tensor = Tensor(np.ascontiguousarray(w.T) if transposed else w, requires_grad=True)
+    out = x_tensor @ (w_tensor.T if transposed else w_tensor)
+    (out * Tensor(g)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), x @ w, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(x_tensor.grad.numpy(), g @ w.T, rtol=1e-10, atol=1e-10)
+    weight_grad = x.T @ g
+    np.testing.assert_allclose(w_tensor.grad.numpy(), weight_grad.T if transposed else weight_grad, rtol=1e-10, atol=1e-10)

@@ -296,6 +296,23 @@ def test_matmul_shapes_that_tile(left, right, dtype, device):
         check(tensor(b, device).T @ tensor(a, device).T, b.T @ a.T, dtype, atol=1e-4)
 
 
+# Shapes past linalg's panel thresholds (at least 64 rows, a multiple of 8; a right operand of at
+# least 2^18 elements, n a multiple of 32 or 16): both operands are copied into panels first.
+PANEL_MATMULS = [((64, 512), (512, 512), F32), ((2, 64, 256), (256, 1024), F32), ((3, 64, 512), (3, 512, 528), F16),
+                 ((128, 512), (512, 512), I32)]
+
+
+@pytest.mark.parametrize("left,right,dtype", PANEL_MATMULS, ids=[f"{l}@{r}-{d.name}" for l, r, d in PANEL_MATMULS])
+def test_matmul_shapes_that_take_panels(left, right, dtype, device):
+    a = small_sample(dtype, shape=left, low=-4, high=5, seed=13)
+    b = small_sample(dtype, shape=right, low=-4, high=5, seed=14)
+    expected = np.matmul(a.astype(np.float64), b.astype(np.float64)) if dtype.is_float else np.matmul(a, b)
+    tolerance = {"rtol": 1e-3} if dtype == F16 else {}  # one rounding of the float32 sum to half
+    check(tensor(a, device) @ tensor(b, device), expected, dtype, **tolerance)
+    if dtype == F32 and len(right) == 2:  # a transposed right operand (nn.Linear) takes panels too
+        check(tensor(a, device) @ tensor(np.ascontiguousarray(b.T), device).T, expected, dtype, **tolerance)
+
+
 def test_matmul_then_bias_relu(device):
     a = small_sample(F32, shape=(3, 4), seed=7)
     w = small_sample(F32, shape=(4, 5), seed=8)

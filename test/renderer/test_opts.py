@@ -239,6 +239,60 @@ def test_long_matmul_reduces_are_blocked_and_short_ones_not():
     assert [opt.op for opt in heuristic_opts(matmul_kernel(64, 128, 64), CRenderer())] == ["UPCAST", "UPCAST"]
 
 
+# ---- PANEL: operands in panels, row tiles run inside the column loop --------------------------------
+
+def test_a_large_matmul_copies_both_operands_into_panels_and_panels_its_row_tiles():
+    x, w = Tensor(np.ones((256, 1024), np.float32)), Tensor(np.ones((1024, 512), np.float32))
+    kernel, count = last_kernel_of(x @ w)
+    assert count == 3  # the two panel copies, then the product
+    assert heuristic_opts(kernel, CRenderer()) == [Opt("UPCAST", 3, 32), Opt("UPCAST", 1, 8), Opt("PANEL", 0, 8),
+                                                   Opt("BLOCK", 7, 256)]
+    program = linearize(kernel, CRenderer())
+    # row panels (256 rows / 8 per tile / 8 tiles), column panels (512 / 32), then the 8 row tiles
+    assert [loop.size for loop in program.global_loops] == [4, 16, 8]
+
+
+def test_small_matmuls_read_their_operands_in_place():
+    for m, k, n in [(32, 1024, 1024), (256, 256, 512), (256, 1024, 1000)]:  # few rows, small w, n % 16
+        _, count = last_kernel_of(Tensor(np.ones((m, k), np.float32)) @ Tensor(np.ones((k, n), np.float32)))
+        assert count == 1, (m, k, n)
+
+
+def test_panel_keeps_enough_row_panels_for_the_threads():
+    x, w = Tensor(np.ones((64, 1024), np.float32)), Tensor(np.ones((1024, 512), np.float32))
+    kernel, _ = last_kernel_of(x @ w)
+    assert Opt("PANEL", 0, 2) in heuristic_opts(kernel, CRenderer())  # 8 row tiles: 4 panels of 2
+
+
+@pytest.mark.parametrize("opt,renderer,reason", [
+    (Opt("PANEL", 2, 2), CRenderer(), "is a reduce axis"),
+    (Opt("PANEL", 1, 2), CRenderer(), "no global loop after axis 1"),
+    (Opt("PANEL", 0, 3), CRenderer(), "not divisible by 3"),
+    (Opt("PANEL", 0, 2), OpenCLRenderer(), "only rendered by the C dialect"),
+])
+def test_a_refused_panel_says_why(opt, renderer, reason):
+    with pytest.raises(OptError, match=reason):
+        apply_opt(initial(matmul_kernel()), opt, renderer)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int64])
+def test_paneled_kernels_match_numpy(monkeypatch, dtype):
+    """PANEL moves a loop and permutes every view with it: a tiled and blocked matmul with a bias
+    and relu epilogue, and an elementwise kernel over a transposed view, against numpy."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-3, 4, (32, 256)).astype(dtype.np)
+    b = rng.integers(-3, 4, (256, 64)).astype(dtype.np)
+    bias = rng.integers(-3, 4, (64,)).astype(dtype.np)
+    with_opts(monkeypatch, [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 2), Opt("PANEL", 0, 4), Opt("BLOCK", 5, 64)])
+    result = (Tensor(a) @ Tensor(b) + Tensor(bias)).relu()
+    (item,) = create_schedule([result.lazydata])
+    assert [opt.op for opt in realize.get_program("CPU", item.kernel).opts] == ["UPCAST", "UPCAST", "PANEL", "BLOCK"]
+    np.testing.assert_array_equal(result.numpy(), np.maximum(a @ b + bias, 0))
+    with_opts(monkeypatch, [Opt("PANEL", 0, 4)])
+    c = rng.integers(-3, 4, (64, 32)).astype(dtype.np)
+    np.testing.assert_array_equal((Tensor(a[:, :64]) * 2 + Tensor(c).T).numpy(), a[:, :64] * 2 + c.T)
+
+
 def test_unrolled_max_keeps_nan_and_each_step_its_own_accumulator(monkeypatch):
     values = np.arange(64, dtype=np.float32).reshape(4, 16)
     values[1, 5] = np.nan
