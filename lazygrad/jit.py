@@ -24,6 +24,8 @@ What a replay reproduces, and what it checks:
   * Random numbers (rand, randn, randint, dropout) are drawn anew on each replay from the same
     generator, so a jitted loop draws what the plain loop draws.
   * Returned tensors are new buffers on every call, safe to keep. A returned argument raises.
+    (A replay writes into the previous call's output buffer again only when nothing but the replay
+    refers to that buffer any more: the caller dropped the tensor and every graph built on it.)
   * Intermediate buffers are the captured ones, reused by every replay. A tensor that the function
     left holding one (a parameter's `.grad`) shows the last replay's value.
   * A replay bumps the version of every buffer it writes again, as an eager step's writes do: a
@@ -40,6 +42,7 @@ from __future__ import annotations
 import functools
 import gc
 import math
+import sys
 import weakref
 
 from lazygrad import realize as engine
@@ -106,6 +109,17 @@ def _rebuild_outputs(template, tensors: list[Tensor]):
     return type(template)(tensors)
 
 
+def _references_of_an_unshared_buffer() -> int:
+    """What sys.getrefcount says in _Replay.run for a buffer held by nothing but the replay's list:
+    measured in the same way here, rather than assumed, since interpreters differ in what they count."""
+    held = [object()]
+    buffer = held[0]
+    return sys.getrefcount(buffer)
+
+
+_UNSHARED_REFERENCES = _references_of_an_unshared_buffer()
+
+
 class _Replay:
     """The captured launches with each buffer resolved to a slot; runs them for new arguments."""
 
@@ -127,21 +141,33 @@ class _Replay:
                 raise JitError(f"jit: output {index} was not computed by the function (it returns a tensor it "
                                "did not make, or wrote it in place); return a copy, e.g. x.clone()")
         self._check_state_stays(recording, produced, input_buffers)
-        self.output_meta = [(tensor.shape, tensor.dtype, get_device(tensor.device)) for tensor in outputs]
+        # per output: (shape, dtype, device, number of elements) of the buffer each call allocates
+        self.output_allocations = [(tensor.shape, tensor.dtype, get_device(tensor.device), math.prod(tensor.shape))
+                                   for tensor in outputs]
+        self.previous_outputs: list = [None] * len(outputs)  # the buffers the last replay returned
         self.refills = recording.refills
-        # each launch as (function, its buffers with the captured ones in place, [(position, 0 for an
-        # argument or 1 for an output, number)] to substitute on every call)
-        self.steps: list[tuple[object, list, list[tuple[int, int, int]]]] = []
+        # each launch as (function, its arguments with the captured buffers in place, [(position, 0 for
+        # an argument or 1 for an output, number, whether the function takes pointers)] to substitute
+        # on every call). A program that offers `call_with_pointers` (CPU) gets its buffers' pointers,
+        # looked up here once instead of on every replay.
+        self.steps: list[tuple[object, list, list[tuple[int, int, int, bool]]]] = []
         for launch in recording.launches:
             if launch.program is None and not launch.inputs:
                 continue  # empty outputs: nothing to compute
+            by_pointer = getattr(launch.program, "call_with_pointers", None) is not None
+            if by_pointer:
+                function, arguments = launch.program.call_with_pointers, [buffer.pointer for buffer in launch.buffers]
+            else:
+                function, arguments = launch.program or _copy, list(launch.buffers)
             substitutions = []
             for position, buffer in enumerate(launch.buffers):
                 if id(buffer) in input_buffers:
-                    substitutions.append((position, 0, input_buffers[id(buffer)]))
+                    substitutions.append((position, 0, input_buffers[id(buffer)], by_pointer))
                 elif id(buffer) in output_buffers:
-                    substitutions.append((position, 1, output_buffers[id(buffer)]))
-            self.steps.append((launch.program or _copy, list(launch.buffers), substitutions))
+                    substitutions.append((position, 1, output_buffers[id(buffer)], by_pointer))
+            self.steps.append((function, arguments, substitutions))
+        # the captured buffers, held so the memory that the pointers above point into stays theirs
+        self.captured_buffers = [launch.buffers for launch in recording.launches]
         self.kernel_count = sum(1 for launch in recording.launches if launch.program is not None)
         self.rewritten = self._rewritten_buffers(recording, output_buffers)
 
@@ -188,24 +214,42 @@ class _Replay:
                         "(e.g. `w = w - lr * g`); write state with `w.assign(...)` so replays update it in place")
 
     def run(self, inputs: list[Tensor]) -> list[Tensor]:
-        sources = ([tensor.lazydata.buffer for tensor in inputs],
-                   [device.alloc(dtype, math.prod(shape)) for shape, dtype, device in self.output_meta])
-        for buffer, draw in self.refills:
-            buffer.copyin(draw())
-        for function, buffers, substitutions in self.steps:
+        """Replay for `inputs` (realized and current); runs for every call, so plain loops only."""
+        input_buffers = []
+        for tensor in inputs:
+            input_buffers.append(tensor.lazydata.buffer)
+        output_buffers = []
+        for number, (shape, dtype, device, size) in enumerate(self.output_allocations):
+            # The previous call's output again when nothing else refers to it (the caller dropped
+            # the tensor, and no graph or weak reference holds its buffer): nobody can see it being
+            # overwritten, and a loop that drops each result skips an allocation and a free per call.
+            buffer = self.previous_outputs[number]
+            if buffer is None or sys.getrefcount(buffer) != _UNSHARED_REFERENCES or weakref.getweakrefcount(buffer):
+                buffer = self.previous_outputs[number] = device.alloc(dtype, size)
+            output_buffers.append(buffer)
+        sources = (input_buffers, output_buffers)
+        if self.refills:  # the checks of empty lists are cheaper than entering loops over them
+            for buffer, draw in self.refills:
+                buffer.copyin(draw())
+        for function, arguments, substitutions in self.steps:
             if substitutions:
-                buffers = buffers.copy()
-                for position, source, number in substitutions:
-                    buffers[position] = sources[source][number]
-            function(*buffers)
-        for buffer, holders in self.rewritten:
-            buffer.version += 1
-            for reference in holders:
-                tensor = reference()
-                if tensor is not None and tensor.lazydata.buffer is buffer:
-                    tensor.lazydata = LazyBuffer.from_buffer(buffer, tensor.lazydata.shape)
+                arguments = arguments.copy()
+                for position, source, number, by_pointer in substitutions:
+                    buffer = sources[source][number]
+                    arguments[position] = buffer.pointer if by_pointer else buffer
+            function(*arguments)
+        if self.rewritten:
+            for buffer, holders in self.rewritten:
+                buffer.version += 1
+                for reference in holders:
+                    tensor = reference()
+                    if tensor is not None and tensor.lazydata.buffer is buffer:
+                        tensor.lazydata = LazyBuffer.from_buffer(buffer, tensor.lazydata.shape)
         stats.kernels += self.kernel_count
-        return [Tensor(LazyBuffer.from_buffer(buffer, shape)) for buffer, (shape, _, _) in zip(sources[1], self.output_meta)]
+        results = []
+        for buffer, (shape, _, _, _) in zip(output_buffers, self.output_allocations):
+            results.append(Tensor(LazyBuffer.from_buffer(buffer, shape)))
+        return results
 
 
 def _copy(destination, source) -> None:
@@ -231,6 +275,9 @@ class TinyJit:
         return self if instance is None else functools.partial(self.__call__, instance)
 
     def __call__(self, *args, **kwargs):
+        if self.replay is not None and not kwargs and self._replays_as_captured(args):
+            self.calls += 1
+            return _rebuild_outputs(self.output_template, self.replay.run(args))
         signature, inputs = _signature(args, kwargs)
         if self.signature is not None and signature != self.signature:
             raise JitError(f"jit: {self.function.__name__} was captured for other arguments: "
@@ -243,13 +290,37 @@ class TinyJit:
             return self._run_plainly(args, kwargs)
         return self._capture(args, kwargs, inputs)
 
+    def _replays_as_captured(self, args: tuple) -> bool:
+        """The replay's fast check, one loop instead of building the call's signature: every argument
+        is a tensor in the captured position with the captured shape, dtype and device, holding a
+        current buffer. False sends the call down the general path, which compares every argument,
+        realizes pending ones and says what differs."""
+        signature = self.signature
+        if len(args) != len(signature):
+            return False
+        for position, (value, (name, kind, captured)) in enumerate(zip(args, signature)):
+            if name != position or kind != "tensor" or not isinstance(value, Tensor):
+                return False
+            node = value.lazydata
+            if node.op != "BUFFER" or node.buffer is None or node.buffer.version != node.version:
+                return False
+            if node.shape != captured[0] or node.dtype is not captured[1] or node.device != captured[2]:
+                return False
+        return True
+
     @staticmethod
     def _realized(inputs: list[Tensor]) -> list[Tensor]:
-        pending = [tensor for tensor in inputs if not tensor.lazydata.realized or tensor.lazydata.op != "BUFFER"]
+        pending = []
+        for tensor in inputs:
+            node = tensor.lazydata
+            if node.buffer is None or node.op != "BUFFER":
+                pending.append(tensor)
         if pending:
             Tensor.realize(*pending)
         for tensor in inputs:
-            tensor.lazydata.check_current()
+            node = tensor.lazydata
+            if node.buffer.version != node.version:
+                node.check_current()  # raises StaleValueError
         return inputs
 
     def _run_plainly(self, args, kwargs):

@@ -32,28 +32,22 @@ PENDING_ASSIGNS: "weakref.WeakSet[LazyBuffer]" = weakref.WeakSet()  # assigns ma
 # than a WeakValueDictionary's callback per node, which costs more than building the node)
 _CONSED: dict[tuple, weakref.ref] = {}
 _sweep_at = 4096
-# (value, dtype, shape, device) -> a broadcast constant, held strongly: `x + 1` in a loop would
-# otherwise build (and free) the CONST, RESHAPE and EXPAND nodes again every step
-_CONSTANTS: dict[tuple, "LazyBuffer"] = {}
+# (value, dtype, shape, device) -> a broadcast constant's nodes (CONST, RESHAPE, EXPAND; the last is
+# the constant), held strongly: `x + 1` in a loop would otherwise build (and free) them every step
+_CONSTANTS: dict[tuple, tuple] = {}
 CONSTANT_CACHE_LIMIT = 1024
 
 
-def _consed(key: tuple) -> "LazyBuffer | None":
-    reference = _CONSED.get(key)
-    return None if reference is None else reference()
-
-
-def _intern(key: tuple, node: "LazyBuffer") -> None:
+def _sweep_dead_entries() -> None:
     global _sweep_at
-    _CONSED[key] = weakref.ref(node)
-    if len(_CONSED) > _sweep_at:
-        for dead in [key for key, reference in _CONSED.items() if reference() is None]:
-            del _CONSED[dead]
-        _sweep_at = max(4096, 2 * len(_CONSED))
+    for dead in [key for key, reference in _CONSED.items() if reference() is None]:
+        del _CONSED[dead]
+    _sweep_at = max(4096, 2 * len(_CONSED))
 
 
 class LazyBuffer:
-    __slots__ = ("op", "srcs", "arg", "dtype", "shape", "device", "buffer", "version", "_key", "__weakref__")
+    __slots__ = ("op", "srcs", "arg", "dtype", "shape", "device", "buffer", "version", "_key", "_constant",
+                 "__weakref__")
 
     def __init__(self, op: str, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str):
         self.op, self.srcs, self.arg = op, srcs, arg
@@ -61,22 +55,27 @@ class LazyBuffer:
         self.buffer = None  # the device Buffer once realized
         self.version = 0    # the buffer's version this node holds
         self._key = None
+        self._constant = None  # on the top of a broadcast constant: see const()
 
     @staticmethod
     def create(op: str, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
         # sources by id, so the table holds no node alive (an id reused after its node died can only
         # find a dead entry: a live unrealized node keeps its sources alive); repr tells -0.0 from 0.0
-        # (equal as floats) and lets NaN constants match each other; fuse._structure reads key[2]
+        # (equal as floats) and lets NaN constants match each other; fuse.walk_with_structure reads key[2:]
         key = (op, tuple(map(id, srcs)), repr(arg) if op == "CONST" else arg, dtype, shape, device)
         try:
-            existing = _consed(key)
+            reference = _CONSED.get(key)
         except TypeError:  # an unhashable arg is a bug in the caller
             raise TypeError(f"{op}: argument {arg!r} must be hashable")
-        if existing is not None and existing.buffer is None:
-            return existing
+        if reference is not None:
+            existing = reference()
+            if existing is not None and existing.buffer is None:
+                return existing
         node = LazyBuffer(op, srcs, arg, dtype, shape, device)
         node._key = key
-        _intern(key, node)
+        _CONSED[key] = weakref.ref(node)
+        if len(_CONSED) > _sweep_at:
+            _sweep_dead_entries()
         return node
 
     @staticmethod
@@ -90,18 +89,29 @@ class LazyBuffer:
     def const(value, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
         """A constant broadcast to `shape` (a view of a single value, never materialized)."""
         key = (repr(value), dtype, shape, device)  # repr tells -0.0 from 0.0 and 1 from True
-        cached = _CONSTANTS.get(key)
-        if cached is not None and cached.buffer is None:
-            return cached
+        chain = _CONSTANTS.get(key)
+        if chain is not None:
+            for link in chain:
+                if link.buffer is not None:  # realized since: the RESHAPE is shared with the constants
+                    break                    # of shape (1,), which a user can realize and overwrite
+            else:
+                return chain[-1]
         try:
             converted = dtype.np_type(value).item()
         except (OverflowError, ValueError):  # out-of-range integers wrap, as a C cast does
             converted = np.array(value).astype(dtype.np).item()
         scalar = LazyBuffer.create("CONST", (), converted, dtype, (), device)
-        node = scalar.reshape((1,) * len(shape)).expand(tuple(shape)) if shape else scalar
+        node, chain = scalar, (scalar,)
+        if shape:
+            reshaped = scalar.reshape((1,) * len(shape))
+            node = reshaped.expand(tuple(shape))
+            chain = (scalar, reshaped) if node is reshaped else (scalar, reshaped, node)
+            # (what determines the chain, its nodes in walk order): fuse.walk_with_structure places
+            # the chain in one step while none of its nodes is realized, which x + 1 is for every op
+            node._constant = (("CONSTANT", scalar._key[2], dtype, node.shape, device), chain)
         if len(_CONSTANTS) >= CONSTANT_CACHE_LIMIT:
             _CONSTANTS.clear()
-        _CONSTANTS[key] = node
+        _CONSTANTS[key] = chain
         return node
 
     @property
@@ -113,9 +123,13 @@ class LazyBuffer:
         self.buffer = buffer
         self.version = buffer.version
         self.srcs = ()
-        if self._key is not None and _consed(self._key) is self:
-            del _CONSED[self._key]
-        self._key = None
+        self._constant = None
+        key = self._key
+        if key is not None:
+            reference = _CONSED.get(key)
+            if reference is not None and reference() is self:
+                del _CONSED[key]
+            self._key = None
 
     def check_current(self) -> None:
         """Raise StaleValueError if the buffer was written in place after this node was realized."""

@@ -13,6 +13,7 @@ the same programs can later run again on the same buffers without any of the ste
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
 from lazygrad.renderer.linearize import linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
-from lazygrad.schedule.fuse import ScheduleItem, create_schedule
+from lazygrad.schedule.fuse import ScheduleItem, create_schedule, memoized_schedule
 from lazygrad.schedule.kernel import Kernel, format_ast
 from lazygrad.stats import stats
 
@@ -91,8 +92,9 @@ def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
     """The runnable program for a kernel, from memory, the disk cache or the compiler. Its opts come
     from BEAM search when BEAM > 0, else from the default heuristic (none with NOOPT=1)."""
     key = (device_name, kernel, knobs.noopt, knobs.beam)
-    if key in _PROGRAMS:
-        return _PROGRAMS[key]
+    compiled = _PROGRAMS.get(key)
+    if compiled is not None:
+        return compiled
     device = get_device(device_name)
     renderer = RENDERERS[device_name.split(":")[0]]
     opts = beam_opts(device_name, kernel, renderer) if knobs.beam and not knobs.noopt else None
@@ -117,31 +119,47 @@ def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
 
 
 def _run_item(item: ScheduleItem) -> float:
-    """Run one schedule item and realize its outputs; returns seconds spent on the device."""
-    device = get_device(item.outputs[0].device)
-    for node in item.inputs:
-        node.check_current()
-    buffers = [output.srcs[1].buffer if in_place else device.alloc(output.dtype, output.numel())
-               for output, in_place in zip(item.outputs, item.in_place)]
-    in_place = tuple(item.in_place)
+    """Run one schedule item and realize its outputs; returns seconds spent on the device (measured
+    only with DEBUG >= 1, which prints it; 0.0 otherwise). Runs for every kernel of every realize:
+    plain loops, no per-launch work that only DEBUG output or a jit capture needs."""
+    outputs, inputs, in_place = item.outputs, item.inputs, item.in_place
+    device_name = outputs[0].device
+    for node in inputs:
+        if node.buffer.version != node.version:
+            node.check_current()  # raises StaleValueError
+    device = get_device(device_name)
+    buffers = []
+    for output, written in zip(outputs, in_place):
+        if written:
+            buffers.append(output.srcs[1].buffer)
+        else:
+            buffers.append(device.alloc(output.dtype, math.prod(output.shape)))
     if item.kernel is None:  # a copy between devices
-        buffers[0].copyin(item.inputs[0].buffer.array)
+        buffers[0].copyin(inputs[0].buffer.array)
         if recording is not None:
-            recording.launches.append(Launch(None, [buffers[0], item.inputs[0].buffer], in_place))
-        item.outputs[0].mark_realized(buffers[0])
+            recording.launches.append(Launch(None, [buffers[0], inputs[0].buffer], tuple(in_place)))
+        outputs[0].mark_realized(buffers[0])
         return 0.0
-    if item.outputs[0].numel() == 0:  # the outputs of one kernel share their shape
+    if 0 in outputs[0].shape:  # no elements (the outputs of one kernel share their shape)
         if recording is not None:
-            recording.launches.append(Launch(None, buffers, in_place))
-        for output, buffer in zip(item.outputs, buffers):
+            recording.launches.append(Launch(None, buffers, tuple(in_place)))
+        for output, buffer in zip(outputs, buffers):
             output.mark_realized(buffer)
         return 0.0
-    compiled = get_program(item.outputs[0].device, item.kernel)
-    inputs = [node.buffer for node in item.inputs]
-    start = time.perf_counter()
-    compiled.program(*buffers, *inputs)
-    elapsed = time.perf_counter() - start
-    moved = sum(buffer.nbytes for buffer in buffers) + sum(source.nbytes for source in inputs)
+    compiled = get_program(device_name, item.kernel)
+    input_buffers = []
+    for node in inputs:
+        input_buffers.append(node.buffer)
+    timed = knobs.debug >= 1
+    if timed:
+        start = time.perf_counter()
+    compiled.program(*buffers, *input_buffers)
+    elapsed = time.perf_counter() - start if timed else 0.0
+    moved = 0
+    for buffer in buffers:
+        moved += buffer.nbytes
+    for buffer in input_buffers:
+        moved += buffer.nbytes
     stats.kernels += 1
     stats.flops += compiled.flops
     stats.bytes += moved
@@ -150,12 +168,30 @@ def _run_item(item: ScheduleItem) -> float:
         print(f"  {label:<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
               f"{compiled.flops / max(elapsed, 1e-9) / 1e9:8.2f} GFLOP/s {moved / max(elapsed, 1e-9) / 1e9:8.2f} GB/s", file=sys.stderr)
     if recording is not None:
-        recording.launches.append(Launch(compiled.program, [*buffers, *inputs], in_place))
-    for output, buffer, written in zip(item.outputs, buffers, in_place):
+        recording.launches.append(Launch(compiled.program, [*buffers, *input_buffers], tuple(in_place)))
+    for output, buffer, written in zip(outputs, buffers, in_place):
         if written:
             buffer.version += 1
         output.mark_realized(buffer)
     return elapsed
+
+
+def _run_schedule(device_name: str, outputs: list[LazyBuffer], schedule: list[ScheduleItem]) -> None:
+    if knobs.debug >= 5:
+        for node in walk(outputs):
+            print(f"  lazy: {node}", file=sys.stderr)
+        for item in schedule:
+            print(f"  schedule: {item.kernel.name if item.kernel else 'COPY'} -> {item.outputs}", file=sys.stderr)
+    if knobs.debug == 0:
+        for item in schedule:
+            _run_item(item)
+        return
+    start = time.perf_counter()
+    device_time = sum(_run_item(item) for item in schedule)
+    if schedule:
+        total = time.perf_counter() - start
+        print(f"realized {len(schedule)} kernel(s) on {device_name}: {device_time * 1e3:.3f} ms on device, "
+              f"{total * 1e3:.3f} ms in total", file=sys.stderr)
 
 
 def _realize_copy_sources(nodes: list[LazyBuffer]) -> bool:
@@ -166,15 +202,50 @@ def _realize_copy_sources(nodes: list[LazyBuffer]) -> bool:
     return bool(sources)
 
 
+_RUNS_GRAPHS: dict[str, bool] = {}  # device name -> whether it interprets graphs (NPY) instead of running kernels
+
+
+def _runs_graphs(device_name: str) -> bool:
+    runs_graphs = _RUNS_GRAPHS.get(device_name)
+    if runs_graphs is None:
+        runs_graphs = _RUNS_GRAPHS[device_name] = hasattr(get_device(device_name), "run_graph")
+    return runs_graphs
+
+
+def _realize_memoized(pending: list[LazyBuffer]) -> bool:
+    """The fast path of a loop that realizes the same ops every step (`(x + 1).realize()`, a training
+    step): when the nodes are on one device with kernels and a graph of the same structure was
+    scheduled before, run that schedule without the general path's walks and grouping. True if it did.
+
+    A remembered schedule is keyed by the whole graph's structure, which says for every COPY whether
+    its source is realized; the general path only remembers graphs whose copies' sources are
+    realized already, so a hit never has a copy source to realize first."""
+    device_name = pending[0].device
+    for node in pending:
+        if node.device != device_name:
+            return False
+    if knobs.graph or _runs_graphs(device_name):
+        return False
+    schedule = memoized_schedule(pending)
+    if schedule is None:
+        return False
+    _run_schedule(device_name, pending, schedule)
+    return True
+
+
 def realize(outputs: list[LazyBuffer]) -> None:
     """Compute every node in outputs (those already realized are skipped)."""
-    pending = [node for node in outputs if not node.realized]
+    pending = []
+    for node in outputs:
+        if node.buffer is None:
+            pending.append(node)
     if not pending:
+        return
+    if _realize_memoized(pending):
         return
     graph = walk(pending)
     if _realize_copy_sources(graph):
         pending = [node for node in pending if not node.realized]
-        graph = walk(pending)
     by_device: dict[str, list[LazyBuffer]] = {}
     for node in pending:
         by_device.setdefault(node.device, []).append(node)
@@ -187,15 +258,4 @@ def realize(outputs: list[LazyBuffer]) -> None:
                 recording.not_replayable = f"the {device_name} device computes without kernels"
             device.run_graph(nodes)
             continue
-        schedule = create_schedule(nodes, graph if len(by_device) == 1 else None)
-        if knobs.debug >= 5:
-            for node in walk(nodes):
-                print(f"  lazy: {node}", file=sys.stderr)
-            for item in schedule:
-                print(f"  schedule: {item.kernel.name if item.kernel else 'COPY'} -> {item.outputs}", file=sys.stderr)
-        start = time.perf_counter()
-        device_time = sum(_run_item(item) for item in schedule)
-        if knobs.debug >= 1 and schedule:
-            total = time.perf_counter() - start
-            print(f"realized {len(schedule)} kernel(s) on {device_name}: {device_time * 1e3:.3f} ms on device, "
-                  f"{total * 1e3:.3f} ms in total", file=sys.stderr)
+        _run_schedule(device_name, nodes, create_schedule(nodes))

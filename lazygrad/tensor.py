@@ -29,6 +29,21 @@ from lazygrad.tensor_methods.movement import MovementMethods
 from lazygrad.tensor_methods.nn import NNMethods
 from lazygrad.tensor_methods.reduce import ReduceMethods
 
+_SCALAR_RESULT_TYPES: dict[tuple, DType] = {}  # (tensor dtype, has dims, scalar's type) -> result dtype
+
+
+def _scalar_result_type(dtype: DType, has_dims: bool, scalar) -> DType:
+    """PyTorch's result dtype of a tensor and a Python or numpy scalar, remembered: `x + 1` asks it
+    for every op built, and it depends only on these three (the scalar's dtype follows its type)."""
+    key = (dtype, has_dims, type(scalar))
+    result = _SCALAR_RESULT_TYPES.get(key)
+    if result is None:
+        groups = ([dtype], [], []) if has_dims else ([], [dtype], [])
+        groups[2].append(scalar_dtype(scalar))
+        result = _SCALAR_RESULT_TYPES[key] = result_type(*groups)
+    return result
+
+
 class no_grad:
     """`with no_grad():` builds no backward graph inside the block (also usable as a decorator)."""
 
@@ -93,7 +108,10 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
         """Apply one primitive of the op table, recording it for backward when a source needs grads."""
         kind = OPS[op].kind
         if kind in (UNARY, BINARY, TERNARY):
-            lazy = self.lazydata.alu(op, *[other.lazydata for other in others], arg=arg)
+            sources = []  # a loop, not a list comprehension (a function call): this runs for every op
+            for other in others:
+                sources.append(other.lazydata)
+            lazy = self.lazydata.alu(op, *sources, arg=arg)
         elif kind == REDUCE:
             lazy = self.lazydata.reduce(op, arg)
         elif op == "CONTIGUOUS":
@@ -104,8 +122,10 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
             lazy = getattr(self.lazydata, op.lower())(arg)
         out = Tensor(lazy)
         # only floating point results carry gradients (comparisons, casts to int, argmax do not), as in PyTorch
-        needs_grad = self.requires_grad or any(other.requires_grad for other in others)
-        if Tensor.grad_enabled and needs_grad and out.dtype.is_float:
+        needs_grad = self.requires_grad
+        for other in others:  # a loop, not any(generator): this runs for every op built
+            needs_grad = needs_grad or other.requires_grad
+        if needs_grad and Tensor.grad_enabled and lazy.dtype.is_float:
             out.requires_grad = True
             out._ctx = (op, (self,) + others, arg)
         return out
@@ -222,8 +242,12 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
 
     def realize(self, *others: "Tensor") -> "Tensor":
         """Compute this tensor (and others, sharing work); returns self so calls chain."""
-        realize([tensor.lazydata for tensor in (self,) + others])
-        for tensor in (self,) + others:
+        tensors = (self,) + others
+        nodes = []  # a loop, not a list comprehension (a function call): every eager op runs this
+        for tensor in tensors:
+            nodes.append(tensor.lazydata)
+        realize(nodes)
+        for tensor in tensors:
             node = tensor.lazydata
             if node.op != "BUFFER":  # keep only the buffer, not the graph that made it
                 tensor.lazydata = LazyBuffer.from_buffer(node.buffer, node.shape)
@@ -328,11 +352,10 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
                 groups[0 if tensor.ndim else 1].append(tensor.dtype)
             dtype = result_type(*groups)
         elif isinstance(other, (bool, int, float, np.generic)):
-            groups = ([self.dtype], [], []) if self.ndim else ([], [self.dtype], [])
-            groups[2].append(scalar_dtype(other))
-            dtype = result_type(*groups)
-            x = self.cast(dtype)
-            constant = Tensor(LazyBuffer.const(other, dtype, self.shape, self.device))  # built broadcast: no grad
+            node = self.lazydata
+            dtype = _scalar_result_type(node.dtype, len(node.shape) > 0, other)
+            x = self if dtype is node.dtype else self.cast(dtype)
+            constant = Tensor(LazyBuffer.const(other, dtype, node.shape, node.device))  # built broadcast: no grad
             return (constant, x) if reverse else (x, constant)
         else:
             raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")

@@ -22,6 +22,7 @@ class PooledAllocator:
         self.pool: collections.OrderedDict[int, list] = collections.OrderedDict()
         self.pooled_bytes = 0
         self.pool_limit = pool_limit
+        self._sweep_at = 1024  # number of sizes in the pool that triggers _sweep_empty_lists
 
     def new_block(self, nbytes: int):
         raise NotImplementedError(f"{type(self).__name__} must say how to allocate a block")
@@ -32,26 +33,45 @@ class PooledAllocator:
     def alloc(self, nbytes: int):
         blocks = self.pool.get(nbytes)
         if blocks:
+            # an emptied list stays in the pool: a loop that allocates and frees one size (every eager
+            # op) would otherwise delete and re-insert its entry each time; free() sweeps empty lists
             self.pooled_bytes -= nbytes
-            block = blocks.pop()
-            if not blocks:
-                del self.pool[nbytes]
-            return block
+            return blocks.pop()
         return self.new_block(nbytes)
 
-    def free(self, block) -> None:
-        nbytes = self.block_size(block)
+    def free(self, block, nbytes: int | None = None) -> None:
+        """Return a block to the pool; `nbytes` is its size when the caller knows it (one call less
+        for every buffer freed), else block_size asks."""
+        if nbytes is None:
+            nbytes = self.block_size(block)
         if nbytes == 0 or nbytes > self.pool_limit:
             return
-        self.pool.setdefault(nbytes, []).append(block)
+        blocks = self.pool.get(nbytes)
+        if blocks is None:
+            blocks = self.pool[nbytes] = []
+        blocks.append(block)
         self.pool.move_to_end(nbytes)
         self.pooled_bytes += nbytes
+        if self.pooled_bytes > self.pool_limit:
+            self._evict()
+        if len(self.pool) > self._sweep_at:
+            self._sweep_empty_lists()
+
+    def _evict(self) -> None:
+        """Drop the least recently freed blocks until the pool fits its limit."""
         while self.pooled_bytes > self.pool_limit:
             size, blocks = next(iter(self.pool.items()))
-            blocks.pop()
-            self.pooled_bytes -= size
+            if blocks:
+                blocks.pop()
+                self.pooled_bytes -= size
             if not blocks:
                 del self.pool[size]
+
+    def _sweep_empty_lists(self) -> None:
+        """Forget sizes with no pooled block, once the pool has doubled its number of sizes."""
+        for size in [size for size, blocks in self.pool.items() if not blocks]:
+            del self.pool[size]
+        self._sweep_at = max(1024, 2 * len(self.pool))
 
 
 class HostAllocator(PooledAllocator):
@@ -70,14 +90,16 @@ class HostAllocator(PooledAllocator):
 
 class Buffer:
     """`size` elements of `dtype` on `device`, in host memory."""
-    __slots__ = ("device", "dtype", "size", "version", "array", "pointer", "_block", "_allocator", "__weakref__")
+    __slots__ = ("device", "dtype", "size", "nbytes", "version", "_array", "pointer", "_block", "_allocator",
+                 "__weakref__")
 
     def __init__(self, device: str, dtype: DType, size: int, allocator: HostAllocator):
         self.device, self.dtype, self.size = device, dtype, size
+        self.nbytes = size * dtype.itemsize  # a plain attribute: the engine sums it for every launch
         self.version = 0  # bumped by every in-place write (lazy.py)
-        self._block, self._allocator = allocator.alloc(size * dtype.itemsize), allocator
-        self.array = self._block[0].view(dtype.np)
+        self._block, self._allocator = allocator.alloc(self.nbytes), allocator
         self.pointer = self._block[1]
+        self._array = None  # the numpy view, made on first use (see `array`)
 
     @staticmethod
     def over(device: str, dtype: DType, array: np.ndarray) -> "Buffer":
@@ -85,17 +107,23 @@ class Buffer:
         nothing is copied or pooled; the array stays alive as long as the buffer."""
         buffer = Buffer.__new__(Buffer)
         buffer.device, buffer.dtype, buffer.size, buffer.version = device, dtype, array.size, 0
-        buffer.array, buffer.pointer = array, array.ctypes.data
+        buffer.nbytes = array.size * dtype.itemsize
+        buffer._array, buffer.pointer = array, array.ctypes.data
         buffer._block, buffer._allocator = (array, buffer.pointer), None
         return buffer
 
     def __del__(self):  # cheaper than weakref.finalize, which costs more than a small kernel launch
         if self._allocator is not None:
-            self._allocator.free(self._block)
+            self._allocator.free(self._block, self.nbytes)
 
     @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+    def array(self) -> np.ndarray:
+        """The contents as a 1-D numpy array sharing the buffer's memory. Made on first use: most
+        buffers are only written and read by kernels, and a numpy view costs as much as the rest of
+        an allocation."""
+        if self._array is None:
+            self._array = self._block[0].view(self.dtype.np_type)
+        return self._array
 
     def copyin(self, data: np.ndarray) -> "Buffer":
         np.copyto(self.array, data.reshape(-1), casting="no")

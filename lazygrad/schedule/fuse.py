@@ -24,7 +24,7 @@ loop plans each step's kernels once, not every step.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from lazygrad.dtype import dtypes
 from lazygrad.lazy import LazyBuffer, walk
@@ -38,17 +38,19 @@ EXPENSIVE_OP_COST = 4
 MAX_KERNEL_OUTPUTS = 8  # siblings merged into one kernel (each output is a buffer parameter)
 
 
-@dataclass
 class ScheduleItem:
-    """One step of a schedule: a kernel to run (or a device copy when `kernel` is None)."""
-    kernel: Kernel | None
-    outputs: list[LazyBuffer]
-    inputs: list[LazyBuffer]
-    in_place: list[bool] = field(default_factory=list)  # per output: an ASSIGN writing into its target's buffer
+    """One step of a schedule: a kernel to run (or a device copy when `kernel` is None). A plain
+    class rather than a dataclass: every realize makes one per kernel, and __post_init__ costs."""
+    __slots__ = ("kernel", "outputs", "inputs", "in_place")
 
-    def __post_init__(self):
-        if not self.in_place:
-            self.in_place = [False] * len(self.outputs)
+    def __init__(self, kernel: Kernel | None, outputs: list[LazyBuffer], inputs: list[LazyBuffer],
+                 in_place: list[bool] | None = None):
+        self.kernel, self.outputs, self.inputs = kernel, outputs, inputs
+        # per output: an ASSIGN writing into its target's buffer
+        self.in_place = [False] * len(outputs) if not in_place else in_place
+
+    def __repr__(self) -> str:
+        return f"ScheduleItem({self.kernel.name if self.kernel else 'COPY'}, outputs={self.outputs}, inputs={self.inputs})"
 
 
 def _is_reduce(node: LazyBuffer) -> bool:
@@ -214,41 +216,107 @@ _SCHEDULES: dict[tuple, list[tuple]] = {}  # graph structure -> items as positio
 SCHEDULE_CACHE_LIMIT = 4096
 
 
-def _structure(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> tuple:
-    """A hashable description of the graph that determines its schedule, with nodes as positions
-    (`nodes` lists sources before users, so a source's position is known when its user is read).
-    Built for every realize: an unrealized node's hash-consing key already holds its argument as
-    compared (a constant's repr), so that is taken from the key."""
-    position: dict[int, int] = {}
-    first_holder: dict[int, int] = {}
+def walk_with_structure(outputs: list[LazyBuffer]) -> tuple[list[LazyBuffer], tuple]:
+    """walk(outputs), and a hashable description of that graph which determines its schedule, in
+    one pass (this runs for every realize, so it is one loop, not a walk and then a second pass).
+
+    The order is exactly lazy.walk's: sources before users, depth first, in order. The description
+    is (a flat tuple of the nodes in that order, the outputs' positions). Flat because building a
+    tuple per node costs more than the rest of the walk; it still reads back unambiguously:
+      * an unrealized node is its op (a str), then its hash-consing key without its sources' ids
+        (a tuple: argument as compared, dtype, shape, device), then one int per source: its position;
+      * a realized node is one tuple (dtype, shape, device, position of the first node holding the
+        same buffer), so ints only ever follow an unrealized node;
+      * a broadcast constant made by LazyBuffer.const, none of whose nodes is realized or shared with
+        an earlier part of the walk, is one tuple ("CONSTANT", value, dtype, shape, device) standing
+        for its CONST, RESHAPE and EXPAND nodes (which it determines), placed in that order."""
+    position: dict[int, int] = {}  # id(node) -> its index in `order`, once its sources are placed
+    order: list[LazyBuffer] = []
     described = []
-    for index, node in enumerate(nodes):
-        position[id(node)] = index
-        if node.buffer is not None:
-            holder = first_holder.setdefault(id(node.buffer), index)
-            described.append(("REALIZED", node.dtype, node.shape, node.device, holder))
-        else:
-            described.append((node.op, node._key[2], node.dtype, node.shape, node.device,
-                              tuple([position[id(src)] for src in node.srcs])))
-    return tuple(described), tuple([position[id(node)] for node in outputs])
+    first_holder: dict[int, int] = {}  # id(buffer) -> position of the first realized node holding it
+    for root in outputs:
+        if id(root) in position:
+            continue
+        # a node is on the stack at most once and only until it is placed: a source reached again
+        # is either placed already or an ancestor of itself, which a DAG does not have
+        stack = [(root, iter(root.srcs))]
+        while stack:
+            node, sources = stack[-1]
+            for src in sources:
+                if id(src) in position:
+                    continue
+                if src._constant is not None:
+                    # a broadcast constant (LazyBuffer.const: CONST, RESHAPE, EXPAND), placed in one
+                    # step and described by one entry, which determines its nodes, when none of them
+                    # is realized or placed already (a CONST shared with another constant)
+                    description, chain = src._constant
+                    fresh = True
+                    for link in chain:
+                        if link.buffer is not None or id(link) in position:
+                            fresh = False
+                            break
+                    if fresh:
+                        for link in chain:
+                            position[id(link)] = len(order)
+                            order.append(link)
+                        described.append(description)
+                        continue
+                stack.append((src, iter(src.srcs)))
+                break
+            else:
+                stack.pop()
+                index = len(order)
+                position[id(node)] = index
+                order.append(node)
+                if node.buffer is None:
+                    key = node._key  # (op, sources' ids, argument as compared, dtype, shape, device)
+                    described.append(key[0])
+                    described.append(key[2:])
+                    for src in node.srcs:
+                        described.append(position[id(src)])
+                else:
+                    holder = first_holder.setdefault(id(node.buffer), index)
+                    described.append((node.dtype, node.shape, node.device, holder))
+    output_positions = tuple([position[id(node)] for node in outputs])
+    return order, (tuple(described), output_positions)
 
 
-def create_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer] | None = None) -> list[ScheduleItem]:
-    """The kernels (and copies) that realize `outputs`, in dependency order; `nodes` is
-    walk(outputs) when the caller has it already."""
-    nodes = walk(outputs) if nodes is None else nodes
-    key = _structure(outputs, nodes)
+def _items_at(cached: list[tuple], nodes: list[LazyBuffer]) -> list[ScheduleItem]:
+    """The remembered items with the nodes of this walk at their positions (loops, not list
+    comprehensions: each comprehension is a function call, and these lists hold one or two nodes)."""
+    items = []
+    for kernel, output_positions, input_positions, in_place in cached:
+        outputs = []
+        for index in output_positions:
+            outputs.append(nodes[index])
+        inputs = []
+        for index in input_positions:
+            inputs.append(nodes[index])
+        items.append(ScheduleItem(kernel, outputs, inputs, list(in_place)))
+    return items
+
+
+def create_schedule(outputs: list[LazyBuffer]) -> list[ScheduleItem]:
+    """The kernels (and copies) that realize `outputs`, in dependency order."""
+    nodes, key = walk_with_structure(outputs)
     cached = _SCHEDULES.get(key)
-    if cached is None:
-        items = _plan_schedule(outputs, nodes)
-        position = {id(node): index for index, node in enumerate(nodes)}
-        if len(_SCHEDULES) >= SCHEDULE_CACHE_LIMIT:
-            _SCHEDULES.clear()
-        _SCHEDULES[key] = [(item.kernel, [position[id(node)] for node in item.outputs],
-                            [position[id(node)] for node in item.inputs], list(item.in_place)) for item in items]
-        return items
-    return [ScheduleItem(kernel, [nodes[index] for index in outputs], [nodes[index] for index in inputs], list(in_place))
-            for kernel, outputs, inputs, in_place in cached]
+    if cached is not None:
+        return _items_at(cached, nodes)
+    items = _plan_schedule(outputs, nodes)
+    position = {id(node): index for index, node in enumerate(nodes)}
+    if len(_SCHEDULES) >= SCHEDULE_CACHE_LIMIT:
+        _SCHEDULES.clear()
+    _SCHEDULES[key] = [(item.kernel, [position[id(node)] for node in item.outputs],
+                        [position[id(node)] for node in item.inputs], tuple(item.in_place)) for item in items]
+    return items
+
+
+def memoized_schedule(outputs: list[LazyBuffer]) -> list[ScheduleItem] | None:
+    """The schedule of `outputs` if a graph of the same structure was scheduled before, else None
+    (and nothing is planned): the engine's fast path for a loop realizing the same ops each step."""
+    nodes, key = walk_with_structure(outputs)
+    cached = _SCHEDULES.get(key)
+    return None if cached is None else _items_at(cached, nodes)
 
 
 def _plan_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> list[ScheduleItem]:

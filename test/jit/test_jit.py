@@ -5,7 +5,7 @@ import pytest
 import lazygrad
 from lazygrad import Tensor, nn, stats
 from lazygrad.jit import JitError, jit
-from lazygrad.lazy import StaleValueError
+from lazygrad.lazy import LazyBuffer, StaleValueError
 from lazygrad.nn import functional as F
 from lazygrad.nn.optim import SGD, Adam
 from lazygrad.nn.state import get_parameters
@@ -25,6 +25,7 @@ def test_replay_matches_plain_calls_without_scheduling(monkeypatch, compiled_dev
     for call, (x, y) in enumerate(zip(xs, ys)):
         if call == 2:  # from here on the calls are replays: nothing may be scheduled
             monkeypatch.setattr("lazygrad.realize.create_schedule", lambda *a: pytest.fail("scheduled on a replay"))
+            monkeypatch.setattr("lazygrad.realize.memoized_schedule", lambda *a: pytest.fail("scheduled on a replay"))
             stats.reset()
         total, exponential = f(Tensor(x, device=compiled_device), Tensor(y, device=compiled_device))
         np.testing.assert_allclose(total.numpy(), (x * y + 1).sum(1), rtol=1e-5)
@@ -185,3 +186,45 @@ def test_batch_norm_statistics_follow_the_plain_loop():
         np.testing.assert_array_equal(plain[0], jitted[0])
         np.testing.assert_array_equal(plain[1], jitted[1])
         assert plain[2] == jitted[2] == len(batches)
+
+
+def test_a_replay_reuses_an_output_buffer_only_when_nothing_refers_to_it(monkeypatch):
+    @jit
+    def f(x):
+        return x * 2
+    values = arrays(6)
+    inputs = [Tensor(value) for value in values]
+    for call in range(3):
+        f(inputs[call]).numpy()
+    allocations = []
+    device = lazygrad.devices.get_device("CPU")
+    allocate = device.alloc
+    monkeypatch.setattr(device, "alloc", lambda *args: allocations.append(args) or allocate(*args))
+    np.testing.assert_array_equal(f(inputs[3]).numpy(), values[3] * 2)  # the last result was dropped
+    assert len(allocations) == 0
+    kept = f(inputs[4])               # held by the caller: the next call writes elsewhere
+    built_on = f(inputs[5]) + 1       # only a graph holds this one's buffer
+    third = f(inputs[0])
+    assert len(allocations) == 2
+    np.testing.assert_array_equal(kept.numpy(), values[4] * 2)
+    np.testing.assert_array_equal(built_on.numpy(), values[5] * 2 + 1)
+    np.testing.assert_array_equal(third.numpy(), values[0] * 2)
+
+
+def test_a_replay_realizes_pending_arguments_and_refuses_stale_or_changed_ones():
+    @jit
+    def f(x):
+        return x + 1
+    value = arrays(1)[0]
+    for _ in range(3):
+        f(Tensor(value))
+    np.testing.assert_allclose(f(Tensor(value) * 2).numpy(), value * 2 + 1, rtol=1e-6)  # not yet realized
+    state = Tensor(value).realize()
+    held = Tensor(LazyBuffer.from_buffer(state.lazydata.buffer, state.shape))
+    state.assign(Tensor(value * 3)).realize()  # overwrites the buffer `held` was made on
+    with pytest.raises(StaleValueError):
+        f(held)
+    with pytest.raises(JitError, match="shape"):
+        f(Tensor(value[:2]))
+    with pytest.raises(JitError):
+        f(x=Tensor(value))
