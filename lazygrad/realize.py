@@ -31,7 +31,21 @@ from lazygrad.schedule.fuse import ScheduleItem, create_schedule, memoized_sched
 from lazygrad.schedule.kernel import Kernel, format_ast
 from lazygrad.stats import stats
 
-RENDERERS = {"CPU": CRenderer(), "OPENCL": OpenCLRenderer(), "CUDA": CUDARenderer()}
+_RENDERERS: dict[str, object] = {}  # device name -> the renderer of its dialect
+
+
+def renderer_for(device_name: str):
+    """The renderer for a device's kernels, built once per device: the C dialect for CPU, CUDA's,
+    and OpenCL's with that device's float vector width (so `OPENCL:1` gets its own)."""
+    renderer = _RENDERERS.get(device_name)
+    if renderer is None:
+        kind = device_name.split(":")[0]
+        if kind == "OPENCL":
+            renderer = OpenCLRenderer(get_device(device_name).float_vector_width)
+        else:
+            renderer = {"CPU": CRenderer, "CUDA": CUDARenderer}[kind]()
+        _RENDERERS[device_name] = renderer
+    return renderer
 
 
 @dataclass
@@ -96,7 +110,7 @@ def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
     if compiled is not None:
         return compiled
     device = get_device(device_name)
-    renderer = RENDERERS[device_name.split(":")[0]]
+    renderer = renderer_for(device_name)
     opts = beam_opts(device_name, kernel, renderer) if knobs.beam and not knobs.noopt else None
     program = linearize(kernel, renderer, optimize=not knobs.noopt, opts=opts)
     source = renderer.render_program(program)

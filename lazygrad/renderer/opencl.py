@@ -24,8 +24,8 @@ Expression syntax comes from CStyleRenderer and the op table; this file supplies
   ask linearize for CPU-style accumulator arrays), or with UPCAST opts (the default for a matmul,
   opts.work_item_tile) a tile of outputs in as many registers, updated with `__builtin_fmaf`:
   OpenCL's `fma` is a library call on PoCL, which kept a 16 x 8 tile scalar (160 ms against 7 at 512).
-- Vector types: the renderer has a float32 vector width (`float_vector_width`: given, or the OPENCL
-  device's, OpenCLDevice.float_vector_width, read when a kernel first needs it). With a width above
+- Vector types: the renderer has a float32 vector width (`float_vector_width`; realize builds each
+  OpenCL device's renderer with the device's OpenCLDevice.float_vector_width). With a width above
   1, linearize groups the copies of a kernel's last upcast axis into vectors (its "vector copies")
   when every value is float32, every op is in VECTOR_OPS and every store is contiguous and aligned
   along the lanes: the 16 columns of a matmul row are one `float16`. An aligned contiguous unmasked
@@ -66,7 +66,6 @@ import math
 
 import numpy as np
 
-from lazygrad.devices import get_device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.linearize import Loop, LoopProgram
@@ -184,15 +183,6 @@ def loop_ends(body: list[str], var: str) -> list[int]:
     return ends
 
 
-def opencl_device_vector_width() -> int:
-    """The float32 vector width of the OPENCL device (OpenCLDevice.float_vector_width); 1 when
-    there is no OpenCL device, so sources still render without one."""
-    try:
-        return get_device("OPENCL").float_vector_width
-    except RuntimeError:
-        return 1
-
-
 def launch_line(global_size: list[int], local_size: int | None) -> str:
     """`// launch: global=...`, and ` local=...` when the kernel's work-group (of `local_size`
     work-items, all along dimension 0) is prescribed."""
@@ -218,10 +208,9 @@ class OpenCLRenderer(CStyleRenderer):
     group_barrier = "barrier(CLK_LOCAL_MEM_FENCE)"
     vector_ops = VECTOR_OPS
 
-    def __init__(self, float_vector_width: int | None = None):
-        """`float_vector_width`: lanes of the float32 vectors to build (1: scalar code only); None
-        asks the OPENCL device when a kernel first needs it."""
-        if float_vector_width is not None and float_vector_width not in (1,) + VECTOR_WIDTHS:
+    def __init__(self, float_vector_width: int = 1):
+        """`float_vector_width`: lanes of the float32 vectors to build (1: scalar code only)."""
+        if float_vector_width not in (1,) + VECTOR_WIDTHS:
             raise ValueError(f"OpenCLRenderer: float_vector_width must be one of 1, "
                              f"{', '.join(map(str, VECTOR_WIDTHS))}; got {float_vector_width}")
         self.float_vector_width = float_vector_width
@@ -234,11 +223,7 @@ class OpenCLRenderer(CStyleRenderer):
     def vector_width(self, dtype: DType) -> int:
         """float32 values of an upcast axis are built as vectors of the device's width; other dtypes
         stay scalar."""
-        if dtype != dtypes.float32:
-            return 1
-        if self.float_vector_width is None:
-            self.float_vector_width = opencl_device_vector_width()
-        return self.float_vector_width
+        return self.float_vector_width if dtype == dtypes.float32 else 1
 
     def render_vector_load(self, param: str, dtype: DType, index: str, width: int) -> str:
         """An aligned vector read through a vector pointer: one load instruction. vloadN would say

@@ -159,3 +159,11 @@ def test_zero_dimensional_and_empty_tensors():
     empty = np.zeros((0, 16), np.float32)
     assert (on_opencl(empty) * 2).numpy().shape == (0, 16)
     assert (on_opencl(np.zeros((0, 32), np.float32)) @ on_opencl(floats(32, 16))).numpy().shape == (0, 16)
+
+
+def test_each_opencl_device_renders_with_its_own_vector_width():
+    from lazygrad import realize
+    renderer = realize.renderer_for("OPENCL")
+    assert renderer.float_vector_width == get_device("OPENCL").float_vector_width
+    assert realize.renderer_for("OPENCL") is renderer  # built once per device
+    assert realize.renderer_for("CPU") is not renderer

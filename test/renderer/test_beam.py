@@ -106,7 +106,7 @@ def test_small_kernels_are_timed_on_rotated_copies_of_their_buffers(monkeypatch)
     monkeypatch.setattr(beam, "last_level_cache_bytes", lambda: 64 << 10)
     a, b, result = tiny_matmul()
     (item,) = create_schedule([result.lazydata])
-    bench = beam.KernelBench("CPU", merge_dims(item.kernel), realize.RENDERERS["CPU"])
+    bench = beam.KernelBench("CPU", merge_dims(item.kernel), realize.renderer_for("CPU"))
     set_bytes = sum(buffer.nbytes for buffer in bench.buffers)
     assert len(bench.sets) == beam.rotated_set_count(set_bytes, 64 << 10) > 1
     program = bench.build([])
