@@ -19,17 +19,8 @@ from lazygrad.renderer.linearize import linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
 from lazygrad.renderer.opts import Opt
 from lazygrad.schedule.fuse import create_schedule
+from test_opencl import UNAVAILABLE  # why OPENCL cannot run here, or None
 
-
-def _why_opencl_is_unavailable() -> str | None:
-    try:
-        get_device("OPENCL")
-    except RuntimeError as error:
-        return str(error)
-    return None
-
-
-UNAVAILABLE = _why_opencl_is_unavailable()
 if UNAVAILABLE is not None:
     pytestmark = pytest.mark.skip(reason=f"OPENCL is unavailable: {UNAVAILABLE}")
 
