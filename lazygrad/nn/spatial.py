@@ -231,26 +231,6 @@ def _conv_padding(name: str, padding, kernel, stride, dilation) -> tuple[tuple[i
     return tuple((p, p) for p in _ints(padding, len(kernel), name, "padding"))
 
 
-# Padded inputs of at least this many elements are stored once with their zeros (see _padded_input).
-# At 8x34x34 (9K elements) the copy measured neither faster nor slower; smaller ones keep the view.
-PADDED_COPY_MIN_ELEMENTS = 1 << 12
-
-
-def _padded_input(x: Tensor, pads) -> Tensor:
-    """x (N, C, *spatial) padded by `pads` (before, after) on its spatial dims, for a convolution.
-
-    Read through the windows as a view, every load of a padded input tests its bounds, and gcc
-    then builds each vector of a register tile from scalar loads. An input that is not small is
-    copied once with its zeros (one more kernel, `CONTIGUOUS`), so the convolution's loads are
-    plain: conv2d 32x16x32x32 by 32x16x3x3, padding 1, took 7.0 ms with masked loads and 3.1 ms
-    with the copy (0.2 ms) and a plain convolution; 16x1x28x28 by 32x1x5x5, 6 ms and 0.4 ms.
-    """
-    padded = x.pad(((0, 0), (0, 0)) + tuple(pads))
-    if all(pad == (0, 0) for pad in pads) or math.prod(padded.shape) < PADDED_COPY_MIN_ELEMENTS:
-        return padded
-    return padded.contiguous()
-
-
 def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dilation, groups) -> Tensor:
     x, unbatched = _batched(name, input, dims)
     _check_conv_weight(name, x, weight, bias, groups, dims, transposed=False)
@@ -258,7 +238,7 @@ def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dil
     stride = _ints(stride, dims, name, "stride", minimum=1)
     dilation = _ints(dilation, dims, name, "dilation", minimum=1)
     pads = _conv_padding(name, padding, kernel, stride, dilation)
-    x = _padded_input(x, pads)
+    x = x.pad(((0, 0), (0, 0)) + pads)  # stored with its zeros when large (schedule/fuse.py)
     _check_windows_fit(name, input.shape, x.shape[2:], kernel, dilation)
     out = _windowed_product(x, weight, stride, dilation, groups)
     if bias is not None:

@@ -79,7 +79,7 @@ def test_conv2d_tiles_output_channels_and_columns():
 
 
 def test_conv2d_of_a_large_padded_input_copies_it_and_tiles_32_by_8():
-    """The padded input is stored once (nn/spatial.py `_padded_input`), so the convolution's loads
+    """The padded input is stored once (schedule/fuse.py `worth_storing_padded`), so the convolution's loads
     are plain and it takes 32 columns by 8 output channels, as a matmul. conv2d 32x16x32x32 by
     32x16x3x3, padding 1 (bench_kernels, medians of 10 runs alternating with the old code): 7.0 ms
     before (masked loads, 16 x 16), 3.1 ms after (0.2 ms copy + 2.7 ms convolution); torch with 2
@@ -91,6 +91,18 @@ def test_conv2d_of_a_large_padded_input_copies_it_and_tiles_32_by_8():
     loads = [node for node in kernel.ast.walk() if node.op == "LOAD"]
     assert all(view.mask is None for load in loads for view in load.arg[1].views)
     assert heuristic_opts(kernel, CRenderer()) == [Opt("UPCAST", 3, 32), Opt("UPCAST", 1, 8)]
+
+
+def test_a_convolution_of_a_padded_view_gets_the_same_kernel_as_one_given_padding():
+    """lazygrad.onnx pads the input itself, then convolves without padding; nn.Conv2d passes the
+    padding. Both reach the same schedule: the padded input stored, the same tiled product."""
+    x = Tensor(np.ones((1, 64, 14, 14), np.float32))
+    w = Tensor(np.ones((64, 64, 3, 3), np.float32))
+    given, given_count = last_kernel_of(x.conv2d(w, padding=1))
+    viewed, viewed_count = last_kernel_of(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))).conv2d(w))
+    assert given_count == viewed_count == 2
+    assert given.ast is viewed.ast and given.full_shape == viewed.full_shape
+    assert heuristic_opts(given, CRenderer()) == heuristic_opts(viewed, CRenderer()) != []
 
 
 def test_conv2d_rows_that_no_power_of_two_divides_still_get_a_tile():

@@ -223,3 +223,23 @@ def test_a_reduce_needing_another_through_a_third_kernel_is_not_merged_with_it(i
     assert realize_counting(first, second) == 3
     expected_shift = (a - a.sum(axis=1, keepdims=True)).sum(axis=0, keepdims=True)
     np.testing.assert_allclose(second.numpy(), (a * expected_shift).sum(axis=1), rtol=1e-4, atol=1e-3)
+
+
+def test_projections_of_one_input_stay_separate_tiled_kernels():
+    """Q, K and V of attention read one input with the same loops. Merged side by side, the kernel
+    of three reduces gets no register tile (2 GFLOP/s against 40 or more for each alone)."""
+    from lazygrad.renderer.axes import merge_dims
+    from lazygrad.renderer.c import CRenderer
+    from lazygrad.renderer.opts import heuristic_opts
+    from lazygrad.schedule.fuse import create_schedule
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    weights = [rng.standard_normal((96, 96)).astype(np.float32) for _ in range(3)]
+    tx = Tensor(x)
+    projections = [tx.linear(Tensor(w)) for w in weights]
+    items = [item for item in create_schedule([p.lazydata for p in projections]) if item.kernel is not None]
+    products = [item.kernel for item in items if item.kernel.reduce_axes]
+    assert len(products) == 3
+    assert all(any(opt.op == "UPCAST" for opt in heuristic_opts(merge_dims(kernel), CRenderer())) for kernel in products)
+    for projection, w in zip(projections, weights):
+        np.testing.assert_allclose(projection.numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
