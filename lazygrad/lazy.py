@@ -162,6 +162,11 @@ class LazyBuffer:
         new_shape = tuple(1 if axis in axes else size for axis, size in enumerate(self.shape))
         return LazyBuffer.create(op, (self,), axes, self.dtype, new_shape, self.device)
 
+    def take(self, index: "LazyBuffer") -> "LazyBuffer":
+        """TAKE: this node, of shape index.shape + (n,), read along its last axis at `index`."""
+        assert self.shape[:-1] == index.shape and index.dtype.is_int, "TAKE: index shape or dtype"
+        return LazyBuffer.create("TAKE", (self, index), None, self.dtype, index.shape, self.device)
+
     def cast(self, dtype: DType, bitcast: bool = False) -> "LazyBuffer":
         if dtype == self.dtype:
             return self

@@ -18,7 +18,7 @@ import numpy as np
 from lazygrad.devices import canonical_device, get_device
 from lazygrad.dtype import DType, dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
-from lazygrad.ops import OPS, REDUCE, UNARY, BINARY, TERNARY
+from lazygrad.ops import OPS, GATHER, REDUCE, UNARY, BINARY, TERNARY
 from lazygrad.realize import realize, record_host_buffer
 from lazygrad.tensor_methods.creation import CreationMethods, manual_seed  # noqa: F401 (lazygrad.manual_seed)
 from lazygrad.tensor_methods.elementwise import ElementwiseMethods
@@ -114,6 +114,8 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
             lazy = self.lazydata.alu(op, *sources, arg=arg)
         elif kind == REDUCE:
             lazy = self.lazydata.reduce(op, arg)
+        elif kind == GATHER:
+            lazy = self.lazydata.take(others[0].lazydata)
         elif op == "CONTIGUOUS":
             lazy = self.lazydata.contiguous()
         elif op == "COPY":

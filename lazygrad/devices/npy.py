@@ -11,7 +11,7 @@ import numpy as np
 from lazygrad.devices.buffer import Buffer, HostAllocator
 from lazygrad.dtype import DType
 from lazygrad.lazy import LazyBuffer, walk
-from lazygrad.ops import OPS, REDUCE, UNARY, BINARY, TERNARY
+from lazygrad.ops import OPS, GATHER, REDUCE, UNARY, BINARY, TERNARY
 
 
 def _movement(op: str, value: np.ndarray, arg) -> np.ndarray:
@@ -46,6 +46,8 @@ def evaluate(node: LazyBuffer, values: dict[int, np.ndarray]) -> np.ndarray:
             result = opdef.ref(*srcs, node.arg) if node.op in ("CAST", "BITCAST") else opdef.ref(*srcs)
         elif opdef.kind == REDUCE:
             result = opdef.ref(srcs[0], node.arg)
+        elif opdef.kind == GATHER:
+            result = opdef.ref(*srcs)
         else:
             result = _movement(node.op, srcs[0], node.arg)
     return np.asarray(result).astype(node.dtype.np, copy=False)

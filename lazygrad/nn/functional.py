@@ -68,8 +68,9 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
     """Rows of weight (num_embeddings, dim) at the integer indices in input: shape input.shape + (dim,).
-    The row at padding_idx gets no gradient. Each index is compared with every row (a one-hot sum, one
-    kernel); an index out of range gives a row of zeros rather than an error."""
+    The row at padding_idx gets no gradient. One kernel of indexed loads (TAKE), which reads only the
+    rows asked for; an index out of range gives a row of zeros rather than an error, and never reads
+    outside the table."""
     if input.dtype.is_float or input.dtype.is_bool:
         raise TypeError(f"embedding: indices must be an integer tensor, got {input.dtype.name}")
     if weight.ndim != 2:
@@ -81,11 +82,9 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
             raise ValueError(f"embedding: padding_idx {padding_idx} is out of range for {rows} embeddings")
         not_padding = Tensor(np.arange(rows) != padding_idx % rows, device=weight.device).reshape(rows, 1)
         table = not_padding.where(weight, weight.detach())
-    # compared at the full (..., rows, dim) shape: a comparison broadcast afterwards would be stored first
-    full_shape = input.shape + weight.shape
-    indices = input.cast(dtypes.int64).reshape(input.shape + (1, 1)).expand(full_shape)
-    hit = indices == Tensor.arange(rows, device=weight.device).reshape(rows, 1).expand(full_shape)
-    return hit.where(table, 0).sum(-2)
+    # each output element (..., d) takes column d of the table read along its rows
+    columns = table.T.reshape((1,) * input.ndim + (weight.shape[1], rows))
+    return columns._take(input.reshape(input.shape + (1,)), input.shape + (weight.shape[1],))
 
 
 # ---- normalization -----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import numpy as np
 from lazygrad.dtype import DType, dtypes
 
 UNARY, BINARY, TERNARY, REDUCE, MOVEMENT, SOURCE = "unary", "binary", "ternary", "reduce", "movement", "source"
+GATHER = "gather"  # TAKE: a load whose position along the last axis comes from another tensor
 NOT_DIFFERENTIABLE = "not differentiable"
 LN2 = math.log(2)
 
@@ -117,6 +118,24 @@ def _shrink_grad(g, out, srcs, arg):
     return (g.pad(tuple((start, size - end) for (start, end), size in zip(arg, x.shape))),)
 
 
+def _take_ref(source, index):
+    """source[..., index[...]] along the last axis, 0 where the index is outside [0, n)."""
+    size = source.shape[-1]
+    inside = (index >= 0) & (index < size)
+    if size == 0:
+        return np.zeros(index.shape, source.dtype)
+    taken = np.take_along_axis(source, np.where(inside, index, 0).astype(np.int64)[..., None], axis=-1)[..., 0]
+    return np.where(inside, taken, np.zeros((), source.dtype))
+
+
+def _take_grad(g, out, srcs, arg):
+    """The incoming gradient added back at the position each output was read from (a one-hot
+    comparison with every position of the source's last axis), none for the index."""
+    source, index = srcs
+    positions = source.arange(source.shape[-1], device=source.device)
+    return ((index.unsqueeze(-1) == positions).where(g.unsqueeze(-1), 0), None)
+
+
 def _unary(name, ref, grad, c, float_only=True, keeps_zero=False):
     return OpDef(name, UNARY, 1, ref=ref, grad=grad, render={"c": c}, float_only=float_only,
                  keeps_zero=keeps_zero)
@@ -175,6 +194,11 @@ _DEFS = [
           ref=lambda x, axes: np.max(x, axis=axes, keepdims=True, initial=reduce_identity("MAX_REDUCE", x.dtype)),
           grad=_reduce_max_grad, render={"c": {"float": "(({1}>{0} || {1}!={1}) ? {1} : {0})",
                                                 "int": "({1}>{0} ? {1} : {0})", "bool": "({0}|{1})"}}),
+    # TAKE(source, index): source of shape index.shape + (n,) read along its last axis at the integer
+    # index: result[...] = source[..., index[...]], 0 for an index outside [0, n).
+    # Rendered by linearize as an indexed load (`_Emitter.emit_take`), so a lookup costs its rows,
+    # not a comparison with every row; the scheduler stores every TAKE (fuse.py).
+    OpDef("TAKE", GATHER, 2, ref=_take_ref, grad=_take_grad),
     # movement: views, never a copy
     OpDef("RESHAPE", MOVEMENT, 1, grad=lambda g, out, srcs, arg: (g.reshape(srcs[0].shape),)),
     OpDef("PERMUTE", MOVEMENT, 1, grad=_permute_grad),

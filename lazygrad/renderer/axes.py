@@ -44,7 +44,8 @@ def reshape_kernel(kernel: Kernel, new_full: tuple[int, ...], new_axes: set[int]
     new_out = tuple(1 if axis in new_axes else size for axis, size in enumerate(new_full))
     mapping = {}
     for tracker in _trackers(kernel.ast):
-        assert tracker.shape in (kernel.full_shape, out_shape)
+        if tracker.shape not in (kernel.full_shape, out_shape):
+            return None  # the source of an indexed load (TAKE) has a dim more, and keeps its shape
         reshaped = tracker.reshape(new_full if tracker.shape == kernel.full_shape else new_out)
         if len(reshaped.views) != len(tracker.views):
             return None

@@ -148,8 +148,15 @@ def choose_inner_axes(kernel: Kernel) -> tuple[Kernel, list[int]]:
     return kernel, inner
 
 
+def _sources(node: KernelNode) -> tuple[KernelNode, ...]:
+    """The sources emitted before a node: all of them, except a TAKE's source, which its own
+    emission evaluates at the taken position (`_Emitter.emit_take`)."""
+    return node.srcs[1:] if node.op == "TAKE" else node.srcs
+
+
 def _walk_above(roots: list[KernelNode], stops: set[KernelNode]) -> list[KernelNode]:
-    """Nodes reachable from roots without entering `stops`, sources first (stops excluded)."""
+    """Nodes reachable from roots without entering `stops`, sources first (stops excluded); a TAKE's
+    source is not entered (see `_sources`)."""
     order, seen = [], set()
     stack = [(root, False) for root in reversed(roots)]
     while stack:
@@ -159,7 +166,7 @@ def _walk_above(roots: list[KernelNode], stops: set[KernelNode]) -> list[KernelN
         elif node not in seen and node not in stops:
             seen.add(node)
             stack.append((node, True))
-            stack.extend((src, False) for src in reversed(node.srcs) if src not in seen)
+            stack.extend((src, False) for src in reversed(_sources(node)) if src not in seen)
     return order
 
 
@@ -216,6 +223,9 @@ class _Emitter:
     def emit(self, node: KernelNode, names: dict, seen: dict, statements: list[Statement], lanes: list) -> None:
         """Name `node`'s value in one copy of the body; `lanes` holds the indexer of each position
         the copy covers (one, except in vector copies)."""
+        if node.op == "TAKE":
+            self.emit_take(node, names, seen, statements, lanes)
+            return
         if len(lanes) == 1:
             expr, width = self.scalar_expression(node, [names[src] for src in node.srcs], lanes[0]), 1
         else:
@@ -227,6 +237,32 @@ class _Emitter:
             if width > 1:
                 self.widths[seen[key]] = width
         names[node] = seen[key]
+
+    def emit_take(self, node: KernelNode, names: dict, seen: dict, statements: list[Statement], lanes: list) -> None:
+        """An indexed load: the index value checked against [0, n), then the source's statements
+        emitted with the last axis of every view at that index (0 outside), so the address of each
+        load comes from another buffer. Kernels with a TAKE get no opts, so there is one lane."""
+        assert len(lanes) == 1, "a TAKE kernel has no vector copies"
+        source, index = node.srcs
+        size, renderer, indexer = node.arg, self.renderer, lanes[0]
+        zero = renderer.render_const(0, node.dtype)
+        if size == 0:
+            names[node] = zero
+            return
+        index_name = names[index]
+        inside = self.namer.next()
+        statements.append(Statement(inside, dtypes.bool, f"({index_name}>=0 && {index_name}<{size})"))
+        position = self.namer.next()
+        as_int64 = renderer.render_op("CAST", [index.dtype], dtypes.int64, [index_name])
+        statements.append(Statement(position, dtypes.int64, f"({inside} ? {as_int64} : 0)"))
+        taken = var(position, 0, size - 1)
+        source_names: dict = {}
+        for source_node in _walk_above([source], set()):
+            self.emit(source_node, source_names, seen, statements, [lambda tracker: indexer(tracker, taken)])
+        expr = renderer.render_op("WHERE", [dtypes.bool, node.dtype, node.dtype], node.dtype,
+                                  [inside, source_names[source], zero])
+        names[node] = self.namer.next()
+        statements.append(Statement(names[node], node.dtype, expr))
 
     def scalar_expression(self, node: KernelNode, operands: list[str], indexer) -> str:
         renderer = self.renderer
@@ -324,8 +360,11 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
         full_indices = [Lin.of(position[axis]) if axis in position else index for axis, index in enumerate(loop_indices)]
         out_indices = [Lin.of(0) if axis in axes else index for axis, index in enumerate(full_indices)]
 
-        def indexer(tracker: ShapeTracker) -> tuple[Lin, list]:
-            if tracker.shape == full_shape:
+        def indexer(tracker: ShapeTracker, taken: Lin | None = None) -> tuple[Lin, list]:
+            """`taken`: the index along the extra last dim of a TAKE's source."""
+            if taken is not None:
+                indices = full_indices + [taken]
+            elif tracker.shape == full_shape:
                 indices = full_indices
             else:
                 assert tracker.shape == out_shape

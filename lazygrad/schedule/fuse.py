@@ -10,7 +10,8 @@ The contract (docs/architecture.md):
   * a padded value read through an EXPAND inside a sum of products (a convolution's padded input,
     however the padding was written) is stored with its zeros when it is not small
     (`worth_storing_padded`), so the product's loads carry no bounds tests;
-  * the user's outputs, CONTIGUOUS, ASSIGN and device copies are always materialized;
+  * the user's outputs, CONTIGUOUS, ASSIGN, TAKE (an indexed load) and device copies are always
+    materialized;
   * kernels without a reduce that have the same shape and read a common buffer, where neither
     needs the other's result, are merged into one kernel with several outputs (`_merge_siblings`).
 
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 from lazygrad.dtype import dtypes
 from lazygrad.lazy import LazyBuffer, walk
-from lazygrad.ops import OPS, ELEMENTWISE, MOVEMENT, REDUCE
+from lazygrad.ops import OPS, ELEMENTWISE, GATHER, MOVEMENT, REDUCE
 from lazygrad.renderer.axes import merge_dims
 from lazygrad.renderer.opts import matmul_tile
 from lazygrad.schedule.kernel import Kernel, KernelNode
@@ -74,7 +75,7 @@ class _FusionPlan:
         for node in nodes:
             if node.realized:
                 continue
-            if node.op in ("CONTIGUOUS", "COPY", "ASSIGN"):
+            if node.op in ("CONTIGUOUS", "COPY", "ASSIGN", "TAKE"):
                 self.materialized.add(id(node))
             if node.op == "COPY" and not node.srcs[0].realized:
                 self.materialized.add(id(node.srcs[0]))
@@ -159,6 +160,9 @@ class _FusionPlan:
                     self.materialized.add(id(node))
                     grew = True
                     continue
+                if node.op == "TAKE":  # (it starts its kernel) a reduce below it is stored, not fused
+                    stack.extend((src, False, under_reduce, through_expand) for src in node.srcs)
+                    continue
                 if OPS[node.op].kind == MOVEMENT:
                     stack.append((node.srcs[0], reshapes_only and node.op == "RESHAPE", under_reduce,
                                   through_expand or node.op == "EXPAND"))
@@ -224,6 +228,10 @@ class _KernelBuilder:
         if kind == REDUCE:
             assert node is self.reduce and all(op == "RESHAPE" for op, _ in pending), "fusion plan broken"
             return KernelNode.make(node.op, node.dtype, (self.node(node.srcs[0], ()),), node.arg)
+        if kind == GATHER:  # stored, so at the top of its kernel: the source's views keep its last axis
+            assert top and not pending, "fusion plan broken"
+            srcs = (self.node(node.srcs[0], ()), self.node(node.srcs[1], ()))
+            return KernelNode.make(node.op, node.dtype, srcs, node.srcs[0].shape[-1])
         srcs = tuple(self.node(src, pending) for src in node.srcs)
         result = KernelNode.make(node.op, node.dtype, srcs, node.arg)
         if not OPS[node.op].keeps_zero and any(op == "PAD" for op, _ in pending):

@@ -13,6 +13,10 @@ Node ops:
   STORE  arg=(number, ShapeTracker), srcs=(value,)  one output: value written to buffer `number`
   SINK   srcs=(STORE, ...), dtype None          the root: the kernel's stores, outputs in order
   SUM / PROD / MAX_REDUCE  arg=axes              a reduce over axes of the kernel's full shape
+  TAKE   arg=n, srcs=(source, index)             source evaluated where its last axis is the value
+                                                 of index (0 outside [0, n)): an indexed load. The
+                                                 source's views have the full shape and one more
+                                                 dim, of size n
   any elementwise op of the op table, arg as in the lazy graph (CAST's target dtype)
 """
 from __future__ import annotations

@@ -136,10 +136,8 @@ class IndexingMethods:
         out_shape = before_shape + index_shape + after_shape
         source = self.permute(before + after + positions).reshape(
             before_shape + (1,) * len(index_shape) + after_shape + (count,))
-        flat = flat._broadcast_to(index_shape).reshape(
-            (1,) * len(before) + index_shape + (1,) * len(after) + (1,))
-        hit = flat == Tensor.arange(count, device=self.device).reshape((1,) * len(out_shape) + (count,))
-        return hit.where(source, _zero_of(self.dtype))._reduce("SUM", -1, False, "index")
+        flat = flat._broadcast_to(index_shape).reshape((1,) * len(before) + index_shape + (1,) * len(after))
+        return source._take(flat, out_shape)
 
     def gather(self, dim: int, index: "Tensor") -> "Tensor":
         """out[i][j][k] = self[i][index[i][j][k]][k] for dim=1 (torch.gather); index has self's ndim and
@@ -154,12 +152,16 @@ class IndexingMethods:
         if index.ndim != self.ndim or any(i > s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
             raise ValueError(f"gather: index of shape {index.shape} must have the {self.ndim} dims of the input "
                              f"{self.shape} and be no larger outside dim {dim}")
-        size = self.shape[dim]
         source = self.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
         # source: index's shape with `size` at dim; move dim last and let index's dim broadcast over it
         source = source.unsqueeze(-1).transpose(dim, -1)  # size 1 at dim, `size` last
-        hit = index.unsqueeze(-1) == Tensor.arange(size, device=self.device)
-        return hit.where(source, _zero_of(self.dtype))._reduce("SUM", -1, False, "gather")
+        return source._take(index, index.shape)
+
+    def _take(self, index: "Tensor", shape: tuple[int, ...]) -> "Tensor":
+        """self[..., index[...]] along the last axis, of the given shape: TAKE, an indexed load, 0 for
+        an index outside [0, n). self's leading dims and index broadcast to `shape` first."""
+        source = self._broadcast_to(tuple(shape) + (self.shape[-1],))
+        return source._apply("TAKE", index._broadcast_to(tuple(shape)))
 
     def scatter(self, dim: int, index: "Tensor", src, reduce: str | None = None) -> "Tensor":
         """A copy of self with self[index[i][j]][j] = src[i][j] for dim=0 (torch.scatter, not in place);

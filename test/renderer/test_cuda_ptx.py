@@ -1,7 +1,7 @@
 """The CUDA renderer's source compiles to PTX, checked without a GPU (nvcc, or NVRTC through cupy).
 
 Representative kernels (every elementwise op at several dtypes, every cast and bitcast, reduces,
-view chains, matmul, softmax) come from the scheduler. nvcc takes about a second per file, so the
+view chains, matmul, softmax, an indexed load) come from the scheduler. nvcc takes about a second per file, so the
 kernels are compiled together in one file (their helpers are identical text, kept once); if that
 fails, each kernel is compiled alone to name the ones at fault.
 """
@@ -83,6 +83,7 @@ def _other_graphs():
     yield "matmul", tensor((8, 16)) @ tensor((16, 5))
     yield "softmax", softmax(tensor((6, 10)))
     yield "big", tensor((1000,)) * 2
+    yield "indexed-load", tensor((10, 6))[Tensor(np.array([[3, -1], [12, 0]]), device="CPU")] * 2
     source = tensor((4, 6))
     yield "several-outputs", (source + 1, (source * 2).cast(dtypes.float16), source > 0)
 

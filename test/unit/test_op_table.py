@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from lazygrad.dtype import dtypes
-from lazygrad.ops import OPS, ELEMENTWISE, REDUCE, reduce_identity
+from lazygrad.ops import OPS, ELEMENTWISE, GATHER, REDUCE, reduce_identity
 from lazygrad.ops.table import NOT_DIFFERENTIABLE
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
@@ -11,7 +11,7 @@ from lazygrad.renderer.opencl import OpenCLRenderer
 
 RENDERERS = [CRenderer(), OpenCLRenderer(), CUDARenderer()]
 ARCHITECTURE_OPS = ["NEG", "RECIP", "SQRT", "EXP2", "LOG2", "SIN", "CAST", "BITCAST", "ADD", "MUL", "DIV", "MOD",
-                    "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL", "SHR", "WHERE", "SUM", "MAX_REDUCE", "PROD",
+                    "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL", "SHR", "WHERE", "SUM", "MAX_REDUCE", "PROD", "TAKE",
                     "RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP", "CONST", "BUFFER", "COPY",
                     "CONTIGUOUS", "ASSIGN"]
 
@@ -26,7 +26,7 @@ def test_every_op_has_a_gradient_rule_or_says_it_has_none(name):
     assert callable(grad) or grad == NOT_DIFFERENTIABLE, f"{name} has no gradient rule"
 
 
-@pytest.mark.parametrize("name", sorted(ELEMENTWISE) + sorted(n for n, op in OPS.items() if op.kind == REDUCE))
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE) + sorted(n for n, op in OPS.items() if op.kind in (REDUCE, GATHER)))
 def test_every_computing_op_has_a_numpy_reference(name):
     assert callable(OPS[name].ref), f"{name} has no numpy reference"
 
