@@ -35,13 +35,16 @@ _RENDERERS: dict[str, object] = {}  # device name -> the renderer of its dialect
 
 
 def renderer_for(device_name: str):
-    """The renderer for a device's kernels, built once per device: the C dialect for CPU, CUDA's,
-    and OpenCL's with that device's float vector width (so `OPENCL:1` gets its own)."""
+    """The renderer for a device's kernels, built once per device: the C dialect with the CPU's vector
+    registers (its tiles fit them), CUDA's, and OpenCL's with that device's float vector width (so
+    `OPENCL:1` gets its own)."""
     renderer = _RENDERERS.get(device_name)
     if renderer is None:
         kind = device_name.split(":")[0]
         if kind == "OPENCL":
             renderer = OpenCLRenderer(get_device(device_name).float_vector_width)
+        elif kind == "CPU":
+            renderer = CRenderer(*get_device(device_name).simd)
         else:
             renderer = {"CPU": CRenderer, "CUDA": CUDARenderer}[kind]()
         _RENDERERS[device_name] = renderer

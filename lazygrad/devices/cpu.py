@@ -8,6 +8,7 @@ OpenMP spreads big kernels over every core; a compiler without OpenMP still work
 from __future__ import annotations
 
 import ctypes
+import functools
 import operator
 import os
 import platform
@@ -96,12 +97,42 @@ class CPUProgram:
         self.function(*map(_pointer_of, buffers))  # map with attrgetter: no Python frame per launch
 
 
+def simd_registers(cpu_flags: set[str], machine: str) -> tuple[int, int]:
+    """(float32 lanes per vector register, vector registers) of a CPU that -march=native compiles
+    for, from its feature flags: AVX-512 16 and 32, AVX 8 and 16, Arm's NEON 4 and 32, else SSE's
+    4 and 16. The register tiles of renderer/opts.py keep their accumulators within them."""
+    if "avx512f" in cpu_flags:
+        return 16, 32
+    if "avx" in cpu_flags:
+        return 8, 16
+    if machine in ("aarch64", "arm64"):
+        return 4, 32
+    return 4, 16
+
+
+def cpu_flags() -> set[str]:
+    """The feature flags of this machine's first CPU in /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 class CPUDevice:
     name = "CPU"
 
     def __init__(self):
         self.allocator = HostAllocator()
         self._compilers: dict[str, Compiler] = {}
+
+    @functools.cached_property
+    def simd(self) -> tuple[int, int]:
+        """(float32 lanes per vector register, vector registers): see simd_registers."""
+        return simd_registers(cpu_flags(), platform.machine())
 
     @property
     def compiler(self) -> Compiler:

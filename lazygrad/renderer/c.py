@@ -75,11 +75,17 @@ WINDOWED_TILE_ATTRIBUTE = ('__attribute__((optimize("no-tree-loop-vectorize", "n
 
 
 class CRenderer(CStyleRenderer):
+    """`simd_lanes` and `simd_registers`: float32 lanes per vector register and how many there are
+    on the CPU compiled for (devices/cpu.py); a register tile's accumulators must fit in them. The
+    defaults are an AVX-512 CPU's."""
     dialect = "c"
     supports_threads = True
     accumulator_arrays = True
     expands_tiles = True
     spills_tile_epilogue = True
+
+    def __init__(self, simd_lanes: int = 16, simd_registers: int = 32):
+        self.simd_lanes, self.simd_registers = simd_lanes, simd_registers
 
     def render_fma(self, dtype, left: str, right: str, accumulator: str) -> str:
         return f"{'fma' if dtype == dtypes.float64 else '__builtin_fmaf'}({left}, {right}, {accumulator})"

@@ -266,10 +266,29 @@ def _reduce_source(kernel: Kernel) -> KernelNode | None:
     return next((node.srcs[0] for node in kernel.ast.walk() if node.is_reduce), None)
 
 
-# Vector widths of a convolution tile over plain loads, widest first: any width from 32 down to 8,
-# so rows that no power of two divides (28, 14, 30 columns) get a tile too. conv2d 16x32x28x28 by
-# 64x32x3x3: 7 ms with 28 x 8, 105 ms with no tile; 8x64x14x14 by 64x64x3x3: 3 ms with 14 x 8, 20 ms.
-CONVOLUTION_VECTOR_CHOICES = tuple(range(32, 7, -1))
+# Vector widths of a convolution tile over plain loads, widest first: any width from 32 down to 4,
+# so rows that no power of two divides (28, 14, 7 columns) get a tile too. conv2d 16x32x28x28 by
+# 64x32x3x3: 7 ms with 28 x 8, 105 ms with no tile; 8x64x14x14 by 64x64x3x3: 3 ms with 14 x 8, 20 ms;
+# 1x512x7x7 by 512x512x3x3 (ResNet-18's last stage, AVX2, one thread): 82 ms without, 11 ms with 7 x 4.
+CONVOLUTION_VECTOR_CHOICES = tuple(range(32, 3, -1))
+
+
+def vector_pieces(width: int, lanes: int) -> int:
+    """Vector registers that hold `width` consecutive floats: whole vectors, then the power-of-two
+    pieces gcc packs the rest into (7 floats with 8 lanes: 4 + 2 + 1, three registers)."""
+    return width // lanes + bin(width % lanes).count("1")
+
+
+def _accumulators_fit(renderer):
+    """A test of (columns, rows) tiles: their accumulators fit in the renderer's vector registers
+    (`simd_lanes`, `simd_registers`; any tile fits where a renderer has none). Measured on AVX2
+    (16 registers of 8 floats, one thread): matmul 1024x384x384 32 x 8 (32 registers) 32 GFLOP/s,
+    32 x 4 and 16 x 8 (16) 50; conv2d 1x256x14x14 by 256x256x3x3 14 x 8 (24) 26, 14 x 4 (12) 35;
+    1x64x56x56 by 64x64x3x3 28 x 8 31, 28 x 4 36."""
+    lanes, registers = getattr(renderer, "simd_lanes", None), getattr(renderer, "simd_registers", None)
+    if lanes is None:
+        return lambda columns, rows: True
+    return lambda columns, rows: vector_pieces(columns, lanes) * rows <= registers
 
 
 def _has_masked_load(source: KernelNode) -> bool:
@@ -278,7 +297,7 @@ def _has_masked_load(source: KernelNode) -> bool:
                for node in source.walk())
 
 
-def matmul_tile(kernel: Kernel) -> list[Opt]:
+def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     """Register tile for a reduce whose loads each stay put along some output axis (matmul,
     convolution): the output axis that some load walks contiguously (the vector axis) and an output
     axis that load does not move along (the row axis) are upcast, so every loaded value is used
@@ -286,7 +305,8 @@ def matmul_tile(kernel: Kernel) -> list[Opt]:
     (several reduce axes) whose loads are plain gets 8 output channels by the widest run of columns
     up to 32 that divides its rows (28 for 28 or 56 columns, 14 for 14); one reading a padded input
     through its windows (masked loads) gets 16 columns by 16 output channels, which measured several
-    times faster there than 32 x 8. Empty when the kernel is not like that."""
+    times faster there than 32 x 8. Fewer rows where the accumulators would not fit in the
+    renderer's vector registers (`_accumulators_fit`). Empty when the kernel is not like that."""
     source = _reduce_source(kernel)
     if source is None:
         return []
@@ -300,14 +320,16 @@ def matmul_tile(kernel: Kernel) -> list[Opt]:
         vector_choices, row_choices = (16, 8), (16, 8, 4, 2)
     else:
         vector_choices, row_choices = CONVOLUTION_VECTOR_CHOICES, (8, 6, 4, 2)
-    return _vector_and_row_tile(kernel, globals_, strides, vector_choices, row_choices)
+    return _vector_and_row_tile(kernel, globals_, strides, vector_choices, row_choices, _accumulators_fit(renderer))
 
 
 def _vector_and_row_tile(kernel: Kernel, globals_: list[int], strides: list[dict[int, int | None]],
-                         vector_choices: tuple[int, ...], row_choices: tuple[int, ...]) -> list[Opt]:
+                         vector_choices: tuple[int, ...], row_choices: tuple[int, ...],
+                         fits=lambda columns, rows: True) -> list[Opt]:
     """UPCAST of the last output axis that some load walks contiguously while another load stays put
     along it (by the first of `vector_choices` that divides it), and of an output axis that walking
-    load stays put along (by the first of `row_choices`); empty when no axis is like that."""
+    load stays put along (by the first of `row_choices` that divides it and `fits` with the vector);
+    empty when no axis is like that."""
     reused = {axis for axis in globals_ if any(load[axis] == 0 for load in strides)}
     for vector_axis in reversed(globals_):
         walking = [load for load in strides if load[vector_axis] == 1]
@@ -318,7 +340,8 @@ def _vector_and_row_tile(kernel: Kernel, globals_: list[int], strides: list[dict
             continue
         row_axes = [axis for axis in reversed(globals_) if axis != vector_axis and walking[0][axis] == 0]
         for row_axis in row_axes:
-            row_amount = _largest_divisor(kernel.full_shape[row_axis], row_choices)
+            fitting = tuple(rows for rows in row_choices if fits(vector_amount, rows))
+            row_amount = _largest_divisor(kernel.full_shape[row_axis], fitting)
             if row_amount is not None:
                 # the later axis is split first, so the earlier one keeps its number
                 tile = [Opt("UPCAST", vector_axis, vector_amount), Opt("UPCAST", row_axis, row_amount)]
@@ -378,7 +401,7 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
         return work_item_tile(kernel, renderer)
     if sum(node.is_reduce for node in kernel.ast.walk()) > 1:
         return []  # chained reduces (softmax's max, then sum): plain loops, each a SIMD reduction
-    tile = matmul_tile(kernel)
+    tile = matmul_tile(kernel, renderer)
     opts = tile or row_reduce_tile(kernel)
     try:
         tiled = apply_opts(kernel, opts, renderer)
