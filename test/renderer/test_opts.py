@@ -84,6 +84,17 @@ def test_tiles_keep_their_accumulators_within_the_vector_registers():
     assert heuristic_opts(kernel_of(x.conv2d(w)), CRenderer()) == [Opt("UPCAST", 2, 7), Opt("UPCAST", 0, 8)]
 
 
+def test_strided_convolutions_tile_the_columns_their_input_skips_along():
+    """The input is read every second column: no load walks the columns contiguously, but a tile of
+    them still reuses each weight from a register (ResNet-18's first layer, AVX2: 68 -> 5.8 ms)."""
+    x = Tensor(np.ones((1, 3, 38, 38), np.float32))
+    w = Tensor(np.ones((16, 3, 7, 7), np.float32))
+    assert heuristic_opts(kernel_of(x.conv2d(w, stride=2)), AVX2) == [Opt("UPCAST", 2, 16), Opt("UPCAST", 0, 8)]
+    x = Tensor(np.ones((1, 8, 56, 56), np.float32))
+    w = Tensor(np.ones((16, 8, 1, 1), np.float32))
+    assert heuristic_opts(kernel_of(x.conv2d(w, stride=2)), AVX2)[:2] == [Opt("UPCAST", 2, 28), Opt("UPCAST", 0, 4)]
+
+
 def test_the_cpu_renderer_takes_the_machines_vector_registers():
     from lazygrad.devices.cpu import simd_registers
     assert simd_registers({"sse2", "avx", "avx2", "fma"}, "x86_64") == (8, 16)
