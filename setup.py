@@ -1,4 +1,5 @@
-"""Packaging for lazygrad; extras: test, opencl (PoCL on machines without a GPU), cuda, examples, onnx.
+"""Packaging for lazygrad; extras: test, opencl (PoCL on machines without a GPU), cuda, examples, onnx,
+bench (what the model benchmark compares with).
 
 The test extra includes the examples' packages, so the checkpoint interop tests and the digits
 demo's tests (test/models) always run."""
@@ -18,5 +19,8 @@ setup(
         "cuda": ["cupy-cuda12x"],
         "examples": ["scikit-learn", "matplotlib", "tqdm", "safetensors"],
         "onnx": ["onnx==1.23.2"],
+        # extra/bench/bench_models.py's other columns: torch builds the models and exports them to
+        # ONNX (its exporter needs onnxscript), ONNX Runtime runs them
+        "bench": ["torch", "onnxruntime", "onnxscript", "onnx==1.23.2"],
     },
 )
