@@ -84,7 +84,10 @@ def render_exp2f_helper() -> str:
     x is clamped first so the exponents stay in range; NaN fails every comparison and is returned."""
     coefficients = taylor_coefficients_of_exp2(7)
     lines = ["float lg_exp2f(float x) {",
-             "  float clamped = x > 130.0f ? 130.0f : (x < -160.0f ? -160.0f : x);",
+             "  /* below -150 the result rounds to 0: given from a harmless input, since computing it would",
+             "     underflow through subnormals, a microcode assist per value on x86 (see renderer/c.py) */",
+             "  int zero = x < -150.0f;",
+             "  float clamped = x > 130.0f ? 130.0f : (zero ? 0.0f : x);",
              "  float whole = __builtin_rintf(clamped);",
              "  float f = clamped - whole;",
              f"  float p = {coefficients[0]!r}f;"]
@@ -93,7 +96,7 @@ def render_exp2f_helper() -> str:
               "  int half_n = n / 2;",
               "  float first_scale = as_float((half_n + 127) << 23);",
               "  float second_scale = as_float((n - half_n + 127) << 23);",
-              "  return x != x ? x : p * first_scale * second_scale;",
+              "  return x != x ? x : (zero ? 0.0f : p * first_scale * second_scale);",
               "}"]
     return "\n".join(lines)
 

@@ -630,3 +630,11 @@ def test_float64_constants_keep_precision(device):
     a = np.array([1.0, 2.0, 3.0], dtype=np.float64)
     check(tensor(a, device) + 0.1, a + 0.1, F64, rtol=0, atol=0)
     check(tensor(a, device) * math.pi, a * math.pi, F64, rtol=0, atol=0)
+
+
+def test_exp2_near_and_past_underflow_matches_numpy(device):
+    """Below -150, 2^x rounds to 0 and is given as 0 without computing through subnormals; just
+    above, the subnormal results are still exact (a masked softmax's -inf scores land here)."""
+    x = np.array([-149.0, -149.5, -149.9, -150.0, -150.1, -160.0, -1e38, -np.inf, np.nan, -126.5, 0.3], np.float32)
+    actual = tensor(x, device).exp2().numpy()
+    np.testing.assert_array_equal(actual, np.exp2(x))
