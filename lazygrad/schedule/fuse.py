@@ -203,8 +203,46 @@ class _KernelBuilder:
     def _view(self, shape, pending) -> ShapeTracker:
         tracker = ShapeTracker.from_shape(shape)
         for op, arg in reversed(pending):
-            tracker = tracker.apply(op, arg)
+            if op != GUARDED:
+                tracker = tracker.apply(op, arg)
         return tracker
+
+    def _needs_guard(self, node: LazyBuffer, pending: tuple) -> bool:
+        """Whether the values below a PAD need one WHERE to be zero in its padding: some op there
+        does not keep zero (exp(0) is 1), or some leaf is read the same at every position of a
+        padded dim (a per-channel statistic), whose bounds the WHERE then makes unneeded. Else the
+        masked loads alone give zeros there."""
+        stack, seen = [(node, pending)], set()
+        while stack:
+            node, pending = stack.pop()
+            if (id(node), pending) in seen:
+                continue
+            seen.add((id(node), pending))
+            if self.plan.is_leaf(node) or node.op == "CONST":
+                tracker = self._view(node.shape, pending)
+                if tracker.without_broadcast_mask() != tracker:
+                    return True
+            elif OPS[node.op].kind == MOVEMENT:
+                stack.append((node.srcs[0], pending + ((node.op, node.arg),)))
+            elif not OPS[node.op].keeps_zero:
+                return True
+            else:
+                stack.extend((src, pending) for src in node.srcs)
+        return False
+
+    def _padded(self, node: LazyBuffer, pending: tuple) -> KernelNode:
+        """A PAD: its source read through the padding, zero outside. Where the source needs it
+        (`_needs_guard`), the source is computed as if unpadded and one WHERE zeroes the padding;
+        below it (`GUARDED` among the pending views) a leaf drops its bounds on the dims it does not
+        move along, so a per-channel value is loaded once per channel instead of tested per element
+        (MobileNetV2's padded BatchNorm outputs). Loads that could leave their buffer keep theirs."""
+        inner = pending + (("PAD", node.arg),)
+        if not self._needs_guard(node.srcs[0], inner):
+            return self.node(node.srcs[0], inner)
+        value = self.node(node.srcs[0], inner + ((GUARDED, None),))
+        valid = KernelNode.make("VALID", dtypes.bool, (), self._view(node.srcs[0].shape, inner))
+        zero = KernelNode.make("CONST", node.dtype, (), (node.dtype.np_type(0).item(), None))
+        return KernelNode.make("WHERE", node.dtype, (valid, value, zero))
 
     def node(self, node: LazyBuffer, pending: tuple, top: bool = False) -> KernelNode:
         key = (id(node), pending)
@@ -213,16 +251,24 @@ class _KernelBuilder:
         return self.memo[key]
 
     def _make(self, node: LazyBuffer, pending: tuple, top: bool) -> KernelNode:
+        guarded = (GUARDED, None) in pending  # a PAD above zeroes its padding with a WHERE (_padded)
         if not top and self.plan.is_leaf(node):
             if node not in self.inputs:
                 self.inputs.append(node)
             number = len(self.roots) + self.inputs.index(node)
-            return KernelNode.make("LOAD", node.dtype, (), (number, self._view(node.shape, pending)))
+            tracker = self._view(node.shape, pending)
+            if guarded:
+                tracker = tracker.without_broadcast_mask()
+            return KernelNode.make("LOAD", node.dtype, (), (number, tracker))
         if node.op == "CONST":
             tracker = self._view(node.shape, pending)
+            if guarded:
+                tracker = tracker.without_broadcast_mask()
             has_mask = any(view.mask is not None for view in tracker.views)
             return KernelNode.make("CONST", node.dtype, (), (node.arg, tracker if has_mask else None))
         kind = OPS[node.op].kind
+        if node.op == "PAD":
+            return self._padded(node, pending)
         if kind == MOVEMENT:
             return self.node(node.srcs[0], pending + ((node.op, node.arg),))
         if kind == REDUCE:
@@ -233,15 +279,10 @@ class _KernelBuilder:
             srcs = (self.node(node.srcs[0], ()), self.node(node.srcs[1], ()))
             return KernelNode.make(node.op, node.dtype, srcs, node.srcs[0].shape[-1])
         srcs = tuple(self.node(src, pending) for src in node.srcs)
-        result = KernelNode.make(node.op, node.dtype, srcs, node.arg)
-        if not OPS[node.op].keeps_zero and any(op == "PAD" for op, _ in pending):
-            tracker = self._view(node.shape, pending)
-            if any(view.mask is not None for view in tracker.views):
-                valid = KernelNode.make("VALID", dtypes.bool, (), tracker)
-                zero = KernelNode.make("CONST", node.dtype, (), (node.dtype.np_type(0).item(), None))
-                result = KernelNode.make("WHERE", node.dtype, (valid, result, zero))
-        return result
+        return KernelNode.make(node.op, node.dtype, srcs, node.arg)
 
+
+GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes the padding
 
 _SCHEDULES: dict[tuple, list[tuple]] = {}  # graph structure -> items as positions in its walk
 SCHEDULE_CACHE_LIMIT = 4096

@@ -85,6 +85,14 @@ class View:
         shape = tuple(end - start for start, end in bounds)
         return self._canonical(shape, self.strides, offset, mask)
 
+    def without_broadcast_mask(self) -> "View":
+        """This view with the mask's bounds dropped on the dims it does not move along (stride 0):
+        the index there is the one of a position inside the bounds, so it never leaves the buffer."""
+        if self.mask is None or self.is_empty_mask:
+            return self
+        mask = tuple((0, size) if stride == 0 else bounds for bounds, size, stride in zip(self.mask, self.shape, self.strides))
+        return self._canonical(self.shape, self.strides, self.offset, mask)
+
     def flip(self, axes: tuple[int, ...]) -> "View":
         strides, offset, mask = list(self.strides), self.offset, list(self.mask) if self.mask else None
         for axis in axes:
@@ -209,6 +217,10 @@ class ShapeTracker:
         if view is not None:
             return self._replace_last(view)
         return ShapeTracker(self.views + (View.contiguous(tuple(new_shape)),))
+
+    def without_broadcast_mask(self) -> "ShapeTracker":
+        """See View.without_broadcast_mask; a stack of views keeps its masks."""
+        return self if len(self.views) > 1 else ShapeTracker((self.views[0].without_broadcast_mask(),))
 
     def apply(self, op: str, arg) -> "ShapeTracker":
         """Apply a movement op by its op-table name."""
