@@ -178,3 +178,37 @@ def test_command_line_lists_unsupported_operators_and_reports_broken_files(tmp_p
     result = subprocess.run([sys.executable, "-m", "lazygrad.onnx", str(broken)], capture_output=True, text=True,
                             cwd=ROOT, timeout=120)
     assert result.returncode == 1 and "not a valid ONNX model" in result.stderr
+
+
+def _schedule_of(tensor: Tensor):
+    from lazygrad.schedule.fuse import create_schedule
+    return [item.kernel for item in create_schedule([tensor.lazydata]) if item.kernel is not None]
+
+
+def test_a_padded_conv_and_a_gather_get_the_kernels_of_the_same_ops_written_with_nn():
+    """Conv pads its input itself, then convolves without padding; Gather indexes. Both reach the
+    same kernels as nn's conv2d(padding=1) and embedding: the padded input stored once, an indexed
+    load reading only the rows asked for."""
+    from lazygrad.nn import functional as F
+    rng = np.random.default_rng(0)
+    x_value = rng.standard_normal((1, 16, 14, 14)).astype(np.float32)
+    w_value = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    table = rng.standard_normal((1000, 8)).astype(np.float32)
+    ids = np.array([[3, 999, 0]])
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14]),
+              helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+               helper.make_tensor_value_info("rows", TensorProto.FLOAT, None)]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0)]
+    graph = helper.make_graph(nodes, "conv_gather", inputs, outputs,
+                              [numpy_helper.from_array(w_value, "w"), numpy_helper.from_array(table, "table")])
+    model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), device="CPU")
+    x, ids_tensor = Tensor(x_value), Tensor(ids)
+    result = model(x=x, ids=ids_tensor)
+    conv = F.conv2d(x, Tensor(w_value), padding=1)
+    assert [k.ast for k in _schedule_of(result["y"])] == [k.ast for k in _schedule_of(conv)]
+    (lookup,) = _schedule_of(result["rows"])
+    assert lookup.full_shape == (1, 3, 8) and lookup.reduce_axes == ()
+    np.testing.assert_allclose(result["y"].numpy(), conv.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(result["rows"].numpy(), table[ids])
