@@ -46,6 +46,7 @@ MAX_KERNEL_OUTPUTS = 8  # siblings merged into one kernel (each output is a buff
 # (`worth_storing_padded`). conv2d 32x16x32x32 by 32x16x3x3, padding 1: 7.0 ms with masked loads,
 # 3.1 ms with the copy (0.2 ms); at 8x34x34 (9K elements) the copy measured neither faster nor slower.
 PADDED_COPY_MIN_ELEMENTS = 1 << 12
+GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes a PAD's padding
 
 
 class ScheduleItem:
@@ -281,8 +282,6 @@ class _KernelBuilder:
         srcs = tuple(self.node(src, pending) for src in node.srcs)
         return KernelNode.make(node.op, node.dtype, srcs, node.arg)
 
-
-GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes the padding
 
 _SCHEDULES: dict[tuple, list[tuple]] = {}  # graph structure -> items as positions in its walk
 SCHEDULE_CACHE_LIMIT = 4096
