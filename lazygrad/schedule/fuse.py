@@ -31,7 +31,7 @@ import heapq
 from dataclasses import dataclass
 
 from lazygrad.dtype import dtypes
-from lazygrad.lazy import LazyBuffer, walk
+from lazygrad.lazy import LazyBuffer
 from lazygrad.ops import OPS, ELEMENTWISE, GATHER, MOVEMENT, REDUCE
 from lazygrad.renderer.axes import merge_dims
 from lazygrad.renderer.opts import matmul_tile

@@ -107,7 +107,6 @@ class IndexingMethods:
 
     def _gather_dims(self, gathers: list[tuple[int, "Tensor"]]) -> "Tensor":
         """Advanced indexing of the dims in `gathers` ((dim, integer index tensor) pairs)."""
-        from lazygrad.tensor import Tensor
         positions = [dim for dim, _ in gathers]
         for _, index in gathers:
             if not index.dtype.is_int:
