@@ -3,8 +3,9 @@
 The compiler is `$CC` if set, else the first of gcc, clang, cc found on PATH. Flags keep numpy's
 results: no -ffast-math; -fno-math-errno only stops libm from setting errno (so sqrt vectorizes),
 -fno-trapping-math says no code reads floating-point exception flags (nothing does; without it gcc
-keeps a loop that converts between float and double and selects scalar: GELU's float64 erf ran 5x
-slower), -fwrapv makes integer overflow wrap as numpy's does, -ffp-contract=off keeps a*b+c rounded
+keeps scalar every loop whose selects or conversions could raise one: exp2's polynomial, float to
+double, one thread: exp/sqrt chain on 2^22 floats 50 -> 11 ms, softmax 2048x2048 82 -> 17 ms, GELU's
+float64 erf 5x), -fwrapv makes integer overflow wrap as numpy's does, -ffp-contract=off keeps a*b+c rounded
 twice.
 OpenMP spreads big kernels over every core; a compiler without OpenMP still works, single-threaded.
 """
