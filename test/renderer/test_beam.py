@@ -126,3 +126,16 @@ def test_rotation_stops_at_the_cache_size_and_the_memory_limit():
     assert beam.rotated_set_count(1 << 20, 8 << 20) == 16
     assert beam.rotated_set_count(1 << 10, 1 << 30) == beam.MAX_ROTATED_SETS
     assert beam.rotated_set_count(100 << 20, 1 << 30) == beam.ROTATION_BYTES // (100 << 20)
+
+
+def test_an_indexed_load_is_searched_over_thread_counts_only_and_stays_right(fresh):
+    """TAKE kernels take no tile (their source has a dim more than the loops); BEAM may only
+    change how many threads run them, on random indices, many outside the table."""
+    from lazygrad.nn import functional as F
+    table = np.arange(400, dtype=np.float32).reshape(100, 4)
+    indices = np.array([[1, 5, 99], [0, 200, -3]])
+    result = F.embedding(Tensor(indices), Tensor(table)).numpy()
+    inside = (indices >= 0) & (indices < 100)
+    np.testing.assert_array_equal(result, np.where(inside[..., None], table[np.clip(indices, 0, 99)], 0))
+    (item,) = [item for item in create_schedule([F.embedding(Tensor(indices), Tensor(table)).lazydata])]
+    assert all(opt.op == "THREADS" for opt in realize.get_program("CPU", item.kernel).opts)
