@@ -13,6 +13,41 @@ from lazygrad.dtype import dtypes
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.linearize import LoopProgram
 
+def _exp2_helper(ctype: str, degree: int, exponent_bias: int, mantissa_bits: int) -> str:
+    """2^x for float or double, branch-free so loops calling it vectorize (libm's exp2 is a call per
+    element). x = n + f with n = rint(x), |f| <= 1/2; 2^f is a Taylor polynomial of `degree` (float:
+    7, truncation error ~5e-9; double: 13, ~4e-18, within 1 ulp of numpy); 2^n is applied as two
+    exact power-of-two factors, so results reach the subnormal range and overflow cleanly to inf.
+    Below the smallest subnormal the result rounds to 0 and is given as 0 from a harmless input:
+    computed, it would underflow through subnormals, each a microcode assist on x86 (a softmax over
+    BERT's masked scores, -3.4e38, ran 3-4x slower). NaN fails every comparison and flows through."""
+    single = ctype == "float"
+    name, suffix = ("lg_exp2f", "f") if single else ("lg_exp2", "")
+    integer, size = ("int", 4) if single else ("long long", 8)
+    zero_below = -(exponent_bias + mantissa_bits)  # 2^-150 (float) and 2^-1075 (double) round to 0
+    coefficients = [math.log(2) ** k / math.factorial(k) for k in range(degree, -1, -1)]
+    lines = [f"/* 2^x: a Taylor polynomial of 2^f, |f| <= 1/2, times two exact powers of two; 0 below 2^{zero_below}",
+             "   without computing through subnormals (see renderer/c.py _exp2_helper) */",
+             f"static inline {ctype} {name}({ctype} x) {{",
+             f"  int zero = x < {float(zero_below)!r}{suffix};",
+             f"  {ctype} clamped = x > {float(exponent_bias + 7)!r}{suffix} ? {float(exponent_bias + 7)!r}{suffix} "
+             f": (zero ? 0.0{suffix} : x);",
+             f"  {ctype} n = __builtin_rint{suffix}(clamped);",
+             f"  {ctype} f = clamped - n;",
+             f"  {ctype} p = {coefficients[0]!r}{suffix};"]
+    lines += [f"  p = p * f + {coefficient!r}{suffix};" for coefficient in coefficients[1:]]
+    lines += [f"  int whole = (int)(n == n ? n : 0.0{suffix});",
+              "  int half = whole / 2;",
+              f"  {integer} low_bits = ({integer})(half + {exponent_bias}) << {mantissa_bits}, "
+              f"high_bits = ({integer})(whole - half + {exponent_bias}) << {mantissa_bits};",
+              f"  {ctype} low, high;",
+              f"  __builtin_memcpy(&low, &low_bits, {size});",
+              f"  __builtin_memcpy(&high, &high_bits, {size});",
+              f"  return zero ? 0.0{suffix} : p * low * high;",
+              "}"]
+    return "\n".join(lines)
+
+
 # Each helper is emitted only when the kernel body uses it.
 HELPERS = {
     "lg_bitcast": "#define lg_bitcast(T, x) ({ __typeof__(x) lg_src_ = (x); T lg_dst_; "
@@ -21,34 +56,7 @@ HELPERS = {
                    "{ long q = a / b; return q - ((a % b != 0) && ((a < 0) != (b < 0))); }",
     "lg_floormod": "static inline long lg_floormod(long a, long b) "
                    "{ long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }",
-    "lg_exp2f": """\
-/* 2^x in float, branch-free so loops calling it vectorize. x = n + f with n = rint(x), |f| <= 1/2;
-   2^f is a degree-7 Taylor polynomial (truncation error ~5e-9). 2^n is applied as two exact
-   power-of-two factors so results reach the subnormal range and overflow cleanly to inf.
-   Below -150 the result rounds to 0, and is given as 0 from a harmless input: computed, it would
-   underflow through subnormals, which cost a microcode assist per value (a masked softmax's -inf
-   scores ran 40x slower). NaN passes every comparison as false, so it flows through to a NaN. */
-static inline float lg_exp2f(float x) {
-  int zero = x < -150.0f;
-  float clamped = x > 130.0f ? 130.0f : (zero ? 0.0f : x);
-  float n = __builtin_rintf(clamped);
-  float f = clamped - n;
-  float p = 1.5252733804059840e-05f;
-  p = p * f + 1.5403530393381606e-04f;
-  p = p * f + 1.3333558146428443e-03f;
-  p = p * f + 9.6181291076284772e-03f;
-  p = p * f + 5.5504108664821580e-02f;
-  p = p * f + 2.4022650695910071e-01f;
-  p = p * f + 6.9314718055994531e-01f;
-  p = p * f + 1.0f;
-  int whole = (int)(n == n ? n : 0.0f);
-  int half = whole / 2;
-  int low_bits = (half + 127) << 23, high_bits = (whole - half + 127) << 23;
-  float low, high;
-  __builtin_memcpy(&low, &low_bits, 4);
-  __builtin_memcpy(&high, &high_bits, 4);
-  return zero ? 0.0f : p * low * high;
-}""",
+    "lg_exp2f": _exp2_helper("float", degree=7, exponent_bias=127, mantissa_bits=23),
     # A max that vectorizes: each SIMD lane keeps its own maximum, NaN included, and lanes combine
     # the same way (OpenMP's built-in max reduction would drop a NaN lane).
     "reduction(lg_max_float:": "#pragma omp declare reduction(lg_max_float : float : omp_out = "
@@ -57,37 +65,7 @@ static inline float lg_exp2f(float x) {
     "reduction(lg_max_double:": "#pragma omp declare reduction(lg_max_double : double : omp_out = "
                                 "((omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out)) "
                                 "initializer(omp_priv = -INFINITY)",
-    "lg_exp2(": """\
-/* 2^x in double, branch-free as lg_exp2f (libm's exp2 is a call per element, and keeps loops
-   scalar): 2^f for |f| <= 1/2 is a degree-13 Taylor polynomial (truncation error ~4e-18), then two
-   exact powers of two; 0 below -1075 without computing through subnormals. */
-static inline double lg_exp2(double x) {
-  int zero = x < -1075.0;
-  double clamped = x > 1030.0 ? 1030.0 : (zero ? 0.0 : x);
-  double n = __builtin_rint(clamped);
-  double f = clamped - n;
-  double p = 1.3691488853904124e-12;
-  p = p * f + 2.5678435993488196e-11;
-  p = p * f + 4.44553827187081e-10;
-  p = p * f + 7.054911620801121e-09;
-  p = p * f + 1.0178086009239696e-07;
-  p = p * f + 1.3215486790144305e-06;
-  p = p * f + 1.5252733804059838e-05;
-  p = p * f + 0.00015403530393381606;
-  p = p * f + 0.0013333558146428441;
-  p = p * f + 0.009618129107628477;
-  p = p * f + 0.055504108664821576;
-  p = p * f + 0.2402265069591007;
-  p = p * f + 0.6931471805599453;
-  p = p * f + 1.0;
-  int whole = (int)(n == n ? n : 0.0);
-  int half = whole / 2;
-  long long low_bits = (long long)(half + 1023) << 52, high_bits = (long long)(whole - half + 1023) << 52;
-  double low, high;
-  __builtin_memcpy(&low, &low_bits, 8);
-  __builtin_memcpy(&high, &high_bits, 8);
-  return zero ? 0.0 : p * low * high;
-}""",
+    "lg_exp2(": _exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52),
     "lg_log2f": "static inline float lg_log2f(float x) { return log2f(x); }",
     "lg_log2(": "static inline double lg_log2(double x) { return log2(x); }",
 }
