@@ -22,16 +22,15 @@ import random
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from lazygrad.devices import get_device
+from lazygrad.devices.compile_pool import submit_compile
 from lazygrad.diskcache import cache_get, cache_key, cache_put
 from lazygrad.knobs import knobs
 from lazygrad.renderer.axes import merge_dims
-from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.linearize import linearize
 from lazygrad.renderer.opts import OPTS_VERSION, Opt, OptError, apply_opts, candidate_opts, heuristic_opts
 from lazygrad.schedule.kernel import Kernel, format_ast
@@ -188,27 +187,26 @@ class KernelBench:
 # ---- the search --------------------------------------------------------------------------------
 
 def _compile_all(bench: KernelBench, proposals: list[tuple[Opt, ...]]) -> dict:
-    """Source of every proposal compiled (threads: each compile is its own process); a failure
-    maps to the exception."""
-    named = {}
+    """Source of every proposal compiled side by side (devices/compile_pool.py, the engine's own
+    path); a failure maps to the exception."""
+    pending = {}
     for opts in proposals:
         try:
-            named[opts] = bench.source(list(opts))
+            name, source = bench.source(list(opts))
+            pending[opts] = (name, submit_compile(bench.device, source))
         except Exception as error:  # a renderer bug in one candidate must not end the search
-            named[opts] = error
-
-    def compile_one(opts):
-        entry = named[opts]
+            pending[opts] = error
+    compiled = {}
+    for opts, entry in pending.items():
         if isinstance(entry, Exception):
-            return opts, entry
-        name, source = entry
+            compiled[opts] = entry
+            continue
+        name, future = entry
         try:
-            return opts, (name, bench.device.compile_cached(source))
+            compiled[opts] = (name, future.result())
         except Exception as error:
-            return opts, error
-    workers = 2 if isinstance(bench.renderer, CRenderer) else 1
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(pool.map(compile_one, proposals))
+            compiled[opts] = error
+    return compiled
 
 
 def _evaluate(bench: KernelBench, opts: tuple[Opt, ...], compiled, best: float) -> Candidate | None:

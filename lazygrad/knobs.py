@@ -119,6 +119,9 @@ KNOBS: tuple[Knob, ...] = (
          "directory of the disk cache (compiled binaries, BEAM results)"),
     Knob("DISABLE_CACHE", "disable_cache", "bool", parse_bool, "0",
          "neither read nor write the disk cache"),
+    Knob("PROGRESS", "progress", "bool", parse_bool, "1",
+         "a progress bar on stderr while a call compiles for over a second (on a terminal only; "
+         "DEBUG=0 set in the environment also turns it off)"),
     Knob("CC", "cc", "str", parse_text, "",
          "C compiler for the CPU device (empty: the first of gcc, clang, cc on PATH)"),
 )
@@ -151,6 +154,8 @@ class Knobs:
     def from_environ(cls, environ: Mapping[str, str]) -> Knobs:
         """Parses every setting from an environment mapping; unset ones take their default."""
         values = {knob.attr: parse_knob(knob.env, environ.get(knob.env, "")) for knob in KNOBS}
+        if environ.get("DEBUG", "").strip() == "0":  # asked for quiet in so many words
+            values["progress"] = False
         return cls(values)
 
     def __repr__(self) -> str:

@@ -2,9 +2,10 @@
 
     realize([node, ...])
       schedule -> [ScheduleItem]            schedule/fuse.py
-      for each kernel: linearize + render   renderer/
-                       compile (disk cache) devices/<dev>.py
-                       run, time, count     here (DEBUG output and lazygrad.stats)
+      kernels without a program yet:        prepare_programs, here
+        linearize + render, one by one      renderer/
+        compile (disk cache), side by side  devices/<dev>.py on devices/compile_pool.py's threads
+      for each kernel: run, time, count     here (DEBUG output and lazygrad.stats)
 
 The NPY device skips all of that and interprets the graph with numpy.
 
@@ -16,13 +17,16 @@ from __future__ import annotations
 import math
 import sys
 import time
+from concurrent.futures import wait
 from dataclasses import dataclass
 
 from lazygrad.beam import beam_opts
 from lazygrad.devices import get_device
+from lazygrad.devices.compile_pool import submit_compile
 from lazygrad.graph import write_graph
 from lazygrad.knobs import knobs
 from lazygrad.lazy import LazyBuffer, walk
+from lazygrad.progress import Progress
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
 from lazygrad.renderer.linearize import linearize
@@ -108,11 +112,49 @@ def record_refill(buffer, make_values) -> None:
 def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
     """The runnable program for a kernel, from memory, the disk cache or the compiler. Its opts come
     from BEAM search when BEAM > 0, else from the default heuristic (none with NOOPT=1)."""
-    key = (device_name, kernel, knobs.noopt, knobs.beam)
-    compiled = _PROGRAMS.get(key)
-    if compiled is not None:
-        return compiled
+    compiled = _PROGRAMS.get((device_name, kernel, knobs.noopt, knobs.beam))
+    if compiled is None:
+        prepare_programs(device_name, [kernel])
+        compiled = _PROGRAMS[(device_name, kernel, knobs.noopt, knobs.beam)]
+    return compiled
+
+
+def prepare_programs(device_name: str, kernels: list[Kernel]) -> None:
+    """Loads a program for every kernel that has none in memory yet. Each is rendered in turn and
+    its compile starts at once on the device's compile threads (devices/compile_pool.py), so a
+    first run compiles its kernels side by side while the next ones render; a kernel that appears
+    twice compiles once. Shows a progress bar on a terminal when this takes over a second."""
+    missing = {}
+    for kernel in kernels:
+        key = (device_name, kernel, knobs.noopt, knobs.beam)
+        if key not in _PROGRAMS:
+            missing[key] = kernel
+    if not missing:
+        return
     device = get_device(device_name)
+    start, compiles_before = time.perf_counter(), stats.compiles
+    rendered = []
+    with Progress(f"compiling {len(missing)} kernel{'s' * (len(missing) > 1)}", len(missing)) as progress:
+        for key, kernel in missing.items():
+            program, source = _render(device_name, kernel)
+            future = submit_compile(device, source)
+            future.add_done_callback(lambda _: progress.advance())
+            if knobs.beam:
+                wait([future])  # the next kernel's BEAM search times candidates: no compiles beside it
+            rendered.append((key, kernel, program, source, future))
+        for key, kernel, program, source, future in rendered:
+            _PROGRAMS[key] = CompiledKernel(program.name, source,
+                                            device.load(program.name, future.result(), len(program.params)),
+                                            tuple(loop.size for loop in program.global_loops), kernel.count_flops(),
+                                            program.opts)
+    if knobs.debug >= 1:
+        compiled = stats.compiles - compiles_before
+        print(f"prepared {len(missing)} program(s) for {device_name} in {time.perf_counter() - start:.3f} s "
+              f"({compiled} compiled, {len(missing) - compiled} from the disk cache)", file=sys.stderr)
+
+
+def _render(device_name: str, kernel: Kernel):
+    """(linearized program, source) of a kernel, with its opts from BEAM or the heuristic."""
     renderer = renderer_for(device_name)
     opts = beam_opts(device_name, kernel, renderer) if knobs.beam and not knobs.noopt else None
     program = linearize(kernel, renderer, optimize=not knobs.noopt, opts=opts)
@@ -126,13 +168,8 @@ def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
     if knobs.debug >= 4:
         print(source, file=sys.stderr)
     if knobs.debug >= 6:
-        print(device.compiler.assembly(source), file=sys.stderr)
-    binary = device.compile_cached(source)
-    compiled = CompiledKernel(program.name, source, device.load(program.name, binary, len(program.params)),
-                              tuple(loop.size for loop in program.global_loops), kernel.count_flops(),
-                              program.opts)
-    _PROGRAMS[key] = compiled
-    return compiled
+        print(get_device(device_name).compiler.assembly(source), file=sys.stderr)
+    return program, source
 
 
 def _run_item(item: ScheduleItem) -> float:
@@ -194,6 +231,8 @@ def _run_item(item: ScheduleItem) -> float:
 
 
 def _run_schedule(device_name: str, outputs: list[LazyBuffer], schedule: list[ScheduleItem]) -> None:
+    prepare_programs(device_name, [item.kernel for item in schedule
+                                   if item.kernel is not None and 0 not in item.outputs[0].shape])
     if knobs.debug >= 5:
         for node in walk(outputs):
             print(f"  lazy: {node}", file=sys.stderr)

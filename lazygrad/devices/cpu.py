@@ -6,7 +6,9 @@ results: no -ffast-math; -fno-math-errno only stops libm from setting errno (so 
 keeps scalar every loop whose selects or conversions could raise one: exp2's polynomial, float to
 double, one thread: exp/sqrt chain on 2^22 floats 50 -> 11 ms, softmax 2048x2048 82 -> 17 ms, GELU's
 float64 erf 5x), -fwrapv makes integer overflow wrap as numpy's does, -ffp-contract=off keeps a*b+c rounded
-twice.
+twice. -fno-tree-loop-distribution skips the -O3 pass that took 41% of gcc 12's time on a register
+tile (it splits loops; our loops are already arranged): MobileNetV2's 54 kernels compile in ~30%
+less time.
 OpenMP spreads big kernels over every core; a compiler without OpenMP still works, single-threaded.
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ from lazygrad.knobs import knobs
 from lazygrad.stats import stats
 
 BASE_FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
-              "-ffp-contract=off", "-fno-strict-aliasing", "-w"]
+              "-ffp-contract=off", "-fno-strict-aliasing", "-fno-tree-loop-distribution", "-w"]
 OPENMP_FLAGS = ["-fopenmp"]
 
 

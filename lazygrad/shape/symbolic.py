@@ -22,7 +22,7 @@ class Atom:
                  lo: int = 0, hi: int = 0):
         self.kind, self.name, self.inner, self.divisor = kind, name, inner, divisor
         self.min, self.max = lo, hi
-        self._key = (kind, name, inner.key if inner is not None else None, divisor)
+        self._key = (kind, name, inner.identity() if inner is not None else None, divisor)
 
     def __hash__(self) -> int:
         return hash(self._key)
@@ -50,14 +50,25 @@ class Atom:
 
 class Lin:
     """`const + sum(coefficient * atom)`, immutable."""
-    __slots__ = ("terms", "const", "min", "max", "key")
+    __slots__ = ("terms", "const", "min", "max")
 
     def __init__(self, terms: dict, const: int):
-        self.terms = {atom: coeff for atom, coeff in terms.items() if coeff != 0}
-        self.const = const
-        self.min = const + sum(coeff * (atom.min if coeff > 0 else atom.max) for atom, coeff in self.terms.items())
-        self.max = const + sum(coeff * (atom.max if coeff > 0 else atom.min) for atom, coeff in self.terms.items())
-        self.key = (tuple(sorted(((atom._key, coeff) for atom, coeff in self.terms.items()), key=repr)), const)
+        # one loop (the renderer builds tens of thousands of these per model): drop zero terms, bound
+        kept, lo, hi = {}, const, const
+        for atom, coeff in terms.items():
+            if coeff > 0:
+                kept[atom] = coeff
+                lo += coeff * atom.min
+                hi += coeff * atom.max
+            elif coeff < 0:
+                kept[atom] = coeff
+                lo += coeff * atom.max
+                hi += coeff * atom.min
+        self.terms, self.const, self.min, self.max = kept, const, lo, hi
+
+    def identity(self) -> tuple:
+        """What makes two expressions equal, whatever the order of their terms (an Atom's key)."""
+        return frozenset((atom._key, coeff) for atom, coeff in self.terms.items()), self.const
 
     @staticmethod
     def of(value: "Lin | int") -> "Lin":

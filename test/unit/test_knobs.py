@@ -29,7 +29,7 @@ def run_python(code: str, extra_environ: dict[str, str]) -> subprocess.Completed
 
 def test_knob_names_are_exactly_the_documented_variables():
     assert KNOB_NAMES == ("DEBUG", "DEV", "BEAM", "BEAM_TIMEOUT", "IGNORE_BEAM_CACHE", "NOOPT", "GRAPH",
-                          "LAZYGRAD_CACHE", "DISABLE_CACHE", "CC")
+                          "LAZYGRAD_CACHE", "DISABLE_CACHE", "PROGRESS", "CC")
 
 
 def test_defaults_when_nothing_is_set():
@@ -42,6 +42,13 @@ def test_defaults_when_nothing_is_set():
     assert defaults.cache_dir == os.path.expanduser("~/.cache/lazygrad")
     assert defaults.disable_cache is False
     assert defaults.cc == ""
+    assert defaults.progress is True
+
+
+@pytest.mark.parametrize("environ, progress", [({"DEBUG": "0"}, False), ({"DEBUG": "1"}, True),
+                                               ({"PROGRESS": "0"}, False), ({"DEBUG": ""}, True)])
+def test_progress_is_off_when_asked_or_when_debug_0_is_given_explicitly(environ, progress):
+    assert Knobs.from_environ(environ).progress is progress
 
 
 def test_every_variable_is_parsed_into_its_attribute():

@@ -100,10 +100,10 @@ def test_splitting_a_transposed_dim_keeps_one_view():
 
 def test_floor_division_and_modulo_fold_with_bounds():
     i, j = var("i", 0, 9), var("j", 0, 3)
-    assert ((i * 4 + j) // 4).key == i.key
-    assert ((i * 4 + j) % 4).key == j.key
-    assert (j // 4).key == Lin.of(0).key
-    assert ((i * 4 + j) * 2 // 8).key == i.key
+    assert ((i * 4 + j) // 4).identity() == i.identity()
+    assert ((i * 4 + j) % 4).identity() == j.identity()
+    assert (j // 4).identity() == Lin.of(0).identity()
+    assert ((i * 4 + j) * 2 // 8).identity() == i.identity()
 
 
 def test_possibly_negative_division_renders_with_floor_semantics():
@@ -127,8 +127,8 @@ def test_conditions_decided_by_bounds_render_as_constants():
 def test_a_common_factor_with_the_divisor_folds_away():
     i, j, k = var("i", 0, 511), var("j", 0, 3), var("k", 0, 399)
     index = i * 1600 + j * 400 + k
-    assert (index // 25600).key == (i // 16).key
-    assert (index % 25600).key == ((i % 16) * 1600 + j * 400 + k).key
+    assert (index // 25600).identity() == (i // 16).identity()
+    assert (index % 25600).identity() == ((i % 16) * 1600 + j * 400 + k).identity()
 
 
 @settings(max_examples=300, deadline=None)
