@@ -26,6 +26,7 @@ from lazygrad.devices.compile_pool import submit_compile
 from lazygrad.graph import write_graph
 from lazygrad.knobs import knobs
 from lazygrad.lazy import LazyBuffer, walk
+from lazygrad.program_cache import Rendered, load_rendered, program_key, store_rendered
 from lazygrad.progress import Progress
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
@@ -133,28 +134,42 @@ def prepare_programs(device_name: str, kernels: list[Kernel]) -> None:
         return
     device = get_device(device_name)
     start, compiles_before = time.perf_counter(), stats.compiles
-    rendered = []
+    started = []
     with Progress(f"compiling {len(missing)} kernel{'s' * (len(missing) > 1)}", len(missing)) as progress:
         for key, kernel in missing.items():
-            program, source = _render(device_name, kernel)
-            future = submit_compile(device, source)
+            rendered = _rendered(device_name, kernel)
+            future = submit_compile(device, rendered.source)
             future.add_done_callback(lambda _: progress.advance())
             if knobs.beam:
                 wait([future])  # the next kernel's BEAM search times candidates: no compiles beside it
-            rendered.append((key, kernel, program, source, future))
-        for key, kernel, program, source, future in rendered:
-            _PROGRAMS[key] = CompiledKernel(program.name, source,
-                                            device.load(program.name, future.result(), len(program.params)),
-                                            tuple(loop.size for loop in program.global_loops), kernel.count_flops(),
-                                            program.opts)
+            started.append((key, kernel, rendered, future))
+        for key, kernel, rendered, future in started:
+            program = device.load(rendered.name, future.result(), rendered.argument_count)
+            _PROGRAMS[key] = CompiledKernel(rendered.name, rendered.source, program, rendered.global_size,
+                                            kernel.count_flops(), rendered.opts)
     if knobs.debug >= 1:
         compiled = stats.compiles - compiles_before
         print(f"prepared {len(missing)} program(s) for {device_name} in {time.perf_counter() - start:.3f} s "
               f"({compiled} compiled, {len(missing) - compiled} from the disk cache)", file=sys.stderr)
 
 
-def _render(device_name: str, kernel: Kernel):
-    """(linearized program, source) of a kernel, with its opts from BEAM or the heuristic."""
+def _rendered(device_name: str, kernel: Kernel) -> Rendered:
+    """The kernel's program source, from the program cache (program_cache.py) or rendered now. BEAM
+    keeps its own cache, and DEBUG >= 3 shows how the loops were chosen: both render every time."""
+    if knobs.beam or knobs.debug >= 3:
+        return _render(device_name, kernel)
+    key = program_key(device_name, renderer_for(device_name), kernel, knobs.noopt)
+    rendered = load_rendered(key)
+    if rendered is None:
+        rendered = _render(device_name, kernel)
+        store_rendered(key, rendered)
+    elif knobs.debug >= 4:
+        print(rendered.source, file=sys.stderr)
+    return rendered
+
+
+def _render(device_name: str, kernel: Kernel) -> Rendered:
+    """A kernel's program source, with its opts from BEAM or the heuristic."""
     renderer = renderer_for(device_name)
     opts = beam_opts(device_name, kernel, renderer) if knobs.beam and not knobs.noopt else None
     program = linearize(kernel, renderer, optimize=not knobs.noopt, opts=opts)
@@ -169,7 +184,8 @@ def _render(device_name: str, kernel: Kernel):
         print(source, file=sys.stderr)
     if knobs.debug >= 6:
         print(get_device(device_name).compiler.assembly(source), file=sys.stderr)
-    return program, source
+    return Rendered(program.name, source, tuple(loop.size for loop in program.global_loops), len(program.params),
+                    tuple(program.opts))
 
 
 def _run_item(item: ScheduleItem) -> float:

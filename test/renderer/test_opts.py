@@ -250,9 +250,15 @@ def test_tiled_conv_with_padding_matches_numpy_padded_conv():
     np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
 
 
+def render_anew(monkeypatch):
+    """Forget loaded programs and pass by the program cache, so a patched heuristic takes effect."""
+    monkeypatch.setattr(realize, "_PROGRAMS", {})
+    monkeypatch.setattr(realize, "load_rendered", lambda key: None)
+
+
 def with_opts(monkeypatch, opts):
     monkeypatch.setattr(linearize_module, "heuristic_opts", lambda kernel, renderer: list(opts))
-    monkeypatch.setattr(realize, "_PROGRAMS", {})
+    render_anew(monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int64])
@@ -428,7 +434,7 @@ def test_random_graphs_under_random_opts_match_npy(graph, opt_seed, monkeypatch_
         chosen.append([str(opt) for opt in opts])
         return opts
     monkeypatch_module.setattr(linearize_module, "heuristic_opts", pick)
-    monkeypatch_module.setattr(realize, "_PROGRAMS", {})
+    render_anew(monkeypatch_module)
     actual = build("CPU", *graph).numpy()
     expected = build("NPY", *graph).numpy()
     tolerance = 2e-2 if graph[3] == dtypes.float16 else 1e-5
@@ -451,7 +457,7 @@ def test_random_opts_on_opencl_match_npy(monkeypatch):
         pytest.skip(f"no OpenCL device: {error}")
     rng = np.random.default_rng(3)
     monkeypatch.setattr(linearize_module, "heuristic_opts", lambda kernel, renderer: random_opts(kernel, renderer, rng))
-    monkeypatch.setattr(realize, "_PROGRAMS", {})
+    render_anew(monkeypatch)
     for kind in ("matmul", "padded", "max"):
         graph = (8, 6, 16, dtypes.float32, 5, kind)
         np.testing.assert_allclose(build("OPENCL", *graph).numpy(), build("NPY", *graph).numpy(), rtol=1e-5)
@@ -576,7 +582,7 @@ def test_random_work_group_opts_on_opencl_match_npy(monkeypatch):
         chosen.append([str(opt) for opt in opts])
         return opts
     monkeypatch.setattr(linearize_module, "heuristic_opts", pick)
-    monkeypatch.setattr(realize, "_PROGRAMS", {})
+    render_anew(monkeypatch)
     sizes = [2, 4, 6, 8, 12, 16, 32]
     for number in range(36):  # about 30 s when PoCL compiles them all afresh
         kind = KINDS[number % len(KINDS)]
