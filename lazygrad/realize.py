@@ -144,13 +144,24 @@ def prepare_programs(device_name: str, kernels: list[Kernel]) -> None:
                 wait([future])  # the next kernel's BEAM search times candidates: no compiles beside it
             started.append((key, kernel, rendered, future))
         for key, kernel, rendered, future in started:
-            program = device.load(rendered.name, future.result(), rendered.argument_count)
+            program = _load(device, rendered, future.result())
             _PROGRAMS[key] = CompiledKernel(rendered.name, rendered.source, program, rendered.global_size,
                                             kernel.count_flops(), rendered.opts)
     if knobs.debug >= 1:
         compiled = stats.compiles - compiles_before
         print(f"prepared {len(missing)} program(s) for {device_name} in {time.perf_counter() - start:.3f} s "
               f"({compiled} compiled, {len(missing) - compiled} from the disk cache)", file=sys.stderr)
+
+
+def _load(device, rendered: Rendered, binary: bytes):
+    """The loaded program; a binary from the disk cache that does not load (a broken library under
+    a sound checksum) is compiled once more, replacing the entry, where the device can do that."""
+    try:
+        return device.load(rendered.name, binary, rendered.argument_count)
+    except (OSError, AttributeError):  # ctypes: not a loadable library, or the symbol is missing
+        if not hasattr(device, "recompile"):
+            raise
+        return device.load(rendered.name, device.recompile(rendered.source), rendered.argument_count)
 
 
 def _rendered(device_name: str, kernel: Kernel) -> Rendered:

@@ -33,6 +33,8 @@ from lazygrad.stats import stats
 BASE_FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
               "-ffp-contract=off", "-fno-strict-aliasing", "-fno-tree-loop-distribution", "-w"]
 OPENMP_FLAGS = ["-fopenmp"]
+COMPILE_TIMEOUT = 600  # seconds one kernel's compile may take before lazygrad gives up on the compiler
+LIBRARY_MAGICS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"MZ")  # ELF, Mach-O 64/32, PE
 
 
 class CompileError(RuntimeError):
@@ -54,6 +56,22 @@ class Compiler:
         self.version = version.stdout.splitlines()[0] if version.stdout else path
         self.openmp = True
 
+    @functools.cached_property
+    def native_target(self) -> str:
+        """What -march=native selects here, as the compiler expands it (gcc's -m flags and tuning
+        params, clang's target cpu and features). It is part of every binary's cache key: a cache
+        shared between machines (a network home, a CI cache) must not hand one CPU code built for
+        another's instructions."""
+        command = [self.path, "-march=native", "-###", "-x", "c", "-c", os.devnull, "-o", os.devnull]
+        try:
+            listing = subprocess.run(command, capture_output=True, text=True, timeout=60).stderr
+        except (OSError, subprocess.TimeoutExpired):
+            listing = ""
+        tokens = [token.strip("\"'") for token in listing.split()]
+        kept = [token for previous, token in zip([""] + tokens, tokens)
+                if token.startswith(("-m", "--param")) or previous in ("-target-cpu", "-target-feature")]
+        return " ".join(kept) or platform.processor() or platform.machine()
+
     def flags(self) -> list[str]:
         return BASE_FLAGS + (OPENMP_FLAGS if self.openmp else [])
 
@@ -61,17 +79,30 @@ class Compiler:
         with tempfile.TemporaryDirectory(prefix="lazygrad-") as workdir:
             output = os.path.join(workdir, "kernel.so")
             result = self._run(source, output, extra)
-            if result.returncode != 0 and self.openmp and "omp" in result.stderr.lower():
-                self.openmp = False  # e.g. clang without libomp: fall back to one thread
+            if result.returncode != 0 and self.openmp and any(word in result.stderr.lower() for word in ("omp", "openmp")):
+                # clang without libomp ("omp.h", "-lomp"), Apple clang ("unsupported option '-fopenmp'"):
+                # fall back to one thread
+                self.openmp = False
                 result = self._run(source, output, extra)
             if result.returncode != 0:
                 raise CompileError(f"{self.path} failed to compile a kernel:\n{result.stderr}\n--- source ---\n{source}")
-            with open(output, "rb") as handle:
-                return handle.read()
+            try:
+                with open(output, "rb") as handle:
+                    binary = handle.read()
+            except OSError:
+                binary = b""
+            if not binary.startswith(LIBRARY_MAGICS):  # never cache what cannot be a library
+                raise CompileError(f"{self.path} reported success but wrote no shared library ({len(binary)} bytes "
+                                   "of something else); check that CC names a C compiler")
+            return binary
 
     def _run(self, source: str, output: str, extra: list[str] | None):
         command = [self.path, *self.flags(), *(extra or []), "-x", "c", "-", "-o", output]
-        return subprocess.run(command, input=source, capture_output=True, text=True)
+        try:
+            return subprocess.run(command, input=source, capture_output=True, text=True, timeout=COMPILE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"{self.path} did not finish compiling a kernel in {COMPILE_TIMEOUT} s; "
+                               "it was stopped (a hung compiler? try another with CC=...)") from None
 
     def assembly(self, source: str) -> str:
         command = [self.path, *[flag for flag in self.flags() if flag != "-shared"], "-S", "-x", "c", "-", "-o", "-"]
@@ -154,16 +185,24 @@ class CPUDevice:
         """A buffer over host memory that exists already (a memory-mapped file), without copying."""
         return Buffer.over(self.name, dtype, array)
 
-    def compile_cached(self, source: str) -> bytes:
+    def _cache_key(self, source: str) -> str:
         compiler = self.compiler
-        key = cache_key(self.name, platform.machine(), compiler.path, compiler.version, tuple(compiler.flags()), source)
-        binary = cache_get("compile_cpu", key)
+        return cache_key(self.name, platform.machine(), compiler.path, compiler.version, compiler.native_target,
+                         tuple(compiler.flags()), source)
+
+    def compile_cached(self, source: str) -> bytes:
+        binary = cache_get("compile_cpu", self._cache_key(source))
         if binary is not None:
             stats.cache_hits += 1
             return binary
-        binary = compiler.compile(source)
+        return self.recompile(source)
+
+    def recompile(self, source: str) -> bytes:
+        """Compiles source afresh and replaces its cache entry: the engine calls this when a cached
+        binary does not load (an entry whose checksum holds but whose library is broken)."""
+        binary = self.compiler.compile(source)
         stats.compiles += 1
-        cache_put("compile_cpu", key, binary)
+        cache_put("compile_cpu", self._cache_key(source), binary)
         return binary
 
     def load(self, name: str, binary: bytes, argument_count: int) -> CPUProgram:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Context, Tensor, stats
+from lazygrad.devices import get_device
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,3 +93,64 @@ def test_the_same_kernel_is_compiled_once_per_process(tmp_path):
             (x * 9.87654).numpy()
         assert stats.compiles + stats.cache_hits == 1
         assert stats.kernels == 3
+
+
+def test_an_entry_with_a_sound_checksum_that_does_not_load_is_compiled_again(tmp_path):
+    from lazygrad.diskcache import _encode_entry
+    run_program(tmp_path)
+    (entry,) = cache_entries(tmp_path)
+    entry.write_bytes(_encode_entry(b"\x7fELF but not a library"))
+    assert run_program(tmp_path) == (1, 1)  # read from the cache, failed to load, compiled
+    assert run_program(tmp_path) == (0, 1)  # the entry was replaced by a good one
+
+
+def test_the_native_target_is_part_of_the_key(tmp_path, monkeypatch):
+    device = get_device("CPU")
+    source = "void lg_target_probe(float* restrict out) { out[0] = 2.5f; }\n"
+    with Context(LAZYGRAD_CACHE=str(tmp_path)):
+        assert "march" in device.compiler.native_target or device.compiler.native_target
+        stats.reset()
+        device.compile_cached(source)
+        device.compile_cached(source)
+        assert (stats.compiles, stats.cache_hits) == (1, 1)
+        monkeypatch.setattr(device.compiler, "native_target", "-march=some-other-cpu")
+        device.compile_cached(source)
+        assert stats.compiles == 2
+
+
+def fake_compiler(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "fake-cc"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return str(script)
+
+
+def compile_with(compiler: str, tmp_path: Path):
+    from lazygrad.devices.cpu import Compiler
+    return Compiler(compiler).compile("void lg_probe(float* restrict out) { out[0] = 1.0f; }\n")
+
+
+def test_a_compiler_that_succeeds_without_writing_a_library_is_an_error(tmp_path):
+    from lazygrad.devices.cpu import CompileError
+    compiler = fake_compiler(tmp_path, 'cat > /dev/null; for last; do :; done; echo garbage > "$last"; exit 0\n')
+    with pytest.raises(CompileError, match="wrote no shared library"):
+        compile_with(compiler, tmp_path)
+
+
+def test_a_hung_compiler_is_stopped(tmp_path, monkeypatch):
+    import lazygrad.devices.cpu as cpu
+    monkeypatch.setattr(cpu, "COMPILE_TIMEOUT", 1)
+    compiler = fake_compiler(tmp_path, "exec sleep 30\n")
+    with pytest.raises(cpu.CompileError, match="did not finish compiling a kernel in 1 s"):
+        compile_with(compiler, tmp_path)
+
+
+def test_a_compiler_without_openmp_falls_back_to_one_thread(tmp_path):
+    import shutil
+    real = shutil.which("gcc") or shutil.which("cc")
+    if real is None:
+        pytest.skip("no gcc or cc to stand behind the fake compiler")
+    compiler = fake_compiler(tmp_path, 'for arg; do [ "$arg" = -fopenmp ] && '
+                                       '{ echo "clang: error: unsupported option \'-fopenmp\'" >&2; exit 1; }; done\n'
+                                       f'exec {real} "$@"\n')
+    assert compile_with(compiler, tmp_path).startswith(b"\x7fELF")
