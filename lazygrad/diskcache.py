@@ -17,6 +17,9 @@ simply recomputes it. Writes go to a temporary file in the same directory and ar
 place, so readers never see half an entry and several processes can share one cache. A cache that
 cannot be written warns once per process and is otherwise ignored: it never makes a run fail.
 `DISABLE_CACHE=1` turns the cache off. Settings are read at each call, so `Context` applies.
+A cache directory owned by another user, or writable by group or others, is not used at all (a
+warning says why, once): a library planted there would run its code when loaded, so the cache is
+held to the rule ssh applies to its keys.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ HEADER = struct.Struct("<4sQ32s")        # magic, payload length, sha256 digest 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 
 _warned_unwritable = False               # the unwritable-cache warning is given once per process
+_trusted_dirs: dict[str, bool] = {}      # cache directory -> whether it may be used (checked once)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,7 +90,7 @@ def _encode_part(part: Any, digest: Any) -> None:
 
 def cache_get(table: str, key: str) -> bytes | None:
     """The payload stored under (table, key), or None when absent, damaged or the cache is off."""
-    if knobs.disable_cache:
+    if knobs.disable_cache or not _trusted(knobs.cache_dir):
         return None
     path = _entry_path(table, key)
     try:
@@ -103,7 +107,7 @@ def cache_put(table: str, key: str, value: bytes) -> None:
     """Stores value under (table, key), atomically. Never raises for a cache that can't be written."""
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise TypeError(f"cache_put: value must be bytes, got {type(value).__name__}")
-    if knobs.disable_cache:
+    if knobs.disable_cache or not _trusted(knobs.cache_dir):
         return
     path = _entry_path(table, key)
     try:
@@ -111,6 +115,36 @@ def cache_put(table: str, key: str, value: bytes) -> None:
         _write_atomically(path, _encode_entry(bytes(value)))
     except OSError as error:
         _warn_unwritable(error)
+
+
+def _trusted(directory: str) -> bool:
+    """Whether the cache directory is this user's and nobody else can write to it (a directory that
+    does not exist yet is made by us, so it is). Decided once per directory and process."""
+    trusted = _trusted_dirs.get(directory)
+    if trusted is None:
+        trusted = _trusted_dirs[directory] = _check_ownership(directory)
+    return trusted
+
+
+def _check_ownership(directory: str) -> bool:
+    if not hasattr(os, "getuid"):  # Windows: no POSIX owners and modes to check
+        return True
+    try:
+        status = os.stat(directory)
+    except OSError:
+        return True
+    problem = None
+    if status.st_uid != os.getuid():
+        problem = f"is owned by user id {status.st_uid}, not by you ({os.getuid()})"
+    elif status.st_mode & 0o022:
+        problem = f"is writable by {'group and others' if status.st_mode & 0o022 == 0o022 else 'group' if status.st_mode & 0o020 else 'others'}"
+    if problem is None:
+        return True
+    warnings.warn(f"lazygrad does not use its disk cache {directory}: the directory {problem}, so someone else "
+                  "could plant a compiled kernel there. Going on without the cache; fix it with "
+                  f"`chmod go-w {directory}`, or set LAZYGRAD_CACHE to a directory of your own.",
+                  RuntimeWarning, stacklevel=3)
+    return False
 
 
 def _entry_path(table: str, key: str) -> Path:

@@ -67,10 +67,13 @@ def parse_text(name: str, raw: Any) -> str:
 
 
 def parse_path(name: str, raw: Any) -> str:
-    """A filesystem path; a leading ~ is expanded to the home directory."""
+    """A filesystem path; a leading ~ or ~user is expanded to that home directory."""
     if not isinstance(raw, (str, os.PathLike)):
         raise ValueError(f"{name} expects a path, got {raw!r}")
-    return os.path.expanduser(os.fspath(raw))
+    path = os.path.expanduser(os.fspath(raw))
+    if path.startswith("~"):  # ~user of a user that does not exist: never a folder named "~user"
+        raise ValueError(f"{name}: cannot expand {path.split(os.sep)[0]!r}: no such user")
+    return path
 
 
 def parse_device(name: str, raw: Any) -> str:
@@ -164,6 +167,15 @@ class Knobs:
 
 
 knobs = Knobs.from_environ(os.environ)
+
+
+def export_pocl_cache_settings() -> None:
+    """PoCL (OpenCL on the CPU) keeps a kernel cache of its own, by default in ~/.cache/pocl: put it
+    under LAZYGRAD_CACHE and turn it off with DISABLE_CACHE, as lazygrad's own, unless PoCL's
+    variables are set already. devices/opencl.py calls this before PoCL loads."""
+    os.environ.setdefault("POCL_CACHE_DIR", os.path.join(knobs.cache_dir, "pocl"))
+    if knobs.disable_cache:
+        os.environ.setdefault("POCL_KERNEL_CACHE", "0")
 
 
 class Context:

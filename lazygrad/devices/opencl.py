@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+import sys
 import warnings
 import weakref
 
@@ -46,6 +47,7 @@ import numpy as np
 from lazygrad.devices.buffer import PooledAllocator
 from lazygrad.diskcache import cache_get, cache_key, cache_put
 from lazygrad.dtype import DType
+from lazygrad.knobs import export_pocl_cache_settings
 from lazygrad.stats import stats
 
 INSTALL_HINT = "pip install lazygrad[opencl]  (pyopencl, and PoCL: OpenCL on the CPU)"
@@ -66,12 +68,19 @@ class CompileError(RuntimeError):
 
 def import_pyopencl():
     """The pyopencl module, or a RuntimeError that says how to install it."""
+    _share_cache_settings_with_pocl()
     try:
         import pyopencl
     except ImportError as error:
         raise RuntimeError(f"the OPENCL device needs pyopencl, which cannot be imported ({error}); "
                            f"install it with: {INSTALL_HINT}") from None
     return pyopencl
+
+
+def _share_cache_settings_with_pocl() -> None:
+    """PoCL reads its cache settings when it loads: hand them over before pyopencl's first import."""
+    if "pyopencl" not in sys.modules:
+        export_pocl_cache_settings()
 
 
 def list_opencl_devices() -> list[tuple[object, object]]:

@@ -430,3 +430,18 @@ def test_a_cache_entry_without_a_local_size_reads_as_none():
     old = ENVELOPE.pack(MAGIC, len(header)) + header + b"binary"
     assert unpack_binary(old) == ([12], "// launch: global=12\n", b"binary")
     assert unpack_launch(old) == ([12], None)
+
+
+def test_pocl_keeps_its_kernel_cache_under_lazygrad_cache(tmp_path):
+    """PoCL's own cache follows LAZYGRAD_CACHE (and DISABLE_CACHE) unless its variables are set."""
+    from pathlib import Path
+    program = ("import os; from lazygrad import Tensor; (Tensor([1.0, 2.0], device='OPENCL') * 4.0625).numpy(); "
+               "print(os.environ['POCL_CACHE_DIR'], os.environ.get('POCL_KERNEL_CACHE'))")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("POCL_") and key != "DISABLE_CACHE"}
+    env.update({"LAZYGRAD_CACHE": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    shown = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == [str(tmp_path / "pocl"), "None"]
+    shown = subprocess.run([sys.executable, "-c", program], env={**env, "DISABLE_CACHE": "1"}, capture_output=True,
+                           text=True, timeout=120)
+    assert shown.stdout.split() == [str(tmp_path / "pocl"), "0"]

@@ -339,3 +339,41 @@ def test_two_processes_writing_the_same_key_both_succeed(cache_dir):
         assert errors == b""
     assert cache_get("t", key) in expected
     assert files_under(cache_dir) == [entry_path(cache_dir, "t", key)]
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX owners and modes only")
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757])
+def test_a_cache_directory_others_can_write_is_not_used(tmp_path, monkeypatch, mode):
+    monkeypatch.setattr(diskcache_module, "_trusted_dirs", {})
+    directory = tmp_path / "shared-cache"
+    directory.mkdir()
+    directory.chmod(mode)
+    with Context(LAZYGRAD_CACHE=directory, DISABLE_CACHE=0):
+        with pytest.warns(RuntimeWarning, match=r"does not use its disk cache .*writable by .*chmod go-w"):
+            cache_put("table", "key", b"planted?")
+        assert cache_get("table", "key") is None
+    assert files_under(directory) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX owners and modes only")
+def test_a_cache_directory_of_another_user_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(diskcache_module, "_trusted_dirs", {})
+    real_stat = os.stat
+
+    class OtherOwner:
+        def __init__(self, status):
+            self.st_mode, self.st_uid = status.st_mode, status.st_uid + 1
+
+    monkeypatch.setattr(diskcache_module.os, "stat", lambda path, *args, **kwargs: OtherOwner(real_stat(path)))
+    with Context(LAZYGRAD_CACHE=tmp_path, DISABLE_CACHE=0):
+        with pytest.warns(RuntimeWarning, match="is owned by user id"):
+            assert cache_get("table", "key") is None
+
+
+def test_a_cache_directory_of_our_own_is_used(cache_dir, monkeypatch):
+    monkeypatch.setattr(diskcache_module, "_trusted_dirs", {})
+    cache_dir.mkdir(mode=0o700)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cache_put("table", "key", b"value")
+        assert cache_get("table", "key") == b"value"

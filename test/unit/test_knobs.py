@@ -254,3 +254,8 @@ def test_no_module_but_knobs_reads_the_environment():
             if pattern.search(line):
                 offenders.append(f"{source_file.relative_to(package_dir)}:{number}: {line.strip()}")
     assert not offenders, "read settings through lazygrad.knobs instead:\n" + "\n".join(offenders)
+
+
+def test_a_path_under_the_home_of_a_user_that_does_not_exist_is_an_error():
+    with pytest.raises(ValueError, match="LAZYGRAD_CACHE: cannot expand '~no-such-user-lazygrad': no such user"):
+        Knobs.from_environ({"LAZYGRAD_CACHE": "~no-such-user-lazygrad/cache"})
