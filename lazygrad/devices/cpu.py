@@ -8,7 +8,9 @@ double, one thread: exp/sqrt chain on 2^22 floats 50 -> 11 ms, softmax 2048x2048
 float64 erf 5x), -fwrapv makes integer overflow wrap as numpy's does, -ffp-contract=off keeps a*b+c rounded
 twice. -fno-tree-loop-distribution skips the -O3 pass that took 41% of gcc 12's time on a register
 tile (it splits loops; our loops are already arranged): MobileNetV2's 54 kernels compile in ~30%
-less time.
+less time. Kernels declare the few libm functions they call (renderer/c.py) rather than include
+<math.h>; -Werror=implicit-function-declaration keeps a call to anything undeclared from compiling
+as a guess that returns int.
 OpenMP spreads big kernels over every core; a compiler without OpenMP still works, single-threaded.
 """
 from __future__ import annotations
@@ -31,7 +33,8 @@ from lazygrad.knobs import knobs
 from lazygrad.stats import stats
 
 BASE_FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
-              "-ffp-contract=off", "-fno-strict-aliasing", "-fno-tree-loop-distribution", "-w"]
+              "-ffp-contract=off", "-fno-strict-aliasing", "-fno-tree-loop-distribution", "-w",
+              "-Werror=implicit-function-declaration"]
 OPENMP_FLAGS = ["-fopenmp"]
 COMPILE_TIMEOUT = 600  # seconds one kernel's compile may take before lazygrad gives up on the compiler
 LIBRARY_MAGICS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"MZ")  # ELF, Mach-O 64/32, PE
