@@ -184,7 +184,7 @@ class OnnxModel:
         function = find_operator(node.domain, node.op_type)
         if function is None:
             return self._run_function(node, inputs, values, opset)
-        attributes = {attribute.name: attribute_value(attribute) for attribute in node.attribute}
+        attributes = {attribute.name: attribute_value(attribute, self.base_dir) for attribute in node.attribute}
         if self._foldable(node, inputs):
             return self._fold(node, function, inputs, attributes, opset, values)
         context = OpContext(self, node, opset, values)

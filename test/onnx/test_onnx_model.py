@@ -142,6 +142,71 @@ def test_external_data_is_read_next_to_the_model(tmp_path):
     np.testing.assert_allclose(OnnxModel(path, device="NPY")(x=x)["y"].numpy(), expected_linear_relu(x), rtol=1e-6)
 
 
+def external_tensor(location: str, name: str = "secret") -> TensorProto:
+    """8 uint8 values kept in the file `location`, relative to the model's folder."""
+    tensor = TensorProto(name=name, data_type=TensorProto.UINT8, dims=[8], data_location=TensorProto.EXTERNAL)
+    tensor.external_data.add(key="location", value=location)
+    return tensor
+
+
+def model_reading(tensor: TensorProto, where: str) -> onnx.ModelProto:
+    """y = the tensor, kept as an initializer, a Constant's attribute, or a Constant inside an If branch."""
+    y = helper.make_tensor_value_info("y", TensorProto.UINT8, [8])
+    initializers = []
+    if where == "initializer":
+        nodes, initializers = [helper.make_node("Identity", [tensor.name], ["y"])], [tensor]
+    elif where == "Constant":
+        nodes = [helper.make_node("Constant", [], ["y"], value=tensor)]
+    else:
+        branch = helper.make_graph([helper.make_node("Constant", [], ["b"], value=tensor)], "branch", [],
+                                   [helper.make_tensor_value_info("b", TensorProto.UINT8, [8])])
+        condition = numpy_helper.from_array(np.array(True), "condition")
+        nodes = [helper.make_node("If", ["condition"], ["y"], then_branch=branch, else_branch=branch)]
+        initializers = [condition]
+    return helper.make_model(helper.make_graph(nodes, "reads_external_data", [], [y], initializers),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("where", ["initializer", "Constant", "If branch"])
+def test_external_data_inside_the_models_folder_is_read_wherever_the_tensor_is(tmp_path, monkeypatch, where):
+    folder = tmp_path / "model"
+    (folder / "weights").mkdir(parents=True)
+    (folder / "weights" / "data.bin").write_bytes(bytes(range(8)))
+    onnx.save(model_reading(external_tensor("weights/../weights/data.bin"), where), str(folder / "model.onnx"))
+    monkeypatch.chdir(tmp_path)
+    result = OnnxModel(str(folder / "model.onnx"), device="NPY")()["y"].numpy()
+    np.testing.assert_array_equal(result, np.arange(8, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("where", ["initializer", "Constant", "If branch"])
+def test_external_data_outside_the_models_folder_is_refused(tmp_path, monkeypatch, where):
+    """'..', an absolute path, a symlink to a file or to a folder outside: none may be read."""
+    (tmp_path / "credentials.json").write_bytes(b"password")
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "key").write_bytes(b"password")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    os.symlink(tmp_path / "credentials.json", folder / "linked.bin")
+    os.symlink(tmp_path / "private", folder / "linked_folder")
+    monkeypatch.chdir(folder)
+    for location in ("../credentials.json", str(tmp_path / "credentials.json"), "linked.bin", "linked_folder/key"):
+        onnx.save(model_reading(external_tensor(location), where), str(folder / "model.onnx"))
+        with pytest.raises(ValueError, match=f"tensor 'secret' keeps its data in '{location}', which is not a file "
+                                             "inside the model's folder"):
+            OnnxModel(str(folder / "model.onnx"), device="NPY")
+
+
+@pytest.mark.parametrize("where", ["initializer", "Constant", "If branch"])
+def test_external_data_of_a_model_given_as_bytes_or_a_proto_is_refused(tmp_path, monkeypatch, where):
+    """Such a model has no folder: the working directory's files must not become its outputs."""
+    (tmp_path / "credentials.json").write_bytes(b"password")
+    monkeypatch.chdir(tmp_path)
+    model = model_reading(external_tensor("credentials.json"), where)
+    for source in (model, model.SerializeToString()):
+        with pytest.raises(ValueError, match="no folder to read that file from; load the model from its path"):
+            OnnxModel(source, device="NPY")
+
+
 def test_attributes_that_became_inputs_work_in_both_opsets():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
