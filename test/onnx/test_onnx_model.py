@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from lazygrad import Tensor, dtypes, stats  # noqa: E402
 from lazygrad.onnx import OnnxModel, UnsupportedError  # noqa: E402
+from lazygrad.onnx.model import FOLD_LIMIT  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -95,6 +96,21 @@ def test_shape_computations_on_constants_are_folded_without_running_kernels():
     result = OnnxModel(model, device="CPU")(x=data)["y"]
     assert stats.kernels == 0
     np.testing.assert_array_equal(result.numpy(), data.reshape(2, 12))
+
+
+def test_a_large_result_of_small_constants_stays_lazy_instead_of_being_folded():
+    """ConstantOfShape([2**22]) then ReduceSum: a model of a few bytes whose folded intermediate would
+    be as large as it asks (2**28 took 20 s and 4 GB)."""
+    shape = numpy_helper.from_array(np.array([2 ** 22], np.int64), "shape")
+    one = numpy_helper.from_array(np.array([1.0], np.float32), "one")
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"], value=one),
+             helper.make_node("ReduceSum", ["big"], ["y"], keepdims=0)]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
+    model = OnnxModel(helper.make_model(helper.make_graph(nodes, "big_constant", [], [y], [shape]),
+                                        opset_imports=[helper.make_opsetid("", 13)]), device="CPU")
+    result = model()["y"]
+    assert max(array.size for _, array in model.constants.values()) <= FOLD_LIMIT
+    assert result.numpy() == 2 ** 22
 
 
 def test_wrong_or_missing_input_names_are_reported():
