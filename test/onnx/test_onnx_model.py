@@ -113,6 +113,51 @@ def test_a_large_result_of_small_constants_stays_lazy_instead_of_being_folded():
     assert result.numpy() == 2 ** 22
 
 
+def graph_of(nodes, initializers=()) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], list(initializers)),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_nodes_stored_out_of_order_run_in_dependency_order():
+    """y = If(true) then -relu(x): the If and Neg come before the Relu whose output they read (the
+    If inside its branch only); the caller's proto keeps its order."""
+    branch = helper.make_graph([helper.make_node("Identity", ["r"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])])
+    nodes = [helper.make_node("Neg", ["chosen"], ["y"], name="neg"),
+             helper.make_node("If", ["condition"], ["chosen"], name="if", then_branch=branch, else_branch=branch),
+             helper.make_node("Relu", ["x"], ["r"], name="relu")]
+    model = graph_of(nodes, [numpy_helper.from_array(np.array(True), "condition")])
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    np.testing.assert_array_equal(OnnxModel(model, device="NPY")(x=x)["y"].numpy(), -np.maximum(x, 0))
+    assert [node.name for node in model.graph.node] == ["neg", "if", "relu"]
+
+
+def test_an_input_nothing_defines_is_named_with_its_node():
+    with pytest.raises(ValueError, match=r"Add \(node 'add'\) in graph 'g' reads 'bias', which no input, "
+                                         r"initializer or node of the graph \(or of a graph enclosing it\) defines"):
+        OnnxModel(graph_of([helper.make_node("Add", ["x", "bias"], ["y"], name="add")]), device="NPY")
+    branch = helper.make_graph([helper.make_node("Neg", ["missing"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])])
+    inside = graph_of([helper.make_node("If", ["condition"], ["y"], then_branch=branch, else_branch=branch)],
+                      [numpy_helper.from_array(np.array(True), "condition")])
+    with pytest.raises(ValueError, match=r"Neg \(unnamed node\) in graph 'branch' reads 'missing'"):
+        OnnxModel(inside, device="NPY")
+    with pytest.raises(ValueError, match="graph 'g' has an output 'y' that no input, initializer or node defines"):
+        OnnxModel(graph_of([helper.make_node("Relu", ["x"], ["r"])]), device="NPY")
+
+
+def test_a_cycle_is_reported_with_the_nodes_on_it():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "b"], ["a"], name="add"),
+             helper.make_node("Neg", ["a"], ["b"], name="neg"),
+             helper.make_node("Identity", ["a"], ["y"], name="out")]
+    with pytest.raises(ValueError, match=r"graph 'g' has a cycle, so no order can run it: Add \(node 'add'\) reads "
+                                         r"an output of Neg \(node 'neg'\), which reads an output of Add"):
+        OnnxModel(graph_of(nodes), device="NPY")
+
+
 def test_wrong_or_missing_input_names_are_reported():
     model = OnnxModel(linear_relu_model(), device="NPY")
     with pytest.raises(ValueError, match=r"model inputs are \['x'\]; got unknown \['z'\] and missing \['x'\]"):
