@@ -19,6 +19,7 @@ import functools
 import json
 import math
 import os
+import reprlib
 import sys
 import tempfile
 import types
@@ -187,7 +188,8 @@ def safe_save(state: dict[str, Tensor], path: str | os.PathLike, metadata: dict[
 
 
 def _read_header(path: str, file_size: int) -> tuple[dict[str, Any], int]:
-    """The parsed JSON header and the byte position where the data starts; ValueError if malformed."""
+    """The parsed JSON header, its `__metadata__` checked, and the byte position where the data starts;
+    ValueError if malformed."""
     if file_size < 8:
         raise ValueError(f"safe_load: {path} is {file_size} bytes long, too short for the 8-byte header length: "
                          "the file is truncated or not a safetensors file")
@@ -202,28 +204,35 @@ def _read_header(path: str, file_size: int) -> tuple[dict[str, Any], int]:
         raw = file.read(header_length)
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except RecursionError:
+        raise ValueError(f"safe_load: the header of {path} nests JSON too deeply for a safetensors header") from None
+    except ValueError as error:  # not UTF-8, not JSON, or an integer of thousands of digits
         raise ValueError(f"safe_load: the header of {path} is not valid JSON ({error})") from None
     if not isinstance(header, dict):
         raise ValueError(f"safe_load: the header of {path} must be a JSON object, got {type(header).__name__}")
+    metadata = header.get("__metadata__")
+    if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+        raise ValueError(f"safe_load: {path}: '__metadata__' must map strings to strings, got {reprlib.repr(metadata)}")
     return header, 8 + header_length
 
 
 def _check_entry(path: str, name: str, entry: Any, data_size: int) -> tuple[DType, tuple[int, ...], int, int]:
     """dtype, shape and byte range of one header entry, checked against the data the file holds."""
     if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
-        raise ValueError(f"safe_load: {path}: entry {name!r} needs 'dtype', 'shape' and 'data_offsets', got {entry!r}")
+        raise ValueError(f"safe_load: {path}: entry {name!r} needs 'dtype', 'shape' and 'data_offsets', "
+                         f"got {reprlib.repr(entry)}")
     dtype_name, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype_name not in SAFETENSORS_DTYPES:
-        raise ValueError(f"safe_load: {path}: tensor {name!r} has dtype {dtype_name!r}; supported dtypes are "
-                         f"{', '.join(SAFETENSORS_DTYPES)}")
-    if not isinstance(shape, list) or not all(isinstance(size, int) and not isinstance(size, bool) and size >= 0
-                                              for size in shape):
-        raise ValueError(f"safe_load: {path}: tensor {name!r} has shape {shape!r}; expected a list of sizes >= 0")
+    if not isinstance(dtype_name, str) or dtype_name not in SAFETENSORS_DTYPES:
+        raise ValueError(f"safe_load: {path}: tensor {name!r} has dtype {reprlib.repr(dtype_name)}; supported dtypes "
+                         f"are {', '.join(SAFETENSORS_DTYPES)}")
+    if not isinstance(shape, list) or not all(isinstance(size, int) and not isinstance(size, bool)
+                                              and 0 <= size <= sys.maxsize for size in shape):
+        raise ValueError(f"safe_load: {path}: tensor {name!r} has shape {reprlib.repr(shape)}; expected a list of "
+                         f"sizes >= 0 (and <= {sys.maxsize})")
     integers = isinstance(offsets, list) and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
     if not (integers and len(offsets) == 2 and 0 <= offsets[0] <= offsets[1]):
-        raise ValueError(f"safe_load: {path}: tensor {name!r} has data_offsets {offsets!r}; expected [begin, end] "
-                         "with 0 <= begin <= end")
+        raise ValueError(f"safe_load: {path}: tensor {name!r} has data_offsets {reprlib.repr(offsets)}; expected "
+                         "[begin, end] with 0 <= begin <= end")
     dtype = SAFETENSORS_DTYPES[dtype_name]
     begin, end = offsets
     expected = math.prod(shape) * dtype.itemsize
@@ -249,10 +258,7 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
     path = os.fspath(path)
     file_size = os.path.getsize(path)
     header, data_start = _read_header(path, file_size)
-    metadata = header.pop("__metadata__", None)
-    if metadata is not None and not (isinstance(metadata, dict)
-                                     and all(isinstance(v, str) for v in metadata.values())):
-        raise ValueError(f"safe_load: {path}: '__metadata__' must map strings to strings, got {metadata!r}")
+    header.pop("__metadata__", None)
     data_size = file_size - data_start
     entries = {name: _check_entry(path, name, entry, data_size) for name, entry in header.items()}
     ranges = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items() if end > begin)
@@ -277,7 +283,8 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
 
 
 def safe_load_metadata(path: str | os.PathLike) -> dict[str, str]:
-    """The `__metadata__` strings of a safetensors file ({} when it has none)."""
+    """The `__metadata__` strings of a safetensors file ({} when it has none); ValueError when its header
+    or metadata is malformed."""
     path = os.fspath(path)
     header, _ = _read_header(path, os.path.getsize(path))
     return dict(header.get("__metadata__") or {})

@@ -190,7 +190,17 @@ MALFORMED = {
     "overlapping tensors": (lambda p: write_file(p, {"a": GOOD_ENTRY, "b": {**GOOD_ENTRY, "data_offsets": [8, 24]}},
                                                  bytes(24)), "overlap"),
     "metadata not strings": (lambda p: write_file(p, {"__metadata__": {"a": 1}}), "'__metadata__' must map"),
+    "dtype is a list": (lambda p: write_file(p, {"w": {**GOOD_ENTRY, "dtype": ["F32"]}}, bytes(16)),
+                        r"tensor 'w' has dtype \['F32'\]"),
+    "header nested too deeply": (lambda p: write_file(p, b'{"w": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+                                 "nests JSON too deeply"),
+    "an integer of 5000 digits": (lambda p: write_file(p, b'{"w": {"dtype": "F32", "shape": [' + b"9" * 5000 + b"]}}"),
+                                  "is not valid JSON"),
+    "a size numpy cannot hold": (lambda p: write_file(p, {"w": {**GOOD_ENTRY, "shape": [2 ** 70, 0],
+                                                                "data_offsets": [0, 0]}}), "expected a list of sizes"),
 }
+
+ODD_JSON = [None, True, 1.5, -1, 2 ** 70, "F32", [], [1], [[1]], {}, {"F32": 1}, [None, 4], [[[[[[[[[[1]]]]]]]]]]]
 
 
 @pytest.mark.parametrize("case", MALFORMED)
@@ -199,6 +209,22 @@ def test_malformed_files_raise_a_value_error_naming_the_problem(tmp_path, case):
     path = make(tmp_path / "bad.safetensors")
     with pytest.raises(ValueError, match=message):
         safe_load(path)
+
+
+@pytest.mark.parametrize("field", ["dtype", "shape", "data_offsets", "entry", "__metadata__"])
+def test_any_json_value_in_any_field_loads_or_raises_a_value_error(tmp_path, field):
+    """Never a TypeError or RecursionError from a header's odd structure."""
+    for value in ODD_JSON:
+        if field == "__metadata__":
+            header = {"__metadata__": value}
+        else:
+            header = {"w": value if field == "entry" else {**GOOD_ENTRY, field: value}}
+        path = write_file(tmp_path / "odd.safetensors", header, bytes(16))
+        for load in (safe_load, safe_load_metadata):
+            try:
+                load(path)
+            except ValueError as error:
+                assert str(error).startswith("safe_load: ")
 
 
 def test_a_checkpoint_cut_short_anywhere_never_loads(tmp_path):
