@@ -2,7 +2,6 @@
 Graphviz's `dot` is installed), so a user can see what fused into what. Called by the engine."""
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import subprocess
@@ -10,8 +9,6 @@ import sys
 import tempfile
 
 from lazygrad.lazy import LazyBuffer, walk
-
-_counter = itertools.count()
 
 
 def to_dot(outputs: list[LazyBuffer]) -> str:
@@ -33,13 +30,29 @@ def to_dot(outputs: list[LazyBuffer]) -> str:
 
 
 def write_graph(outputs: list[LazyBuffer]) -> str:
-    """Write the graph; returns the DOT file's path (also printed to stderr)."""
-    path = os.path.join(tempfile.gettempdir(), f"lazygrad_graph_{os.getpid()}_{next(_counter)}.dot")
-    with open(path, "w") as handle:
-        handle.write(to_dot(outputs))
+    """Write the graph to a new file in the temporary folder; returns its path (also printed to
+    stderr). The name is random and the file created exclusively, as is the PNG beside it: another
+    user of the machine can neither predict the name nor put a symlink there first to have the file
+    written elsewhere."""
+    handle, path = tempfile.mkstemp(prefix=f"lazygrad_graph_{os.getpid()}_", suffix=".dot")
+    with os.fdopen(handle, "w") as file:
+        file.write(to_dot(outputs))
     message = f"GRAPH: wrote {path}"
     if shutil.which("dot"):
-        subprocess.run(["dot", "-Tpng", path, "-o", path[:-4] + ".png"], capture_output=True)
-        message += f" and {path[:-4]}.png"
+        png = _write_png(path)
+        message += f" and {png}" if png else " (Graphviz could not draw it, or the PNG's name was taken)"
     print(message, file=sys.stderr)
     return path
+
+
+def _write_png(dot_path: str) -> str | None:
+    rendered = subprocess.run(["dot", "-Tpng", dot_path], capture_output=True)
+    if rendered.returncode != 0:
+        return None
+    png = dot_path[:-4] + ".png"
+    try:
+        with open(png, "xb") as file:  # O_EXCL: never through a file or symlink put there first
+            file.write(rendered.stdout)
+    except FileExistsError:
+        return None
+    return png

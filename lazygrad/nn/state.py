@@ -19,6 +19,7 @@ import functools
 import json
 import math
 import os
+import reprlib
 import sys
 import tempfile
 import types
@@ -27,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from lazygrad.devices import canonical_device, get_device
+from lazygrad.devices.buffer import ALIGNMENT
 from lazygrad.dtype import DType, dtypes
 from lazygrad.lazy import LazyBuffer
 from lazygrad.tensor import Tensor
@@ -186,44 +188,51 @@ def safe_save(state: dict[str, Tensor], path: str | os.PathLike, metadata: dict[
         raise
 
 
-def _read_header(path: str, file_size: int) -> tuple[dict[str, Any], int]:
-    """The parsed JSON header and the byte position where the data starts; ValueError if malformed."""
+def _read_header(file, path: str, file_size: int) -> tuple[dict[str, Any], int]:
+    """The parsed JSON header of an open file, its `__metadata__` checked, and the byte position where
+    the data starts; ValueError if malformed."""
     if file_size < 8:
         raise ValueError(f"safe_load: {path} is {file_size} bytes long, too short for the 8-byte header length: "
                          "the file is truncated or not a safetensors file")
-    with open(path, "rb") as file:
-        header_length = int.from_bytes(file.read(8), "little")
-        if header_length > MAX_HEADER_BYTES:
-            raise ValueError(f"safe_load: {path} declares a header of {header_length} bytes (more than the "
-                             f"{MAX_HEADER_BYTES} allowed): not a safetensors file")
-        if 8 + header_length > file_size:
-            raise ValueError(f"safe_load: {path} declares a {header_length}-byte header but holds only "
-                             f"{file_size - 8} bytes after the length: the file is truncated")
-        raw = file.read(header_length)
+    header_length = int.from_bytes(file.read(8), "little")
+    if header_length > MAX_HEADER_BYTES:
+        raise ValueError(f"safe_load: {path} declares a header of {header_length} bytes (more than the "
+                         f"{MAX_HEADER_BYTES} allowed): not a safetensors file")
+    if 8 + header_length > file_size:
+        raise ValueError(f"safe_load: {path} declares a {header_length}-byte header but holds only "
+                         f"{file_size - 8} bytes after the length: the file is truncated")
+    raw = file.read(header_length)
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except RecursionError:
+        raise ValueError(f"safe_load: the header of {path} nests JSON too deeply for a safetensors header") from None
+    except ValueError as error:  # not UTF-8, not JSON, or an integer of thousands of digits
         raise ValueError(f"safe_load: the header of {path} is not valid JSON ({error})") from None
     if not isinstance(header, dict):
         raise ValueError(f"safe_load: the header of {path} must be a JSON object, got {type(header).__name__}")
+    metadata = header.get("__metadata__")
+    if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+        raise ValueError(f"safe_load: {path}: '__metadata__' must map strings to strings, got {reprlib.repr(metadata)}")
     return header, 8 + header_length
 
 
 def _check_entry(path: str, name: str, entry: Any, data_size: int) -> tuple[DType, tuple[int, ...], int, int]:
     """dtype, shape and byte range of one header entry, checked against the data the file holds."""
     if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
-        raise ValueError(f"safe_load: {path}: entry {name!r} needs 'dtype', 'shape' and 'data_offsets', got {entry!r}")
+        raise ValueError(f"safe_load: {path}: entry {name!r} needs 'dtype', 'shape' and 'data_offsets', "
+                         f"got {reprlib.repr(entry)}")
     dtype_name, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype_name not in SAFETENSORS_DTYPES:
-        raise ValueError(f"safe_load: {path}: tensor {name!r} has dtype {dtype_name!r}; supported dtypes are "
-                         f"{', '.join(SAFETENSORS_DTYPES)}")
-    if not isinstance(shape, list) or not all(isinstance(size, int) and not isinstance(size, bool) and size >= 0
-                                              for size in shape):
-        raise ValueError(f"safe_load: {path}: tensor {name!r} has shape {shape!r}; expected a list of sizes >= 0")
+    if not isinstance(dtype_name, str) or dtype_name not in SAFETENSORS_DTYPES:
+        raise ValueError(f"safe_load: {path}: tensor {name!r} has dtype {reprlib.repr(dtype_name)}; supported dtypes "
+                         f"are {', '.join(SAFETENSORS_DTYPES)}")
+    if not isinstance(shape, list) or not all(isinstance(size, int) and not isinstance(size, bool)
+                                              and 0 <= size <= sys.maxsize for size in shape):
+        raise ValueError(f"safe_load: {path}: tensor {name!r} has shape {reprlib.repr(shape)}; expected a list of "
+                         f"sizes >= 0 (and <= {sys.maxsize})")
     integers = isinstance(offsets, list) and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
     if not (integers and len(offsets) == 2 and 0 <= offsets[0] <= offsets[1]):
-        raise ValueError(f"safe_load: {path}: tensor {name!r} has data_offsets {offsets!r}; expected [begin, end] "
-                         "with 0 <= begin <= end")
+        raise ValueError(f"safe_load: {path}: tensor {name!r} has data_offsets {reprlib.repr(offsets)}; expected "
+                         "[begin, end] with 0 <= begin <= end")
     dtype = SAFETENSORS_DTYPES[dtype_name]
     begin, end = offsets
     expected = math.prod(shape) * dtype.itemsize
@@ -236,33 +245,38 @@ def _check_entry(path: str, name: str, entry: Any, data_size: int) -> tuple[DTyp
     return dtype, tuple(shape), begin, end
 
 
-def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
+def safe_load(path: str | os.PathLike, device: str | None = None, mmap: bool = False) -> dict[str, Tensor]:
     """Read a safetensors file into {name: Tensor} (on `device`, default DEV).
 
-    The file is memory-mapped. On the host devices (CPU, NPY) each tensor's buffer is the mapped
-    file itself (copy-on-write): nothing is read until a kernel touches it, and writing a loaded
-    tensor (an optimizer step) never changes the file. On other devices each tensor is a lazy copy
-    of the mapped bytes, read from the file when the tensor is first realized. The whole header is
-    checked first: a truncated or malformed file raises
-    ValueError naming the problem, and no tensor is returned.
+    The whole header is checked first: a truncated or malformed file raises ValueError naming the
+    problem, and no tensor is returned. Then the data is read into memory, in one pass into one
+    buffer, so what later happens to the file (a job overwriting its checkpoint, `cp` over it) does
+    not reach the tensors.
+
+    mmap=True maps the file instead, for files too large to read up front: nothing is read until a
+    kernel touches it. On the host devices (CPU, NPY) each tensor's buffer is the mapped file itself
+    (copy-on-write: writing a loaded tensor, an optimizer step, never changes the file); on other
+    devices each tensor is a lazy copy of the mapped bytes, read when the tensor is first realized.
+    Only for a file nothing truncates or rewrites while its tensors live: a read after the file was
+    truncated kills the process (SIGBUS), and a part not read yet shows the file's new contents.
     """
     path = os.fspath(path)
-    file_size = os.path.getsize(path)
-    header, data_start = _read_header(path, file_size)
-    metadata = header.pop("__metadata__", None)
-    if metadata is not None and not (isinstance(metadata, dict)
-                                     and all(isinstance(v, str) for v in metadata.values())):
-        raise ValueError(f"safe_load: {path}: '__metadata__' must map strings to strings, got {metadata!r}")
-    data_size = file_size - data_start
-    entries = {name: _check_entry(path, name, entry, data_size) for name, entry in header.items()}
-    ranges = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items() if end > begin)
-    for (_, previous_end, previous), (begin, _, name) in zip(ranges, ranges[1:]):
-        if begin < previous_end:
-            raise ValueError(f"safe_load: {path}: the data of tensors {previous!r} and {name!r} overlap")
-    if data_size == 0:
-        data = np.zeros(0, dtype=np.uint8)
-    else:
-        data = np.memmap(path, dtype=np.uint8, mode="c", offset=data_start, shape=(data_size,))
+    with open(path, "rb", buffering=0) as file:
+        file_size = os.fstat(file.fileno()).st_size
+        header, data_start = _read_header(file, path, file_size)
+        header.pop("__metadata__", None)
+        data_size = file_size - data_start
+        entries = {name: _check_entry(path, name, entry, data_size) for name, entry in header.items()}
+        ranges = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items() if end > begin)
+        for (_, previous_end, previous), (begin, _, name) in zip(ranges, ranges[1:]):
+            if begin < previous_end:
+                raise ValueError(f"safe_load: {path}: the data of tensors {previous!r} and {name!r} overlap")
+        if data_size == 0:
+            data = np.zeros(0, dtype=np.uint8)
+        elif mmap:
+            data = np.memmap(file, dtype=np.uint8, mode="c", offset=data_start, shape=(data_size,))
+        else:
+            data = _read_data(file, path, data_size)
     device = canonical_device(device)
     host = device if hasattr(get_device(device), "wrap") else "CPU"
     tensors = {}
@@ -271,13 +285,30 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
         if sys.byteorder != "little":
             tensors[name] = Tensor(array.reshape(shape), dtype=dtype, device=device)  # a byte-swapped copy
             continue
-        mapped = Tensor(LazyBuffer.from_buffer(get_device(host).wrap(dtype, array.view(dtype.np)), shape))
-        tensors[name] = mapped if host == device else mapped.to(device)
+        on_host = Tensor(LazyBuffer.from_buffer(get_device(host).wrap(dtype, array.view(dtype.np)), shape))
+        tensors[name] = on_host if host == device else on_host.to(device)
     return tensors
 
 
+def _read_data(file, path: str, size: int) -> np.ndarray:
+    """The next `size` bytes of an unbuffered file, read straight into one 64-byte aligned buffer."""
+    raw = np.empty(size + ALIGNMENT, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT
+    data = raw[start:start + size]
+    view, done = memoryview(data), 0
+    while done < size:  # a single read returns at most about 2 GiB on Linux
+        count = file.readinto(view[done:])
+        if not count:
+            raise ValueError(f"safe_load: {path} ended after {done} of its {size} bytes of data while it was read: "
+                             "the file was truncated")
+        done += count
+    return data
+
+
 def safe_load_metadata(path: str | os.PathLike) -> dict[str, str]:
-    """The `__metadata__` strings of a safetensors file ({} when it has none)."""
+    """The `__metadata__` strings of a safetensors file ({} when it has none); ValueError when its header
+    or metadata is malformed."""
     path = os.fspath(path)
-    header, _ = _read_header(path, os.path.getsize(path))
+    with open(path, "rb") as file:
+        header, _ = _read_header(file, path, os.fstat(file.fileno()).st_size)
     return dict(header.get("__metadata__") or {})

@@ -4,9 +4,11 @@ The front door of lazygrad.onnx. Loading parses the protobuf (proto.py), turns i
 Tensors on the chosen device and looks up every node's operator in the table (registry.py), so that
 all unsupported operators are reported at once, before anything runs. Running walks the nodes in
 order and calls each operator. A node whose inputs are all small known constants (initializers,
-Constant and Shape outputs, earlier folded nodes) runs once on the NPY device and its outputs become
-known constants too (constant folding). Nothing else is realized except small inputs an operator
-needs as numbers (a Reshape's shape), so the result Tensors are lazy and fuse like any other.
+Constant and Shape outputs, earlier folded nodes) runs once on the NPY device and, when its outputs
+are small too, they become known constants (constant folding); a large result stays lazy, since a
+few bytes of model can ask for gigabytes (`ConstantOfShape([2**28])`). Nothing else is realized
+except small inputs an operator needs as numbers (a Reshape's shape), so the result Tensors are lazy
+and fuse like any other.
 """
 from __future__ import annotations
 
@@ -16,13 +18,14 @@ import numpy as np
 import onnx
 
 from lazygrad.onnx.functions import expand, function_schema, missing_in_function, type_proto_of
+from lazygrad.onnx.order import ordered_model
 from lazygrad.onnx.proto import (UnsupportedError, ValueInfo, attribute_value, describe_value, elem_type_name,
                                  elem_type_of_dtype, is_supported_elem_type, load_model_proto, onnx_numpy,
                                  tensor_to_numpy, to_carrier)
 from lazygrad.onnx.registry import OpContext, find_operator
 from lazygrad.tensor import Tensor
 
-FOLD_LIMIT = 4096  # nodes whose constant inputs hold at most this many elements in all are folded
+FOLD_LIMIT = 4096  # nodes whose constant inputs and whose outputs hold at most this many elements are folded
 
 
 def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -54,7 +57,8 @@ class OnnxModel:
         """model: a path, the bytes of a model or an onnx.ModelProto. Unsupported operators raise
         UnsupportedError (all of them in one message) unless strict=False, which only lists them in
         `unsupported()`."""
-        self.proto, self.base_dir = load_model_proto(model)
+        proto, self.base_dir = load_model_proto(model)
+        self.proto = ordered_model(proto)
         self.device = Tensor.zeros(1, device=device).device
         self.opsets = {("" if op.domain == "ai.onnx" else op.domain): op.version for op in self.proto.opset_import}
         graph = self.proto.graph
@@ -184,17 +188,21 @@ class OnnxModel:
         function = find_operator(node.domain, node.op_type)
         if function is None:
             return self._run_function(node, inputs, values, opset)
-        attributes = {attribute.name: attribute_value(attribute) for attribute in node.attribute}
+        attributes = {attribute.name: attribute_value(attribute, self.base_dir) for attribute in node.attribute}
         if self._foldable(node, inputs):
-            return self._fold(node, function, inputs, attributes, opset, values)
-        context = OpContext(self, node, opset, values)
+            folded = self._fold(node, function, inputs, attributes, opset, values)
+            if folded is not None:
+                return folded
+        return self._call(function, OpContext(self, node, opset, values), inputs, attributes)
+
+    def _call(self, function, context: OpContext, inputs: list, attributes: dict) -> list:
         try:
             outputs = function(context, *inputs, **attributes)
         except UnsupportedError:
             raise
         except Exception as error:
-            raise RuntimeError(f"{_node_label(node)}, opset {opset}) failed: {type(error).__name__}: {error}") \
-                from error
+            raise RuntimeError(f"{_node_label(context.node)}, opset {context.opset}) failed: "
+                               f"{type(error).__name__}: {error}") from error
         return list(outputs) if isinstance(outputs, tuple) else [outputs]
 
     def _foldable(self, node: onnx.NodeProto, inputs: list) -> bool:
@@ -206,18 +214,14 @@ class OnnxModel:
             return False
         return sum(value.numel() for value in present) <= FOLD_LIMIT
 
-    def _fold(self, node, function, inputs: list, attributes: dict, opset: int, values: dict) -> list:
-        """Run a node on the NPY device from its constant inputs; its outputs become known constants."""
+    def _fold(self, node, function, inputs: list, attributes: dict, opset: int, values: dict) -> list | None:
+        """Run a node on the NPY device from its constant inputs; its outputs become known constants.
+        None when its outputs are large (small inputs can ask for a huge result): nothing has been
+        computed then, and the node runs lazily like any other."""
         host_inputs = [None if value is None else self.constant(self.concrete(value), "NPY") for value in inputs]
-        context = OpContext(self, node, opset, values, device="NPY")
-        try:
-            outputs = function(context, *host_inputs, **attributes)
-        except UnsupportedError:
-            raise
-        except Exception as error:
-            raise RuntimeError(f"{_node_label(node)}, opset {opset}) failed: {type(error).__name__}: {error}") \
-                from error
-        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        outputs = self._call(function, OpContext(self, node, opset, values, device="NPY"), host_inputs, attributes)
+        if sum(output.numel() for output in outputs if isinstance(output, Tensor)) > FOLD_LIMIT:
+            return None
         return [self.constant(self.concrete(output)) if isinstance(output, Tensor) else output for output in outputs]
 
     def _run_function(self, node: onnx.NodeProto, inputs: list, values: dict, opset: int) -> list:

@@ -3,7 +3,9 @@
 Used by model.py when it loads a model. ONNX element types lazygrad has no dtype for are carried
 in a wider one (uint16 in int32, uint32 and uint64 in int64, int4 and int2 in int8, bfloat16, float8
 and float4 in float32); Cast rounds carried floats to their format's precision, and `onnx_numpy`
-turns a carried result back into the declared numpy type.
+turns a carried result back into the declared numpy type. External data files are read only from
+inside the model's folder (`external_data_file`), which every tensor of a model is checked against
+when it loads.
 """
 from __future__ import annotations
 
@@ -79,22 +81,76 @@ def onnx_numpy(array: np.ndarray, elem_type: int | None) -> np.ndarray:
 
 
 def tensor_to_numpy(tensor: TensorProto, base_dir: str | None = None) -> np.ndarray:
-    """An initializer or constant as numpy, reading external data files relative to base_dir."""
+    """An initializer or constant as numpy, reading external data files inside base_dir only."""
     if tensor.data_location == TensorProto.EXTERNAL:
-        if base_dir is None:
-            raise ValueError(f"tensor {tensor.name!r} keeps its data in an external file, but the model was "
-                             "not loaded from a path; pass the model's path so the file can be found")
+        external_data_file(tensor, base_dir)
         return numpy_helper.to_array(tensor, base_dir=base_dir)
     return numpy_helper.to_array(tensor)
 
 
-def attribute_value(attribute: onnx.AttributeProto):
-    """An attribute as a Python value; TENSOR attributes become numpy, GRAPH ones stay protos."""
+def external_data_file(tensor: TensorProto, base_dir: str | None) -> str:
+    """The file holding a tensor's external data. It must lie inside the model's folder once symlinks
+    and '..' are resolved: a downloaded model must not read other files into its outputs."""
+    location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
+    if base_dir is None:
+        raise ValueError(f"tensor {tensor.name!r} keeps its data in the external file {location!r}, but the "
+                         "model was given as bytes or a ModelProto, so it has no folder to read that file from; "
+                         "load the model from its path (OnnxModel('folder/model.onnx'))")
+    folder = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(folder, location))
+    if os.path.isabs(location) or path == folder or os.path.commonpath([folder, path]) != folder:
+        raise ValueError(f"tensor {tensor.name!r} keeps its data in {location!r}, which is not a file inside the "
+                         f"model's folder {folder}: external data files must be inside the model's folder")
+    return path
+
+
+def all_graphs(graph: onnx.GraphProto):
+    """A graph and every graph inside it (If, Loop and Scan bodies at any depth), without recursion."""
+    pending = [graph]
+    while pending:
+        graph = pending.pop()
+        yield graph
+        for node in graph.node:
+            pending.extend(subgraphs(node))
+
+
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    graphs = []
+    for attribute in node.attribute:
+        graphs.extend([attribute.g] if attribute.HasField("g") else [])
+        graphs.extend(attribute.graphs)
+    return graphs
+
+
+def stored_tensors(model: onnx.ModelProto):
+    """Every tensor stored in a model's graphs: initializers and tensor attributes (a sparse tensor
+    as its values and indices)."""
+    for graph in all_graphs(model.graph):
+        yield from graph.initializer
+        for sparse in graph.sparse_initializer:
+            yield from (sparse.values, sparse.indices)
+        for node in graph.node:
+            for attribute in node.attribute:
+                yield from [attribute.t, *attribute.tensors]
+                for sparse in [attribute.sparse_tensor, *attribute.sparse_tensors]:
+                    yield from (sparse.values, sparse.indices)
+
+
+def check_external_data(model: onnx.ModelProto, base_dir: str | None) -> None:
+    """Refuse, before anything is read, every external data file the model may not read."""
+    for tensor in stored_tensors(model):
+        if tensor.data_location == TensorProto.EXTERNAL:
+            external_data_file(tensor, base_dir)
+
+
+def attribute_value(attribute: onnx.AttributeProto, base_dir: str | None = None):
+    """An attribute as a Python value; TENSOR attributes become numpy (external data read inside
+    base_dir), GRAPH ones stay protos."""
     value = helper.get_attribute_value(attribute)
     if isinstance(value, bytes):
         return value.decode("utf-8")
     if isinstance(value, TensorProto):
-        return numpy_helper.to_array(value)
+        return tensor_to_numpy(value, base_dir)
     if attribute.type == onnx.AttributeProto.STRINGS:
         return [item.decode("utf-8") for item in value]
     if attribute.type in (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS):
@@ -148,18 +204,22 @@ def describe_value(value_info: onnx.ValueInfoProto) -> ValueInfo:
 
 
 def load_model_proto(model) -> tuple[onnx.ModelProto, str | None]:
-    """A ModelProto and the directory external data is read from, from a path, bytes or a ModelProto."""
+    """A ModelProto and the folder external data is read from (None for bytes and ModelProtos, which
+    then may not have external data), from a path, bytes or a ModelProto."""
     if isinstance(model, onnx.ModelProto):
-        return model, None
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        return parse_model_bytes(bytes(model), "the model bytes"), None
-    if isinstance(model, (str, os.PathLike)):
+        proto, base_dir = model, None
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        proto, base_dir = parse_model_bytes(bytes(model), "the model bytes"), None
+    elif isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no ONNX model at {path!r}")
         with open(path, "rb") as file:
-            return parse_model_bytes(file.read(), repr(path)), os.path.dirname(os.path.abspath(path))
-    raise TypeError(f"OnnxModel takes a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
+            proto, base_dir = parse_model_bytes(file.read(), repr(path)), os.path.dirname(os.path.abspath(path))
+    else:
+        raise TypeError(f"OnnxModel takes a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
+    check_external_data(proto, base_dir)
+    return proto, base_dir
 
 
 def parse_model_bytes(data: bytes, where: str) -> onnx.ModelProto:

@@ -2,6 +2,7 @@
 dtype, interop both ways with the `safetensors` package, and truncated or malformed files."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import struct
@@ -12,8 +13,8 @@ import safetensors.numpy as safetensors_numpy  # in the test extra, so the inter
 
 from lazygrad import Tensor, dtypes
 import lazygrad.nn as nn
-from lazygrad.nn.state import (get_parameters, get_state_dict, load_state_dict, safe_load, safe_load_metadata,
-                               safe_save)
+from lazygrad.nn.state import (_read_data, get_parameters, get_state_dict, load_state_dict, safe_load,
+                               safe_load_metadata, safe_save)
 
 rng = np.random.default_rng(0)
 
@@ -190,7 +191,17 @@ MALFORMED = {
     "overlapping tensors": (lambda p: write_file(p, {"a": GOOD_ENTRY, "b": {**GOOD_ENTRY, "data_offsets": [8, 24]}},
                                                  bytes(24)), "overlap"),
     "metadata not strings": (lambda p: write_file(p, {"__metadata__": {"a": 1}}), "'__metadata__' must map"),
+    "dtype is a list": (lambda p: write_file(p, {"w": {**GOOD_ENTRY, "dtype": ["F32"]}}, bytes(16)),
+                        r"tensor 'w' has dtype \['F32'\]"),
+    "header nested too deeply": (lambda p: write_file(p, b'{"w": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+                                 "nests JSON too deeply"),
+    "an integer of 5000 digits": (lambda p: write_file(p, b'{"w": {"dtype": "F32", "shape": [' + b"9" * 5000 + b"]}}"),
+                                  "is not valid JSON"),
+    "a size numpy cannot hold": (lambda p: write_file(p, {"w": {**GOOD_ENTRY, "shape": [2 ** 70, 0],
+                                                                "data_offsets": [0, 0]}}), "expected a list of sizes"),
 }
+
+ODD_JSON = [None, True, 1.5, -1, 2 ** 70, "F32", [], [1], [[1]], {}, {"F32": 1}, [None, 4], [[[[[[[[[[1]]]]]]]]]]]
 
 
 @pytest.mark.parametrize("case", MALFORMED)
@@ -199,6 +210,22 @@ def test_malformed_files_raise_a_value_error_naming_the_problem(tmp_path, case):
     path = make(tmp_path / "bad.safetensors")
     with pytest.raises(ValueError, match=message):
         safe_load(path)
+
+
+@pytest.mark.parametrize("field", ["dtype", "shape", "data_offsets", "entry", "__metadata__"])
+def test_any_json_value_in_any_field_loads_or_raises_a_value_error(tmp_path, field):
+    """Never a TypeError or RecursionError from a header's odd structure."""
+    for value in ODD_JSON:
+        if field == "__metadata__":
+            header = {"__metadata__": value}
+        else:
+            header = {"w": value if field == "entry" else {**GOOD_ENTRY, field: value}}
+        path = write_file(tmp_path / "odd.safetensors", header, bytes(16))
+        for load in (safe_load, safe_load_metadata):
+            try:
+                load(path)
+            except ValueError as error:
+                assert str(error).startswith("safe_load: ")
 
 
 def test_a_checkpoint_cut_short_anywhere_never_loads(tmp_path):
@@ -219,14 +246,39 @@ def test_safe_save_rejects_what_it_cannot_write(tmp_path):
         safe_save({}, tmp_path / "x.safetensors", metadata={"epoch": 3})
 
 
-def test_safe_load_maps_the_file_and_never_writes_it(tmp_path):
+def test_a_loaded_checkpoint_keeps_its_values_when_the_file_is_rewritten_or_truncated(tmp_path):
+    """By default the data is read when the file loads: a job overwriting its checkpoint in place, or
+    truncating it, changes nothing loaded (a mapped file showed the new values, or died of SIGBUS)."""
+    path = tmp_path / "weights.safetensors"
+    values = np.arange(4096, dtype=np.float32)
+    safe_save({"w": Tensor(values)}, path)
+    data_start = len(path.read_bytes()) - values.nbytes
+    for device in ("CPU", "NPY"):
+        weight = safe_load(path, device=device)["w"]
+        with open(path, "r+b") as file:
+            file.seek(data_start)
+            file.write((values + 1).tobytes())
+        np.testing.assert_array_equal(weight.numpy(), values)
+        weight = safe_load(path, device=device)["w"]
+        os.truncate(path, 0)
+        np.testing.assert_array_equal(weight.numpy(), values + 1)
+        safe_save({"w": Tensor(values)}, path)
+
+
+def test_data_cut_short_while_it_is_read_raises_a_value_error():
+    """The file shrank between its size being taken and its data being read."""
+    with pytest.raises(ValueError, match="x.safetensors ended after 3 of its 8 bytes of data while it was read"):
+        _read_data(io.BytesIO(b"abc"), "x.safetensors", 8)
+
+
+def test_safe_load_with_mmap_maps_the_file_and_never_writes_it(tmp_path):
     """On CPU a loaded tensor's buffer is the memory-mapped file (nothing copied); writing the tensor
     in place changes the tensor, not the file."""
     path = tmp_path / "weights.safetensors"
     values = np.arange(12, dtype=np.float32).reshape(3, 4)
     safe_save({"w": Tensor(values)}, path)
     before = path.read_bytes()
-    weight = safe_load(path, device="CPU")["w"]
+    weight = safe_load(path, device="CPU", mmap=True)["w"]
     assert isinstance(weight.lazydata.buffer.array.base, np.memmap) or isinstance(weight.lazydata.buffer.array, np.memmap)
     np.testing.assert_array_equal(weight.numpy(), values)
     weight.assign(weight * 2).realize()
@@ -235,12 +287,12 @@ def test_safe_load_maps_the_file_and_never_writes_it(tmp_path):
     assert path.read_bytes() == before
 
 
-def test_safe_load_reads_no_tensor_before_it_is_used_on_every_device(tmp_path, device):
+def test_safe_load_with_mmap_reads_no_tensor_before_it_is_used_on_every_device(tmp_path, device):
     """Host devices use the mapped file as the buffer; others get a pending copy of the mapped bytes."""
     path = tmp_path / "weights.safetensors"
     values = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.arange(4, dtype=np.int64)}
     safe_save({name: Tensor(array) for name, array in values.items()}, path)
-    loaded = safe_load(path, device=device)
+    loaded = safe_load(path, device=device, mmap=True)
     for name, array in values.items():
         tensor = loaded[name]
         assert tensor.device == device

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from lazygrad import Tensor, dtypes, stats  # noqa: E402
 from lazygrad.onnx import OnnxModel, UnsupportedError  # noqa: E402
+from lazygrad.onnx.model import FOLD_LIMIT  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -97,6 +98,66 @@ def test_shape_computations_on_constants_are_folded_without_running_kernels():
     np.testing.assert_array_equal(result.numpy(), data.reshape(2, 12))
 
 
+def test_a_large_result_of_small_constants_stays_lazy_instead_of_being_folded():
+    """ConstantOfShape([2**22]) then ReduceSum: a model of a few bytes whose folded intermediate would
+    be as large as it asks (2**28 took 20 s and 4 GB)."""
+    shape = numpy_helper.from_array(np.array([2 ** 22], np.int64), "shape")
+    one = numpy_helper.from_array(np.array([1.0], np.float32), "one")
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"], value=one),
+             helper.make_node("ReduceSum", ["big"], ["y"], keepdims=0)]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
+    model = OnnxModel(helper.make_model(helper.make_graph(nodes, "big_constant", [], [y], [shape]),
+                                        opset_imports=[helper.make_opsetid("", 13)]), device="CPU")
+    result = model()["y"]
+    assert max(array.size for _, array in model.constants.values()) <= FOLD_LIMIT
+    assert result.numpy() == 2 ** 22
+
+
+def graph_of(nodes, initializers=()) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], list(initializers)),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_nodes_stored_out_of_order_run_in_dependency_order():
+    """y = If(true) then -relu(x): the If and Neg come before the Relu whose output they read (the
+    If inside its branch only); the caller's proto keeps its order."""
+    branch = helper.make_graph([helper.make_node("Identity", ["r"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])])
+    nodes = [helper.make_node("Neg", ["chosen"], ["y"], name="neg"),
+             helper.make_node("If", ["condition"], ["chosen"], name="if", then_branch=branch, else_branch=branch),
+             helper.make_node("Relu", ["x"], ["r"], name="relu")]
+    model = graph_of(nodes, [numpy_helper.from_array(np.array(True), "condition")])
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    np.testing.assert_array_equal(OnnxModel(model, device="NPY")(x=x)["y"].numpy(), -np.maximum(x, 0))
+    assert [node.name for node in model.graph.node] == ["neg", "if", "relu"]
+
+
+def test_an_input_nothing_defines_is_named_with_its_node():
+    with pytest.raises(ValueError, match=r"Add \(node 'add'\) in graph 'g' reads 'bias', which no input, "
+                                         r"initializer or node of the graph \(or of a graph enclosing it\) defines"):
+        OnnxModel(graph_of([helper.make_node("Add", ["x", "bias"], ["y"], name="add")]), device="NPY")
+    branch = helper.make_graph([helper.make_node("Neg", ["missing"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])])
+    inside = graph_of([helper.make_node("If", ["condition"], ["y"], then_branch=branch, else_branch=branch)],
+                      [numpy_helper.from_array(np.array(True), "condition")])
+    with pytest.raises(ValueError, match=r"Neg \(unnamed node\) in graph 'branch' reads 'missing'"):
+        OnnxModel(inside, device="NPY")
+    with pytest.raises(ValueError, match="graph 'g' has an output 'y' that no input, initializer or node defines"):
+        OnnxModel(graph_of([helper.make_node("Relu", ["x"], ["r"])]), device="NPY")
+
+
+def test_a_cycle_is_reported_with_the_nodes_on_it():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "b"], ["a"], name="add"),
+             helper.make_node("Neg", ["a"], ["b"], name="neg"),
+             helper.make_node("Identity", ["a"], ["y"], name="out")]
+    with pytest.raises(ValueError, match=r"graph 'g' has a cycle, so no order can run it: Add \(node 'add'\) reads "
+                                         r"an output of Neg \(node 'neg'\), which reads an output of Add"):
+        OnnxModel(graph_of(nodes), device="NPY")
+
+
 def test_wrong_or_missing_input_names_are_reported():
     model = OnnxModel(linear_relu_model(), device="NPY")
     with pytest.raises(ValueError, match=r"model inputs are \['x'\]; got unknown \['z'\] and missing \['x'\]"):
@@ -140,6 +201,71 @@ def test_external_data_is_read_next_to_the_model(tmp_path):
     assert os.path.exists(tmp_path / "weights.bin")
     x = np.ones((1, 4), np.float32)
     np.testing.assert_allclose(OnnxModel(path, device="NPY")(x=x)["y"].numpy(), expected_linear_relu(x), rtol=1e-6)
+
+
+def external_tensor(location: str, name: str = "secret") -> TensorProto:
+    """8 uint8 values kept in the file `location`, relative to the model's folder."""
+    tensor = TensorProto(name=name, data_type=TensorProto.UINT8, dims=[8], data_location=TensorProto.EXTERNAL)
+    tensor.external_data.add(key="location", value=location)
+    return tensor
+
+
+def model_reading(tensor: TensorProto, where: str) -> onnx.ModelProto:
+    """y = the tensor, kept as an initializer, a Constant's attribute, or a Constant inside an If branch."""
+    y = helper.make_tensor_value_info("y", TensorProto.UINT8, [8])
+    initializers = []
+    if where == "initializer":
+        nodes, initializers = [helper.make_node("Identity", [tensor.name], ["y"])], [tensor]
+    elif where == "Constant":
+        nodes = [helper.make_node("Constant", [], ["y"], value=tensor)]
+    else:
+        branch = helper.make_graph([helper.make_node("Constant", [], ["b"], value=tensor)], "branch", [],
+                                   [helper.make_tensor_value_info("b", TensorProto.UINT8, [8])])
+        condition = numpy_helper.from_array(np.array(True), "condition")
+        nodes = [helper.make_node("If", ["condition"], ["y"], then_branch=branch, else_branch=branch)]
+        initializers = [condition]
+    return helper.make_model(helper.make_graph(nodes, "reads_external_data", [], [y], initializers),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("where", ["initializer", "Constant", "If branch"])
+def test_external_data_inside_the_models_folder_is_read_wherever_the_tensor_is(tmp_path, monkeypatch, where):
+    folder = tmp_path / "model"
+    (folder / "weights").mkdir(parents=True)
+    (folder / "weights" / "data.bin").write_bytes(bytes(range(8)))
+    onnx.save(model_reading(external_tensor("weights/../weights/data.bin"), where), str(folder / "model.onnx"))
+    monkeypatch.chdir(tmp_path)
+    result = OnnxModel(str(folder / "model.onnx"), device="NPY")()["y"].numpy()
+    np.testing.assert_array_equal(result, np.arange(8, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("where", ["initializer", "Constant", "If branch"])
+def test_external_data_outside_the_models_folder_is_refused(tmp_path, monkeypatch, where):
+    """'..', an absolute path, a symlink to a file or to a folder outside: none may be read."""
+    (tmp_path / "credentials.json").write_bytes(b"password")
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "key").write_bytes(b"password")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    os.symlink(tmp_path / "credentials.json", folder / "linked.bin")
+    os.symlink(tmp_path / "private", folder / "linked_folder")
+    monkeypatch.chdir(folder)
+    for location in ("../credentials.json", str(tmp_path / "credentials.json"), "linked.bin", "linked_folder/key"):
+        onnx.save(model_reading(external_tensor(location), where), str(folder / "model.onnx"))
+        with pytest.raises(ValueError, match=f"tensor 'secret' keeps its data in '{location}', which is not a file "
+                                             "inside the model's folder"):
+            OnnxModel(str(folder / "model.onnx"), device="NPY")
+
+
+@pytest.mark.parametrize("where", ["initializer", "Constant", "If branch"])
+def test_external_data_of_a_model_given_as_bytes_or_a_proto_is_refused(tmp_path, monkeypatch, where):
+    """Such a model has no folder: the working directory's files must not become its outputs."""
+    (tmp_path / "credentials.json").write_bytes(b"password")
+    monkeypatch.chdir(tmp_path)
+    model = model_reading(external_tensor("credentials.json"), where)
+    for source in (model, model.SerializeToString()):
+        with pytest.raises(ValueError, match="no folder to read that file from; load the model from its path"):
+            OnnxModel(source, device="NPY")
 
 
 def test_attributes_that_became_inputs_work_in_both_opsets():
