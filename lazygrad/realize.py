@@ -66,7 +66,11 @@ class CompiledKernel:
     opts: tuple = ()            # the opts its loops were arranged with (renderer/opts.py)
 
 
+# Loaded programs, least recently prepared first. A process that meets ever new shapes would run out
+# of memory maps after some 13,000 kernels (each library keeps a few): past LOADED_PROGRAMS the least
+# recently used is forgotten, and its library unloaded once no jit replay holds it (devices/cpu.py).
 _PROGRAMS: dict[tuple[str, Kernel, bool, int], CompiledKernel] = {}
+LOADED_PROGRAMS = 2048
 
 
 @dataclass
@@ -125,11 +129,15 @@ def prepare_programs(device_name: str, kernels: list[Kernel]) -> None:
     its compile starts at once on the device's compile threads (devices/compile_pool.py), so a
     first run compiles its kernels side by side while the next ones render; a kernel that appears
     twice compiles once. Shows a progress bar on a terminal when this takes over a second."""
-    missing = {}
+    missing, used = {}, 0
     for kernel in kernels:
         key = (device_name, kernel, knobs.noopt, knobs.beam)
-        if key not in _PROGRAMS:
+        compiled = _PROGRAMS.pop(key, None)
+        if compiled is None:
             missing[key] = kernel
+        else:
+            _PROGRAMS[key] = compiled  # now the most recently used
+            used += 1
     if not missing:
         return
     device = get_device(device_name)
@@ -147,6 +155,8 @@ def prepare_programs(device_name: str, kernels: list[Kernel]) -> None:
             program = _load(device, rendered, future.result())
             _PROGRAMS[key] = CompiledKernel(rendered.name, rendered.source, program, rendered.global_size,
                                             kernel.count_flops(), rendered.opts)
+    while len(_PROGRAMS) > max(LOADED_PROGRAMS, used + len(missing)):  # never one this schedule runs
+        del _PROGRAMS[next(iter(_PROGRAMS))]
     if knobs.debug >= 1:
         compiled = stats.compiles - compiles_before
         print(f"prepared {len(missing)} program(s) for {device_name} in {time.perf_counter() - start:.3f} s "

@@ -16,6 +16,7 @@ OpenMP spreads big kernels over every core; a compiler without OpenMP still work
 from __future__ import annotations
 
 import ctypes
+import _ctypes
 import functools
 import operator
 import os
@@ -23,6 +24,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import weakref
 
 import numpy as np
 
@@ -115,6 +117,13 @@ class Compiler:
 _pointer_of = operator.attrgetter("pointer")
 
 
+def _unload(handle: int) -> None:
+    """Unmaps a kernel's library (each keeps a few memory maps; a process has ~65,000)."""
+    unload = getattr(_ctypes, "dlclose", None) or getattr(_ctypes, "FreeLibrary", None)
+    if unload is not None:
+        unload(handle)
+
+
 class CPUProgram:
     """A loaded kernel: call it with buffers (outputs first)."""
 
@@ -129,6 +138,9 @@ class CPUProgram:
         self.function = self.library[name]
         self.function.argtypes = [ctypes.c_void_p] * argument_count
         self.function.restype = None
+        # unloaded once nothing can call it any more: the engine forgets programs it has not used
+        # for long (realize.LOADED_PROGRAMS), but a jit replay may still hold this function
+        weakref.finalize(self.function, _unload, self.library._handle).atexit = False  # exit unmaps all at once
         # the same function taking each buffer's `pointer` in place of the buffer: a jit replay calls
         # it with argument lists it prepared once, skipping the pointer lookups of __call__
         self.call_with_pointers = self.function

@@ -100,3 +100,24 @@ def test_the_progress_bar_stays_silent_off_a_terminal_when_turned_off_or_quick(m
             progress.advance()
             progress.advance()
     assert stream.getvalue() == ""
+
+
+def test_past_its_bound_the_engine_forgets_the_least_recently_used_program_and_unloads_it(monkeypatch):
+    import gc
+
+    from lazygrad import realize
+    from lazygrad.devices import cpu
+    gc.collect()  # programs earlier tests dropped go first, unrecorded
+    unloaded = []
+    monkeypatch.setattr(cpu, "_unload", unloaded.append)
+    monkeypatch.setattr(realize, "_PROGRAMS", {})
+    monkeypatch.setattr(realize, "LOADED_PROGRAMS", 3)
+    for salt in (0.1357, 0.2468, 0.3579, 0.4680, 0.5791):
+        results, expected = distinct_kernels(1, salt)
+        np.testing.assert_allclose(results[0].numpy(), expected[0], rtol=1e-6)
+    assert len(realize._PROGRAMS) == 3
+    del results
+    gc.collect()
+    assert len(unloaded) == 2  # the two forgotten programs, once nothing held them
+    results, expected = distinct_kernels(1, 0.1357)  # the first again: loaded anew, still right
+    np.testing.assert_allclose(results[0].numpy(), expected[0], rtol=1e-6)
