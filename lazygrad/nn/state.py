@@ -177,6 +177,7 @@ def safe_save(state: dict[str, Tensor], path: str | os.PathLike, metadata: dict[
     directory = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".safetensors")
     try:
+        os.chmod(temporary, _new_file_mode())  # mkstemp's 0600, not what open() would have made
         with os.fdopen(handle, "wb") as file:
             file.write(len(header_bytes).to_bytes(8, "little"))
             file.write(header_bytes)
@@ -186,6 +187,13 @@ def safe_save(state: dict[str, Tensor], path: str | os.PathLike, metadata: dict[
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def _new_file_mode() -> int:
+    """The mode open() gives a new file: 0o666 less the process's umask (read by setting it back)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _read_header(file, path: str, file_size: int) -> tuple[dict[str, Any], int]:

@@ -301,3 +301,15 @@ def test_safe_load_with_mmap_reads_no_tensor_before_it_is_used_on_every_device(t
         else:
             assert tensor.lazydata.op == "COPY" and not tensor.lazydata.realized
         np.testing.assert_array_equal(tensor.numpy(), array)
+
+
+@pytest.mark.skipif(not hasattr(os, "umask"), reason="POSIX file modes only")
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_safe_save_gives_the_file_the_mode_the_umask_asks_for(tmp_path, umask):
+    path = tmp_path / "weights.safetensors"
+    previous = os.umask(umask)
+    try:
+        safe_save({"w": Tensor([1.0, 2.0])}, path)
+    finally:
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
