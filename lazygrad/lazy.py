@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from lazygrad.dtype import DType
+from lazygrad.dtype import DType, dtypes
 from lazygrad.ops import OPS, MOVEMENT, REDUCE
 
 class StaleValueError(RuntimeError):
@@ -36,6 +36,17 @@ _sweep_at = 4096
 # the constant), held strongly: `x + 1` in a loop would otherwise build (and free) them every step
 _CONSTANTS: dict[tuple, tuple] = {}
 CONSTANT_CACHE_LIMIT = 1024
+# A float SUM adds its terms one by one into an accumulator per SIMD lane, so its rounding error grows
+# with their number: 2^24 float32 0.1s summed to 1,649,062 (exact 1,677,721.6; numpy, pairwise,
+# is within 1e-7). A sum of more than ACCUMULATION_LIMIT terms runs in stages: partial sums of the
+# pieces of one reduced axis, then the sum of those, each stage split again while it is too long,
+# so no accumulator takes more than ACCUMULATION_LIMIT / lanes terms (the same 2^24 sum: 1,677,711
+# on CPU, 6e-6 off; random data within 2e-6 of float64). The limit is the longest row the kernel
+# benchmarks sum (4096): 1024 cost their softmax 15% for a third kernel.
+# Sums with more than SPLIT_OUTPUT_LIMIT outputs (weight gradients of wide layers) are left whole:
+# their kernels are matmul-shaped and keep their register tiles.
+ACCUMULATION_LIMIT = 4096
+SPLIT_OUTPUT_LIMIT = 1 << 16
 
 
 def _sweep_dead_entries() -> None:
@@ -160,7 +171,23 @@ class LazyBuffer:
         if not axes:
             return self
         new_shape = tuple(1 if axis in axes else size for axis, size in enumerate(self.shape))
+        if op == "SUM" and self.dtype.is_float:
+            split = accumulation_split(self.shape, axes)
+            if split is not None:
+                return self._sum_in_two_stages(axes, *split).reshape(new_shape)
         return LazyBuffer.create(op, (self,), axes, self.dtype, new_shape, self.device)
+
+    def _sum_in_two_stages(self, axes: tuple[int, ...], axis: int, parts: int) -> "LazyBuffer":
+        """SUM over axes as `parts` partial sums, one per piece of `axis`, then their sum; the result
+        keeps a 1 for each reduced axis and one more for the split (the caller reshapes it). Half
+        floats sum in float32, as one kernel does, and round once at the end."""
+        size = -(-self.shape[axis] // parts) * parts  # rounded up to whole pieces: zeros pad the last
+        wide = self.cast(dtypes.float32) if self.dtype.itemsize < 4 else self
+        if size > self.shape[axis]:
+            wide = wide.pad(tuple((0, size - length if other == axis else 0) for other, length in enumerate(self.shape)))
+        pieces = wide.reshape(self.shape[:axis] + (parts, size // parts) + self.shape[axis + 1:])
+        first = tuple(other + (other > axis) for other in axes if other != axis) + (axis + 1,)
+        return pieces.reduce("SUM", first).reduce("SUM", (axis,)).cast(self.dtype)
 
     def take(self, index: "LazyBuffer") -> "LazyBuffer":
         """TAKE: this node, of shape index.shape + (n,), read along its last axis at `index`."""
@@ -234,6 +261,40 @@ class LazyBuffer:
         if device == self.device:
             return self
         return LazyBuffer.create("COPY", (self,), None, self.dtype, self.shape, device)
+
+
+def accumulation_split(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int] | None:
+    """(axis, parts) to run a SUM over axes in two stages, or None when it is short enough or wide.
+    The first stage sums each of `parts` pieces of `axis` (with the other reduced axes), the second
+    the `parts` partial sums. Preferred: an axis with a divisor that makes the first stage short
+    enough, the fewest parts (the smallest intermediate), the outermost of equals (the first stage
+    then reads whole inner rows); else the most parts any axis allows (that stage splits again).
+    Where no reduced axis has a divisor (all prime), the longest is padded with zeros to a multiple
+    of about its square root, the caller's pieces then being ceil(size / parts) long."""
+    terms = math.prod(shape[axis] for axis in axes)
+    if terms <= ACCUMULATION_LIMIT or math.prod(shape) // terms > SPLIT_OUTPUT_LIMIT:
+        return None
+    needed = -(-terms // ACCUMULATION_LIMIT)
+    best, best_rank = None, None
+    for axis in axes:
+        size = shape[axis]
+        divisors = [divisor for divisor in _divisors(size) if 1 < divisor < terms]
+        if not divisors:
+            continue
+        enough = [divisor for divisor in divisors if divisor >= needed]
+        parts = min(enough) if enough else max(divisors)
+        rank = (0, parts) if enough else (1, -parts)
+        if best_rank is None or rank < best_rank:
+            best, best_rank = (axis, parts), rank
+    if best is None:
+        longest = max(axes, key=lambda axis: shape[axis])
+        best = (longest, math.isqrt(shape[longest] - 1) + 1)
+    return best
+
+
+def _divisors(size: int) -> list[int]:
+    small = [divisor for divisor in range(1, math.isqrt(size) + 1) if size % divisor == 0]
+    return small + [size // divisor for divisor in reversed(small) if divisor * divisor != size]
 
 
 def walk(roots: list[LazyBuffer]) -> list[LazyBuffer]:
