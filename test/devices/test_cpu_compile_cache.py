@@ -132,7 +132,8 @@ def compile_with(compiler: str, tmp_path: Path):
 
 def test_a_compiler_that_succeeds_without_writing_a_library_is_an_error(tmp_path):
     from lazygrad.devices.cpu import CompileError
-    compiler = fake_compiler(tmp_path, 'cat > /dev/null; for last; do :; done; echo garbage > "$last"; exit 0\n')
+    compiler = fake_compiler(tmp_path, 'cat > /dev/null; for last; do :; done\n'
+                                       'case "$last" in *.so) echo garbage > "$last";; esac; exit 0\n')
     with pytest.raises(CompileError, match="wrote no shared library"):
         compile_with(compiler, tmp_path)
 
