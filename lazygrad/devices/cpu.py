@@ -46,6 +46,45 @@ class CompileError(RuntimeError):
     pass
 
 
+def work_prefix() -> str:
+    """The name prefix of this process's temporary files and folders: `lazygrad-<pid>-`."""
+    return f"lazygrad-{os.getpid()}-"
+
+
+def remove_orphaned_work_files(directory: str | None = None) -> None:
+    """A compile killed outright (SIGKILL, out of memory) leaves its temporary folder behind: remove
+    this user's `lazygrad-<pid>-*` files and folders whose process is gone. Runs once per process,
+    when the first compiler is found."""
+    directory = directory or tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        parts = entry.name.split("-", 2)
+        if len(parts) < 3 or parts[0] != "lazygrad" or not parts[1].isdigit() or _process_exists(int(parts[1])):
+            continue
+        try:
+            if hasattr(os, "getuid") and entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # another user's process, or no way to tell: leave it
+        return True
+    return True
+
+
 class Compiler:
     """The system C compiler, found once per process (or per distinct CC setting)."""
 
@@ -81,7 +120,7 @@ class Compiler:
         return BASE_FLAGS + (OPENMP_FLAGS if self.openmp else [])
 
     def compile(self, source: str, extra: list[str] | None = None) -> bytes:
-        with tempfile.TemporaryDirectory(prefix="lazygrad-") as workdir:
+        with tempfile.TemporaryDirectory(prefix=work_prefix()) as workdir:
             output = os.path.join(workdir, "kernel.so")
             result = self._run(source, output, extra)
             if result.returncode != 0 and self.openmp and any(word in result.stderr.lower() for word in ("omp", "openmp")):
@@ -128,7 +167,7 @@ class CPUProgram:
     """A loaded kernel: call it with buffers (outputs first)."""
 
     def __init__(self, name: str, binary: bytes, argument_count: int):
-        with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as handle:
+        with tempfile.NamedTemporaryFile(prefix=work_prefix(), suffix=".so", delete=False) as handle:
             handle.write(binary)
             path = handle.name
         try:
@@ -180,6 +219,7 @@ class CPUDevice:
     def __init__(self):
         self.allocator = HostAllocator()
         self._compilers: dict[str, Compiler] = {}
+        remove_orphaned_work_files()
 
     @functools.cached_property
     def simd(self) -> tuple[int, int]:

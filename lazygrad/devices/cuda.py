@@ -70,7 +70,7 @@ def _nvcc_version(nvcc: str) -> str:
 
 
 def _compile_with_nvcc(nvcc: str, source: str, options: list[str]) -> str:
-    with tempfile.TemporaryDirectory(prefix="lazygrad-") as workdir:
+    with tempfile.TemporaryDirectory(prefix=f"lazygrad-{os.getpid()}-") as workdir:
         source_path = os.path.join(workdir, "kernel.cu")
         output_path = os.path.join(workdir, "kernel.ptx")
         with open(source_path, "w") as handle:

@@ -155,3 +155,21 @@ def test_a_compiler_without_openmp_falls_back_to_one_thread(tmp_path):
                                        '{ echo "clang: error: unsupported option \'-fopenmp\'" >&2; exit 1; }; done\n'
                                        f'exec {real} "$@"\n')
     assert compile_with(compiler, tmp_path).startswith(b"\x7fELF")
+
+
+def test_files_left_by_a_killed_compile_are_removed_by_the_next_process(tmp_path):
+    from lazygrad.devices.cpu import remove_orphaned_work_files
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid now names no process (reused only after the pid counter wraps)
+    orphan_folder = tmp_path / f"lazygrad-{dead.pid}-abc123"
+    orphan_folder.mkdir()
+    (orphan_folder / "kernel.so").write_bytes(b"half written")
+    orphan_file = tmp_path / f"lazygrad-{dead.pid}-xyz.so"
+    orphan_file.write_bytes(b"")
+    ours = tmp_path / f"lazygrad-{os.getpid()}-live"
+    ours.mkdir()
+    unrelated = tmp_path / "lazygrad-notapid-x"
+    unrelated.mkdir()
+    remove_orphaned_work_files(str(tmp_path))
+    assert not orphan_folder.exists() and not orphan_file.exists()
+    assert ours.exists() and unrelated.exists()
