@@ -1,20 +1,46 @@
-"""Argument normalization shared by Tensor and its method groups: dims, shapes, broadcast shapes.
+"""Argument normalization shared by Tensor and its method groups: sizes, dims, broadcast shapes.
 
-Front-end layer, under tensor.py and tensor_methods/*; imports nothing of Tensor.
+Front-end layer, under tensor.py and tensor_methods/*; imports nothing of Tensor. Every size, dim
+and count a method takes goes through `_int_argument`, so none is truncated from a float (PyTorch's
+rule: `reshape(6.5)` is an error, not `reshape(6)`).
 """
 from __future__ import annotations
+
+import operator
+
+import numpy as np
 
 from lazygrad.dtype import DType
 
 
-def _shape_argument(shape) -> tuple[int, ...]:
-    """Accept f(2, 3) and f((2, 3)) alike, as PyTorch does."""
+def _int_argument(value, function: str, argument: str) -> int:
+    """`value` as an int: ints, numpy integers and anything else with `__index__`; bools, floats and
+    strings raise TypeError, as in PyTorch."""
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    fix = ""
+    if isinstance(value, (float, np.floating)):
+        fix = "; convert it with int(), or divide with // instead of /"
+    elif isinstance(value, (tuple, list)):
+        fix = "; pass the ints one by one, f(2, 3), or as one tuple, f((2, 3)), not both"
+    raise TypeError(f"{function}: {argument} must be an int, got {value!r} ({type(value).__name__}){fix}")
+
+
+def _shape_argument(shape: tuple, function: str, argument: str = "size", minus_one: str = "") -> tuple[int, ...]:
+    """The sizes of f(2, 3), f((2, 3)) or f([2, 3]) (a torch.Size too) as a tuple of ints: none
+    negative, except -1 where the function gives it a meaning, described by `minus_one`."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    result = tuple(int(size) for size in shape)
-    if any(size < 0 for size in result):
-        raise ValueError(f"negative dimension in shape {result}")
-    return result
+    sizes = tuple(_int_argument(size, function, f"{argument}[{index}]") for index, size in enumerate(shape))
+    for index, size in enumerate(sizes):
+        if size < 0 and not (size == -1 and minus_one):
+            allowed = f"0 or more, or -1 {minus_one}" if minus_one else "0 or more"
+            raise ValueError(f"{function}: {argument} {sizes} has the negative size {size} at index {index}; "
+                             f"sizes must be {allowed}")
+    return sizes
 
 
 def _pick_axis(axis, dim, op: str, default=None):
@@ -32,6 +58,7 @@ def _zero_of(dtype: DType):
 
 
 def _normalize_axis(axis: int, ndim: int, op: str = "") -> int:
+    axis = _int_argument(axis, op or "dim", "dim")
     low, high = (-ndim, ndim - 1) if ndim else (-1, 0)
     if not low <= axis <= high:
         raise IndexError(f"{op + ': ' if op else ''}dimension out of range "
