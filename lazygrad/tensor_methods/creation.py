@@ -14,7 +14,7 @@ import numpy as np
 from lazygrad.devices import canonical_device
 from lazygrad.dtype import DType, dtypes, scalar_dtype
 from lazygrad.lazy import LazyBuffer
-from lazygrad.tensor_methods.helpers import _int_argument, _shape_argument
+from lazygrad.tensor_methods.helpers import _check_scalar_fits, _int_argument, _shape_argument
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -68,6 +68,7 @@ class CreationMethods:
         from lazygrad.tensor import Tensor
         shape = _shape_argument((shape,), "full")
         dtype = dtypes.from_any(dtype) if dtype is not None else scalar_dtype(fill_value)
+        _check_scalar_fits(fill_value, dtype, "full")
         result = Tensor(LazyBuffer.const(fill_value, dtype, shape, canonical_device(device)))
         return result.requires_grad_(requires_grad)
 
@@ -235,6 +236,12 @@ class CreationMethods:
         if not dtype.is_float:
             raise TypeError(f"randn_like: dtype must be floating point, got {dtype.name}")
         return Tensor.randn(self.shape, dtype=dtype, device=device or self.device)
+
+    def _filled(self, shape: tuple[int, ...], value, function: str) -> "Tensor":
+        """A fill of `value` in self's dtype and on its device, checked to fit, with `function` named in errors."""
+        from lazygrad.tensor import Tensor
+        _check_scalar_fits(value, self.dtype, function)
+        return Tensor.full(shape, value, self.dtype, self.device)
 
     def _const_like(self, value, dtype: DType | None = None) -> "Tensor":
         from lazygrad.tensor import Tensor

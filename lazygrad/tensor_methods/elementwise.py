@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
-from lazygrad.tensor_methods.helpers import broadcast_shapes
+from lazygrad.tensor_methods.helpers import _check_scalar_fits, broadcast_shapes
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -58,8 +58,10 @@ class ElementwiseMethods:
         return x._apply("ADD", y._apply("NEG"))
 
     def div(self, other, reverse=False):
-        """True division: integer inputs give the default float dtype."""
-        x, y = self._operands(other, "div", reverse)
+        """True division: integer inputs give the default float dtype (a number meets the tensor in
+        that dtype, so int8_tensor / 1000 is 0.001, not 1 / 1000 in int8)."""
+        from lazygrad.tensor import Tensor
+        x, y = (self if isinstance(other, Tensor) else self._to_float())._operands(other, "div", reverse)
         x, y = x._to_float(), y._to_float()
         return x._apply("DIV", y)
 
@@ -142,6 +144,8 @@ class ElementwiseMethods:
         for bit in range(self.dtype.itemsize * 8 - 1):
             result = ((exponent & (1 << bit)) != 0).where(result * base, result)
             base = base * base
+        if self.dtype.is_unsigned:  # no negative exponents
+            return result
         negative = exponent < 0
         minus_one_result = (exponent.remainder(2) == 1).where(self._const_like(-1), self._const_like(1))
         special = (self == 1).where(self._const_like(1), (self == -1).where(minus_one_result, self._const_like(0)))
@@ -181,6 +185,8 @@ class ElementwiseMethods:
         if not isinstance(if_true, Tensor):
             if not isinstance(if_false, Tensor):
                 dtype = result_type([], [], [scalar_dtype(if_true), scalar_dtype(if_false)])
+                _check_scalar_fits(if_true, dtype, "where")
+                _check_scalar_fits(if_false, dtype, "where")
                 if_true = Tensor(LazyBuffer.const(if_true, dtype, (), self.device))
             else:
                 if_true, if_false = if_false._operands(if_true, "where", reverse=True)

@@ -121,7 +121,7 @@ class MovementMethods:
         if value == 0:
             return padded
         inside = Tensor.full(result.shape, True, dtypes.bool, self.device)._apply("PAD", arg=tuple(pairs))
-        return inside.where(padded, Tensor.full(padded.shape, value, self.dtype, self.device))
+        return inside.where(padded, self._filled(padded.shape, value, "pad"))
 
     def _padding_pairs(self, padding) -> list[tuple[int, int]]:
         """One (before, after) pair per dim from either form pad() accepts."""
