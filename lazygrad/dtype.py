@@ -7,8 +7,9 @@ Promotion follows PyTorch (see `result_type`):
   * Between tensors of the same rank class, the result is the smallest type that holds both
     (uint8 + int8 -> int16, int32 + float16 -> float16, bool + anything -> the other).
   * Python scalars and 0-d tensors only take part when they are of a higher category than the
-    dimensioned tensors: `int8_tensor + 1000` stays int8, `int8_tensor + 2.5` becomes float32
-    (the default float), `bool_tensor + 1` becomes int64.
+    dimensioned tensors: `int8_tensor + 100` stays int8, `int8_tensor + 2.5` becomes float32
+    (the default float), `bool_tensor + 1` becomes int64. (A scalar the result dtype cannot hold,
+    `int8_tensor + 1000`, is an error: see `_check_scalar_fits` in tensor_methods/helpers.py.)
 """
 from __future__ import annotations
 

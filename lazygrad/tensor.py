@@ -22,7 +22,7 @@ from lazygrad.ops import OPS, GATHER, REDUCE, UNARY, BINARY, TERNARY
 from lazygrad.realize import realize, record_host_buffer
 from lazygrad.tensor_methods.creation import CreationMethods, manual_seed  # noqa: F401 (lazygrad.manual_seed)
 from lazygrad.tensor_methods.elementwise import ElementwiseMethods
-from lazygrad.tensor_methods.helpers import _normalize_axis, broadcast_shapes
+from lazygrad.tensor_methods.helpers import _check_scalar_fits, _check_values_fit, _normalize_axis, broadcast_shapes
 from lazygrad.tensor_methods.indexing import IndexingMethods
 from lazygrad.tensor_methods.linalg import LinalgMethods
 from lazygrad.tensor_methods.movement import MovementMethods
@@ -85,6 +85,7 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
             data = data.numpy()
         if isinstance(data, (bool, int, float, np.generic)) and not isinstance(data, np.ndarray):
             dtype = dtype or (dtypes.from_any(data.dtype) if isinstance(data, np.generic) else scalar_dtype(data))
+            _check_scalar_fits(data, dtype, "Tensor")
             return LazyBuffer.const(data, dtype, (), device)
         if isinstance(data, np.ndarray):
             array = data
@@ -94,11 +95,12 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
             array = np.array(data)
             if array.dtype == object:
                 raise TypeError(f"cannot build a Tensor from {type(data).__name__}: nested lists must be "
-                                "rectangular and hold bools, ints or floats")
+                                "rectangular and hold bools, ints (of at most 64 bits) or floats")
             if dtype is None:
                 dtype = {"b": dtypes.bool, "f": dtypes.default_float}.get(array.dtype.kind, dtypes.default_int)
                 if array.dtype.kind not in "bfiu":
                     raise TypeError(f"cannot build a Tensor from elements of type {array.dtype}")
+            _check_values_fit(array, dtype, "Tensor")
         array = np.array(array, dtype=dtype.np, order="C")  # a copy; keeps 0-d arrays 0-d
         buffer = get_device(device).alloc(dtype, array.size).copyin(array)
         record_host_buffer(buffer)
@@ -266,7 +268,10 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
             raise RuntimeError(f"assign: a leaf tensor {self.shape} that requires grad cannot be written in "
                                "place while gradients are recorded; wrap the update in `with no_grad():`")
         if not isinstance(value, Tensor):
-            value = Tensor(np.asarray(value), device=self.device)
+            array = np.asarray(value)
+            if not isinstance(value, np.ndarray):  # Python numbers must fit, as in every fill
+                _check_values_fit(array, self.dtype, "assign")
+            value = Tensor(array, device=self.device)
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}; "
                              f"move it with .to({self.device!r})")
@@ -356,6 +361,7 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
         elif isinstance(other, (bool, int, float, np.generic)):
             node = self.lazydata
             dtype = _scalar_result_type(node.dtype, len(node.shape) > 0, other)
+            _check_scalar_fits(other, dtype, op)
             x = self if dtype is node.dtype else self.cast(dtype)
             constant = Tensor(LazyBuffer.const(other, dtype, node.shape, node.device))  # built broadcast: no grad
             return (constant, x) if reverse else (x, constant)
@@ -425,4 +431,5 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
     def __invert__(self) -> "Tensor":
         if self.dtype.is_float:
             raise TypeError(f"bitwise_not: not supported for {self.dtype.name} tensors")
-        return self ^ (True if self.dtype.is_bool else -1)
+        all_ones = self._const_like(True if self.dtype.is_bool else -1)  # -1 becomes 255 in uint8, as a C cast does
+        return self._apply("XOR", all_ones)

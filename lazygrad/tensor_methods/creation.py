@@ -14,7 +14,7 @@ import numpy as np
 from lazygrad.devices import canonical_device
 from lazygrad.dtype import DType, dtypes, scalar_dtype
 from lazygrad.lazy import LazyBuffer
-from lazygrad.tensor_methods.helpers import _shape_argument
+from lazygrad.tensor_methods.helpers import _check_scalar_fits, _int_argument, _shape_argument
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -45,8 +45,8 @@ def _shape_then_values(args: tuple, values: tuple, op: str) -> tuple[tuple[int, 
         extra = args[1:]
         if len(extra) > len(values):
             raise TypeError(f"{op}: expected at most {len(values)} values after the shape, got {len(extra)}")
-        return _shape_argument(args[:1]), tuple(extra) + tuple(values[len(extra):])
-    return _shape_argument(args), values
+        return _shape_argument(args[:1], op), tuple(extra) + tuple(values[len(extra):])
+    return _shape_argument(args, op), values
 
 
 def _fans(shape: tuple[int, ...], op: str) -> tuple[int, int]:
@@ -66,27 +66,28 @@ class CreationMethods:
     @staticmethod
     def full(shape, fill_value, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         from lazygrad.tensor import Tensor
-        shape = _shape_argument((shape,) if isinstance(shape, int) else (shape,))
+        shape = _shape_argument((shape,), "full")
         dtype = dtypes.from_any(dtype) if dtype is not None else scalar_dtype(fill_value)
+        _check_scalar_fits(fill_value, dtype, "full")
         result = Tensor(LazyBuffer.const(fill_value, dtype, shape, canonical_device(device)))
         return result.requires_grad_(requires_grad)
 
     @staticmethod
     def zeros(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         from lazygrad.tensor import Tensor
-        result = Tensor.full(_shape_argument(shape), 0.0, dtype or dtypes.default_float, device)
+        result = Tensor.full(_shape_argument(shape, "zeros"), 0.0, dtype or dtypes.default_float, device)
         return result.requires_grad_(requires_grad)
 
     @staticmethod
     def ones(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         from lazygrad.tensor import Tensor
-        result = Tensor.full(_shape_argument(shape), 1.0, dtype or dtypes.default_float, device)
+        result = Tensor.full(_shape_argument(shape, "ones"), 1.0, dtype or dtypes.default_float, device)
         return result.requires_grad_(requires_grad)
 
     @staticmethod
     def empty(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         from lazygrad.tensor import Tensor
-        result = Tensor.zeros(*shape, dtype=dtype, device=device)
+        result = Tensor.zeros(_shape_argument(shape, "empty"), dtype=dtype, device=device)
         return result.requires_grad_(requires_grad)
 
     @staticmethod
@@ -104,7 +105,7 @@ class CreationMethods:
     def rand(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         """Uniform on [0, 1)."""
         from lazygrad.tensor import Tensor
-        dtype, shape = dtypes.from_any(dtype or dtypes.default_float), _shape_argument(shape)
+        dtype, shape = dtypes.from_any(dtype or dtypes.default_float), _shape_argument(shape, "rand")
         result = _random_tensor(lambda: _rng.random(shape, dtype=np.float32).astype(dtype.np), device)
         return result.requires_grad_(requires_grad)
 
@@ -112,7 +113,7 @@ class CreationMethods:
     def randn(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         """Standard normal."""
         from lazygrad.tensor import Tensor
-        dtype, shape = dtypes.from_any(dtype or dtypes.default_float), _shape_argument(shape)
+        dtype, shape = dtypes.from_any(dtype or dtypes.default_float), _shape_argument(shape, "randn")
         result = _random_tensor(lambda: _rng.standard_normal(shape, dtype=np.float32).astype(dtype.np), device)
         return result.requires_grad_(requires_grad)
 
@@ -121,7 +122,7 @@ class CreationMethods:
         """`steps` evenly spaced values from start to end inclusive (PyTorch's rounding: the first half
         counts up from start, the second half down from end)."""
         from lazygrad.tensor import Tensor
-        steps = int(steps)
+        steps = _int_argument(steps, "linspace", "steps")
         if steps < 0:
             raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
         dtype = dtypes.from_any(dtype or dtypes.default_float)
@@ -135,7 +136,8 @@ class CreationMethods:
     def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         """Ones on the diagonal of an (n, m) matrix, built as a view of one constant (no buffer)."""
         from lazygrad.tensor import Tensor
-        m = n if m is None else m
+        n = _int_argument(n, "eye", "n")
+        m = n if m is None else _int_argument(m, "eye", "m")
         if n < 0 or m < 0:
             raise ValueError(f"eye: n and m must be non-negative, got n={n}, m={m}")
         size = max(n, m)
@@ -154,9 +156,10 @@ class CreationMethods:
             low, high, size = 0, low, high
         if high is None or size is None:
             raise TypeError("randint: expected randint(low, high, size) or randint(high, size)")
+        low, high = _int_argument(low, "randint", "low"), _int_argument(high, "randint", "high")
         if low >= high:
             raise ValueError(f"randint: low ({low}) must be less than high ({high})")
-        shape = _shape_argument((size,) if isinstance(size, int) else tuple(size))
+        shape = _shape_argument((size,), "randint")
         dtype = dtypes.from_any(dtype or dtypes.int64)
         return _random_tensor(lambda: _rng.integers(low, high, size=shape).astype(dtype.np), device)
 
@@ -189,18 +192,20 @@ class CreationMethods:
         """He initialization, as torch.nn.init.kaiming_uniform_ for a leaky ReLU of slope `a` (default 0.01,
         tinygrad's; PyTorch's is 0): uniform on +-sqrt(3) * sqrt(2 / (1 + a**2)) / sqrt(fan_in)."""
         from lazygrad.tensor import Tensor
-        fan_in, _ = _fans(_shape_argument(shape), "kaiming_uniform")
+        shape = _shape_argument(shape, "kaiming_uniform")
+        fan_in, _ = _fans(shape, "kaiming_uniform")
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a * a)) / math.sqrt(max(fan_in, 1))
-        result = Tensor.uniform(_shape_argument(shape), low=-bound, high=bound, dtype=dtype, device=device)
+        result = Tensor.uniform(shape, low=-bound, high=bound, dtype=dtype, device=device)
         return result.requires_grad_(requires_grad)
 
     @staticmethod
     def glorot_uniform(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         """Xavier/Glorot initialization (torch.nn.init.xavier_uniform_): uniform on +-sqrt(6 / (fan_in + fan_out))."""
         from lazygrad.tensor import Tensor
-        fan_in, fan_out = _fans(_shape_argument(shape), "glorot_uniform")
+        shape = _shape_argument(shape, "glorot_uniform")
+        fan_in, fan_out = _fans(shape, "glorot_uniform")
         bound = math.sqrt(6.0 / max(fan_in + fan_out, 1))
-        result = Tensor.uniform(_shape_argument(shape), low=-bound, high=bound, dtype=dtype, device=device)
+        result = Tensor.uniform(shape, low=-bound, high=bound, dtype=dtype, device=device)
         return result.requires_grad_(requires_grad)
 
     # `x.zeros_like()` and `Tensor.zeros_like(x)` both work; dtype and device default to x's
@@ -231,6 +236,12 @@ class CreationMethods:
         if not dtype.is_float:
             raise TypeError(f"randn_like: dtype must be floating point, got {dtype.name}")
         return Tensor.randn(self.shape, dtype=dtype, device=device or self.device)
+
+    def _filled(self, shape: tuple[int, ...], value, function: str) -> "Tensor":
+        """A fill of `value` in self's dtype and on its device, checked to fit, with `function` named in errors."""
+        from lazygrad.tensor import Tensor
+        _check_scalar_fits(value, self.dtype, function)
+        return Tensor.full(shape, value, self.dtype, self.device)
 
     def _const_like(self, value, dtype: DType | None = None) -> "Tensor":
         from lazygrad.tensor import Tensor

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
-from lazygrad.tensor_methods.helpers import broadcast_shapes
+from lazygrad.tensor_methods.helpers import _check_scalar_fits, broadcast_shapes
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -58,8 +58,10 @@ class ElementwiseMethods:
         return x._apply("ADD", y._apply("NEG"))
 
     def div(self, other, reverse=False):
-        """True division: integer inputs give the default float dtype."""
-        x, y = self._operands(other, "div", reverse)
+        """True division: integer inputs give the default float dtype (a number meets the tensor in
+        that dtype, so int8_tensor / 1000 is 0.001, not 1 / 1000 in int8)."""
+        from lazygrad.tensor import Tensor
+        x, y = (self if isinstance(other, Tensor) else self._to_float())._operands(other, "div", reverse)
         x, y = x._to_float(), y._to_float()
         return x._apply("DIV", y)
 
@@ -89,13 +91,17 @@ class ElementwiseMethods:
         return wrong_sign.where(remainder + y, remainder)
 
     def pow(self, exponent, reverse=False):
-        """`self ** exponent` with C's pow semantics for floats (1**nan == 1, (-8)**(1/3) is nan)."""
+        """`self ** exponent` with C's pow semantics for floats (1**nan == 1, (-8)**(1/3) is nan).
+        The gradient is PyTorch's formula, y x**(y-1) and x**y log(x), written out: derived through
+        the special cases it would be 0 at x == 1 and NaN at x == 0."""
+        from lazygrad.tensor import no_grad
         small_int = isinstance(exponent, int) and not isinstance(exponent, bool) and abs(exponent) <= 8
         if not reverse and small_int and (exponent >= 0 or self.dtype.is_float):
-            result = self._const_like(1)
-            for _ in range(abs(exponent)):
-                result = result * self
-            return result.reciprocal() if exponent < 0 else result
+            if not self.dtype.is_float:
+                return self._small_integer_pow(exponent)
+            with no_grad():
+                result = self._small_integer_pow(exponent)
+            return result._with_gradient((self,), _small_integer_pow_gradient(exponent))
         x, y = self._operands(exponent, "pow", reverse)
         if x.dtype.is_bool:
             raise TypeError("pow: not supported for bool tensors")
@@ -103,6 +109,20 @@ class ElementwiseMethods:
             if isinstance(exponent, int) and not reverse and exponent < 0:
                 raise ValueError(f"pow: integers to negative integer powers are not allowed (got {exponent})")
             return x._integer_pow(y)
+        with no_grad():
+            result = x._float_pow(y)
+        return result._with_gradient((x, y), _pow_gradient)
+
+    def _small_integer_pow(self, exponent: int) -> "Tensor":
+        """self ** exponent by repeated multiplication (exact for integers), for |exponent| <= 8."""
+        result = self._const_like(1)
+        for _ in range(abs(exponent)):
+            result = result * self
+        return result.reciprocal() if exponent < 0 else result
+
+    def _float_pow(self, y: "Tensor") -> "Tensor":
+        """self ** y for float operands of one dtype and shape, through exp2 and log2 in float64."""
+        x = self
         result_dtype = x.dtype
         x, y = x.double(), y.double()  # log2/exp2 in double keep float32 results correctly rounded
         magnitude = (y * x.abs().log2()).exp2()
@@ -124,6 +144,8 @@ class ElementwiseMethods:
         for bit in range(self.dtype.itemsize * 8 - 1):
             result = ((exponent & (1 << bit)) != 0).where(result * base, result)
             base = base * base
+        if self.dtype.is_unsigned:  # no negative exponents
+            return result
         negative = exponent < 0
         minus_one_result = (exponent.remainder(2) == 1).where(self._const_like(-1), self._const_like(1))
         special = (self == 1).where(self._const_like(1), (self == -1).where(minus_one_result, self._const_like(0)))
@@ -163,6 +185,8 @@ class ElementwiseMethods:
         if not isinstance(if_true, Tensor):
             if not isinstance(if_false, Tensor):
                 dtype = result_type([], [], [scalar_dtype(if_true), scalar_dtype(if_false)])
+                _check_scalar_fits(if_true, dtype, "where")
+                _check_scalar_fits(if_false, dtype, "where")
                 if_true = Tensor(LazyBuffer.const(if_true, dtype, (), self.device))
             else:
                 if_true, if_false = if_false._operands(if_true, "where", reverse=True)
@@ -235,9 +259,11 @@ class ElementwiseMethods:
     def square(self): return self * self
 
     def abs(self) -> "Tensor":
+        """|x|, with PyTorch's gradient sign(x): 0 at 0. (0 is selected as a constant there, so
+        abs(-0.0) is 0.0 as well.)"""
         if self.dtype.is_bool or self.dtype.is_unsigned:
             return self
-        return (self < 0).where(-self, self)
+        return (self < 0).where(-self, (self == 0).where(0, self))
 
     def _with_zero_gradient(self, value: "Tensor") -> "Tensor":
         """`value` (computed from self without autograd) joined to self's graph with a zero gradient:
@@ -301,13 +327,17 @@ class ElementwiseMethods:
         return self._with_zero_gradient(value)
 
     def clamp(self, min=None, max=None) -> "Tensor":
+        """min, then max, as PyTorch (so min > max gives max everywhere). At a bound x itself is
+        kept, so the gradient there is 1, as in PyTorch (maximum would give it half)."""
         if min is None and max is None:
             raise ValueError("clamp: at least one of min and max must be given")
         result = self
         if min is not None:
-            result = result.maximum(min)
+            x, low = result._operands(min, "clamp")
+            result = (x < low).where(low, x)
         if max is not None:
-            result = result.minimum(max)
+            x, high = result._operands(max, "clamp")
+            result = (x > high).where(high, x)
         return result
 
     clip = clamp
@@ -398,20 +428,24 @@ class ElementwiseMethods:
     # ---- activations --------------------------------------------------------------------------
 
     def relu6(self) -> "Tensor":
-        return self.clamp(0, 6)
+        return self.hardtanh(0, 6)
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> "Tensor":
+        """clamp(min_val, max_val), but with gradient 0 at the bounds, as PyTorch's hardtanh
+        (and so relu6, hardsigmoid and hardswish) has."""
         if min_val > max_val:
             raise ValueError(f"hardtanh: min_val ({min_val}) must not be greater than max_val ({max_val})")
-        return self.clamp(min_val, max_val)
+        return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
 
     def leaky_relu(self, negative_slope: float = 0.01) -> "Tensor":
         x = self._to_float()
         return (x > 0).where(x, x * negative_slope)
 
     def elu(self, alpha: float = 1.0) -> "Tensor":
+        """Its gradient at 0 is alpha, as in PyTorch (x.minimum(0) would halve it there)."""
         x = self._to_float()
-        return (x > 0).where(x, alpha * x.minimum(0).expm1())
+        positive = x > 0
+        return positive.where(x, alpha * positive.where(0, x).expm1())
 
     def selu(self) -> "Tensor":
         return _SELU_SCALE * self.elu(_SELU_ALPHA)
@@ -472,6 +506,23 @@ class ElementwiseMethods:
     def hardswish(self) -> "Tensor":
         x = self._to_float()
         return x * (x + 3).relu6() / 6
+
+
+def _pow_gradient(grad, out, sources, rule):
+    """PyTorch's gradients of x ** y: 0 for x where y == 0, 0 for y where x == 0 and y >= 0."""
+    x, y = sources
+    x_grad = (y == 0).where(0, grad * y * x.pow(y - 1))
+    y_grad = (x == 0).logical_and(y >= 0).where(0, grad * out * x.log())
+    return [x_grad, y_grad]
+
+
+def _small_integer_pow_gradient(exponent: int):
+    """The gradient rule of x ** exponent for a small int: exponent * x ** (exponent - 1), or 0."""
+    def rule(grad, out, sources, _):
+        if exponent == 0:
+            return [grad.zeros_like()]
+        return [grad * exponent * sources[0]._small_integer_pow(exponent - 1)]
+    return rule
 
 
 def _gelu_gate(x, approximate: str):

@@ -1,20 +1,86 @@
-"""Argument normalization shared by Tensor and its method groups: dims, shapes, broadcast shapes.
+"""Argument normalization shared by Tensor and its method groups: sizes, dims, scalars, broadcast shapes.
 
-Front-end layer, under tensor.py and tensor_methods/*; imports nothing of Tensor.
+Front-end layer, under tensor.py and tensor_methods/*; imports nothing of Tensor. Every size, dim
+and count a method takes goes through `_int_argument`, so none is truncated from a float (PyTorch's
+rule: `reshape(6.5)` is an error, not `reshape(6)`). Every Python scalar that meets a tensor or
+fills one goes through `_check_scalar_fits`, so none wraps around (`int8_tensor + 1000` is an
+error, not `int8_tensor + -24`).
 """
 from __future__ import annotations
 
-from lazygrad.dtype import DType
+import math
+import operator
+
+import numpy as np
+
+from lazygrad.dtype import DType, dtypes
+
+_INT_RANGES = {dtype: (int(np.iinfo(dtype.np).min), int(np.iinfo(dtype.np).max)) for dtype in dtypes.all() if dtype.is_int}
 
 
-def _shape_argument(shape) -> tuple[int, ...]:
-    """Accept f(2, 3) and f((2, 3)) alike, as PyTorch does."""
+def _int_argument(value, function: str, argument: str) -> int:
+    """`value` as an int: ints, numpy integers and anything else with `__index__`; bools, floats and
+    strings raise TypeError, as in PyTorch."""
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    fix = ""
+    if isinstance(value, (float, np.floating)):
+        fix = "; convert it with int(), or divide with // instead of /"
+    elif isinstance(value, (tuple, list)):
+        fix = "; pass the ints one by one, f(2, 3), or as one tuple, f((2, 3)), not both"
+    raise TypeError(f"{function}: {argument} must be an int, got {value!r} ({type(value).__name__}){fix}")
+
+
+def _shape_argument(shape: tuple, function: str, argument: str = "size", minus_one: str = "") -> tuple[int, ...]:
+    """The sizes of f(2, 3), f((2, 3)) or f([2, 3]) (a torch.Size too) as a tuple of ints: none
+    negative, except -1 where the function gives it a meaning, described by `minus_one`."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    result = tuple(int(size) for size in shape)
-    if any(size < 0 for size in result):
-        raise ValueError(f"negative dimension in shape {result}")
-    return result
+    sizes = tuple(_int_argument(size, function, f"{argument}[{index}]") for index, size in enumerate(shape))
+    for index, size in enumerate(sizes):
+        if size < 0 and not (size == -1 and minus_one):
+            allowed = f"0 or more, or -1 {minus_one}" if minus_one else "0 or more"
+            raise ValueError(f"{function}: {argument} {sizes} has the negative size {size} at index {index}; "
+                             f"sizes must be {allowed}")
+    return sizes
+
+
+def _check_scalar_fits(value, dtype: DType, function: str) -> None:
+    """OverflowError unless `dtype`, the dtype a Python or numpy scalar takes in `function`, holds it:
+    an integer dtype a value in its range (a float's whole part, as a C cast and PyTorch's fills take
+    it), a float dtype any int float64 can round (a float too large for the dtype becomes inf, as in
+    IEEE arithmetic)."""
+    int_range = _INT_RANGES.get(dtype)
+    if int_range is None:  # a float or bool dtype: only an int near 2**1024 or beyond has no float
+        if isinstance(value, int) and dtype.is_float and value.bit_length() > 1000:
+            try:
+                float(value)
+            except OverflowError:
+                raise OverflowError(f"{function}: an int of {value.bit_length()} bits is too large for any "
+                                    f"float dtype (float64 reaches about 2**1024)") from None
+        return
+    low, high = int_range
+    whole = value
+    if isinstance(value, (float, np.floating)):
+        whole = math.trunc(value) if math.isfinite(value) else None
+    if whole is None or not low <= whole <= high:
+        wider = "a float dtype" if dtype.itemsize == 8 else "int64 or a float dtype"
+        raise OverflowError(f"{function}: {value!r} does not fit {dtype.name} ({low} to {high}); "
+                            f"use a wider dtype ({wider}), casting the tensor first")
+
+
+def _check_values_fit(array: np.ndarray, dtype: DType, function: str) -> None:
+    """`_check_scalar_fits` for every element of an array made from Python numbers."""
+    if not dtype.is_int or array.dtype.kind not in "iuf":
+        return
+    low, high = _INT_RANGES[dtype]
+    whole = np.trunc(array) if array.dtype.kind == "f" else array
+    outside = ~((whole >= low) & (whole <= high))  # NaN is outside too
+    if outside.any():
+        _check_scalar_fits(array[outside].flat[0].item(), dtype, function)
 
 
 def _pick_axis(axis, dim, op: str, default=None):
@@ -32,6 +98,7 @@ def _zero_of(dtype: DType):
 
 
 def _normalize_axis(axis: int, ndim: int, op: str = "") -> int:
+    axis = _int_argument(axis, op or "dim", "dim")
     low, high = (-ndim, ndim - 1) if ndim else (-1, 0)
     if not low <= axis <= high:
         raise IndexError(f"{op + ': ' if op else ''}dimension out of range "

@@ -184,7 +184,7 @@ class IndexingMethods:
                 raise ValueError(f"scatter: index of shape {shape} must be no larger than src {src.shape}")
             src = src.shrink(tuple((0, i) for i in shape)).cast(self.dtype)
         else:
-            src = Tensor.full(shape, src, self.dtype, self.device)
+            src = self._filled(shape, src, "scatter")
         size = self.shape[dim]
         # target position p along dim receives src[s] for every s (last, new axis) with index[s] == p
         def spread(t: "Tensor") -> "Tensor":
@@ -216,7 +216,7 @@ class IndexingMethods:
                 raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
             value = value.cast(self.dtype)._broadcast_to(self.shape)
         else:
-            value = Tensor.full(self.shape, value, self.dtype, self.device)
+            value = self._filled(self.shape, value, "masked_fill")
         return mask.where(value, self)
 
     def _triangle(self, keep_below: bool, diagonal: int, name: str) -> "Tensor":
@@ -296,7 +296,7 @@ class IndexingMethods:
                                  f"shape {target_shape}")
             value = value.cast(self.dtype)._broadcast_to(target_shape)
         else:
-            value = Tensor.full(target_shape, value, self.dtype, self.device)
+            value = self._filled(target_shape, value, "setitem")
         # one dim per dim of self: the Nones (size 1) go, each int-indexed dim comes back as size 1
         consuming = [index for index in indices if index is not None]
         per_dim_shape = tuple(1 if not isinstance(index, slice) else len(range(*index.indices(size)))

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes, result_type
-from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis
+from lazygrad.tensor_methods.helpers import _int_argument, _normalize_axis, _pick_axis, _shape_argument
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -36,6 +36,13 @@ def _tensor_list_and_dim(first, others: tuple, dim, axis, op: str) -> tuple[list
     return tensors, _pick_axis(axis, dim, op, 0)
 
 
+def _int_pair(pair, function: str, argument: str) -> tuple[int, int]:
+    """A (before, after) or (start, end) pair of ints."""
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise TypeError(f"{function}: {argument} must be a pair of ints, got {pair!r}")
+    return _int_argument(pair[0], function, f"{argument}[0]"), _int_argument(pair[1], function, f"{argument}[1]")
+
+
 class MovementMethods:
     """Shape-changing views of Tensor, and joining and splitting along a dim."""
     __slots__ = ()
@@ -43,22 +50,25 @@ class MovementMethods:
     # ---- movement -----------------------------------------------------------------------------
 
     def reshape(self, *shape) -> "Tensor":
-        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
-        shape = tuple(int(size) for size in shape)
+        return self._reshaped(shape, "reshape")
+
+    def view(self, *shape) -> "Tensor":
+        return self._reshaped(shape, "view")
+
+    def _reshaped(self, shape: tuple, function: str) -> "Tensor":
+        shape = _shape_argument(shape, function, "shape", minus_one="(once) for the size the others leave")
         if shape.count(-1) > 1:
-            raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+            raise ValueError(f"{function}: only one dimension can be -1, got {shape}")
         if -1 in shape:
             known = math.prod(size for size in shape if size != -1)
             if known == 0 or self.numel() % known:
-                raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
+                raise ValueError(f"{function}: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
                                  f"into shape {shape}")
             shape = tuple(self.numel() // known if size == -1 else size for size in shape)
-        if any(size < 0 for size in shape) or math.prod(shape) != self.numel():
-            raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
+        if math.prod(shape) != self.numel():
+            raise ValueError(f"{function}: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
                              f"into shape {shape}")
         return self if shape == self.shape else self._apply("RESHAPE", arg=shape)
-
-    view = reshape
 
     def permute(self, *order) -> "Tensor":
         order = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else tuple(order)
@@ -80,10 +90,14 @@ class MovementMethods:
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def expand(self, *shape) -> "Tensor":
-        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        shape = _shape_argument(shape, "expand", "shape", minus_one="to keep a dim's size")
         if len(shape) < self.ndim:
             raise ValueError(f"expand: shape {shape} has fewer dims than the tensor's shape {self.shape}")
-        current = (1,) * (len(shape) - self.ndim) + self.shape
+        new_dims = len(shape) - self.ndim
+        if -1 in shape[:new_dims]:
+            raise ValueError(f"expand: shape {shape} has -1 (keep the size) at index {shape.index(-1)}, a dim the "
+                             f"tensor of shape {self.shape} does not have; give its size")
+        current = (1,) * new_dims + self.shape
         target = tuple(old if new == -1 else new for old, new in zip(current, shape))
         for old, new in zip(current, target):
             if old != new and old != 1:
@@ -107,19 +121,20 @@ class MovementMethods:
         if value == 0:
             return padded
         inside = Tensor.full(result.shape, True, dtypes.bool, self.device)._apply("PAD", arg=tuple(pairs))
-        return inside.where(padded, Tensor.full(padded.shape, value, self.dtype, self.device))
+        return inside.where(padded, self._filled(padded.shape, value, "pad"))
 
     def _padding_pairs(self, padding) -> list[tuple[int, int]]:
         """One (before, after) pair per dim from either form pad() accepts."""
         padding = list(padding)
-        if padding and all(isinstance(p, int) for p in padding):
-            if len(padding) % 2 or len(padding) // 2 > self.ndim:
-                raise ValueError(f"pad: flat padding {padding} needs an even length of at most {2 * self.ndim}")
-            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
-            padding = [(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs))
+        if padding and not any(p is None or isinstance(p, (tuple, list)) for p in padding):
+            widths = [_int_argument(p, "pad", f"padding[{i}]") for i, p in enumerate(padding)]
+            if len(widths) % 2 or len(widths) // 2 > self.ndim:
+                raise ValueError(f"pad: flat padding {widths} needs an even length of at most {2 * self.ndim}")
+            pairs = [(widths[i], widths[i + 1]) for i in range(0, len(widths), 2)]
+            return [(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs))
         if len(padding) != self.ndim:
             raise ValueError(f"pad: got {len(padding)} (before, after) pairs for a tensor of shape {self.shape}")
-        return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+        return [(0, 0) if p is None else _int_pair(p, "pad", f"padding[{i}]") for i, p in enumerate(padding)]
 
     def _pad_with_mode(self, padding, value, mode: str) -> "Tensor":
         from lazygrad.tensor import Tensor
@@ -150,7 +165,8 @@ class MovementMethods:
         return result
 
     def shrink(self, bounds) -> "Tensor":
-        bounds = tuple((0, size) if b is None else (int(b[0]), int(b[1])) for b, size in zip(bounds, self.shape))
+        bounds = tuple((0, size) if b is None else _int_pair(b, "shrink", f"bounds[{i}]")
+                       for i, (b, size) in enumerate(zip(bounds, self.shape)))
         for (start, end), size in zip(bounds, self.shape):
             if not 0 <= start <= end <= size:
                 raise ValueError(f"shrink: bounds {bounds} do not fit shape {self.shape}")
@@ -186,7 +202,8 @@ class MovementMethods:
 
     def unflatten(self, dim: int, sizes) -> "Tensor":
         dim = _normalize_axis(dim, self.ndim, "unflatten")
-        sizes, size = tuple(int(s) for s in sizes), self.shape[dim]
+        sizes = _shape_argument((sizes,), "unflatten", "sizes", minus_one="(once) for the size the others leave")
+        size = self.shape[dim]
         if sizes.count(-1) > 1:
             raise ValueError(f"unflatten: only one size can be -1, got {sizes}")
         if -1 in sizes:
@@ -203,7 +220,7 @@ class MovementMethods:
             raise ValueError("narrow: cannot narrow a 0-d tensor")
         dim = _normalize_axis(dim, self.ndim, "narrow")
         size = self.shape[dim]
-        start, length = int(start), int(length)
+        start, length = _int_argument(start, "narrow", "start"), _int_argument(length, "narrow", "length")
         if not -size <= start <= size:
             raise IndexError(f"narrow: start {start} is out of range for dim {dim} of size {size} "
                              f"(expected to be in range of [{-size}, {size}])")
@@ -220,7 +237,8 @@ class MovementMethods:
 
     def roll(self, shifts, dims=None) -> "Tensor":
         """Shift elements along dims, wrapping around; with no dims, over the flattened tensor."""
-        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+        shifts = tuple(_int_argument(shift, "roll", f"shifts[{i}]") for i, shift in enumerate(shifts))
         if dims is None:
             if len(shifts) != 1:
                 raise ValueError(f"roll: without dims, shifts must be one int, got {shifts}")
@@ -239,21 +257,18 @@ class MovementMethods:
 
     def repeat(self, *sizes) -> "Tensor":
         """Tile self `sizes[d]` times along each dim; extra leading sizes add dims (PyTorch's repeat)."""
-        sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
-        sizes = tuple(int(s) for s in sizes)
+        sizes = _shape_argument(sizes, "repeat", "repeats")
         if len(sizes) < self.ndim:
             raise ValueError(f"repeat: got {len(sizes)} repeat sizes {sizes}, fewer than the {self.ndim} dims of "
                              f"shape {self.shape}")
-        if any(s < 0 for s in sizes):
-            raise ValueError(f"repeat: sizes must be non-negative, got {sizes}")
         shape = (1,) * (len(sizes) - self.ndim) + self.shape
         singles = tuple(size for dim_size in shape for size in (1, dim_size))
         repeated = tuple(size for count, dim_size in zip(sizes, shape) for size in (count, dim_size))
         return self.reshape(singles).expand(repeated).reshape(tuple(c * s for c, s in zip(sizes, shape)))
 
     def tile(self, *dims) -> "Tensor":
-        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
-        return self.repeat((1,) * (self.ndim - len(dims)) + tuple(dims))
+        dims = _shape_argument(dims, "tile", "dims")
+        return self.repeat((1,) * (self.ndim - len(dims)) + dims)
 
     def repeat_interleave(self, repeats: int, dim: int | None = None) -> "Tensor":
         """Each element `repeats` times in a row along dim (flattened when dim is None).
@@ -264,7 +279,7 @@ class MovementMethods:
                 raise TypeError(f"repeat_interleave: repeats must be an int (per-element repeats of shape "
                                 f"{repeats.shape} are not supported)")
             repeats = repeats.item()
-        repeats = int(repeats)
+        repeats = _int_argument(repeats, "repeat_interleave", "repeats")
         if repeats < 0:
             raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
         source = self.flatten() if dim is None else self
@@ -323,13 +338,13 @@ class MovementMethods:
         smaller), a list gives the size of each piece."""
         dim = _normalize_axis(dim, self.ndim, "split")
         size = self.shape[dim]
-        if isinstance(split_size_or_sections, int):
-            piece = split_size_or_sections
+        if not isinstance(split_size_or_sections, (tuple, list)):
+            piece = _int_argument(split_size_or_sections, "split", "split_size")
             if piece <= 0 and not (piece == 0 and size == 0):
                 raise ValueError(f"split: split_size must be positive, got {piece}")
             sizes = [min(piece, size - start) for start in range(0, size, piece)] if size else [0]
         else:
-            sizes = [int(s) for s in split_size_or_sections]
+            sizes = [_int_argument(s, "split", f"sections[{i}]") for i, s in enumerate(split_size_or_sections)]
             if sum(sizes) != size or any(s < 0 for s in sizes):
                 raise ValueError(f"split: sizes {sizes} must be non-negative and add up to the size {size} "
                                  f"of dim {dim}")
@@ -338,6 +353,7 @@ class MovementMethods:
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple["Tensor", ...]:
         """Split into `chunks` pieces of ceil(size / chunks) (so possibly fewer pieces, as in PyTorch)."""
+        chunks = _int_argument(chunks, "chunk", "chunks")
         if chunks <= 0:
             raise ValueError(f"chunk: chunks must be positive, got {chunks}")
         size = self.shape[_normalize_axis(dim, self.ndim, "chunk")]

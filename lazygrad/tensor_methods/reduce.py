@@ -27,7 +27,7 @@ class ReduceMethods:
     def _reduce_axes(self, axis, op: str) -> tuple[int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
         normalized = tuple(_normalize_axis(a, self.ndim, op) for a in axes)
         if self.ndim == 0:
             return ()  # a 0-d tensor accepts dim 0 and -1, as in PyTorch, and has nothing to reduce

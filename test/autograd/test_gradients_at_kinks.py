@@ -1,0 +1,76 @@
+"""Gradients where a function has a kink, a tie or a special case (abs and relu at 0, clamp at its
+bounds, maximum on a tie, pow at 0 and 1, ...): PyTorch's values, written out. When torch is
+installed, the same table is checked against it, so the expectations stay PyTorch's.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import lazygrad.nn.functional as lazygrad_functional
+from lazygrad import Tensor
+
+DEVICES = ["CPU", "NPY"]
+SELU_SCALE_ALPHA = 1.0507009873554805 * 1.6732632423543772
+
+# name: (function of (functional module, *inputs), inputs, expected gradient of the sum for each input)
+CASES = {
+    "abs": (lambda F, x: x.abs(), [[-1.0, -0.0, 0.0, 1.0]], [[-1, 0, 0, 1]]),
+    "relu": (lambda F, x: F.relu(x), [[-1.0, 0.0, 1.0]], [[0, 0, 1]]),
+    "sign": (lambda F, x: x.sign(), [[-1.0, 0.0, 1.0]], [[0, 0, 0]]),
+    "l1_loss": (lambda F, x: F.l1_loss(x, x.detach() * 0 + 1, reduction="sum"), [[0.0, 1.0, 2.0]], [[-1, 0, 1]]),
+    "clamp": (lambda F, x: x.clamp(-1, 1), [[-2.0, -1.0, 0.0, 1.0, 2.0]], [[0, 1, 1, 1, 0]]),
+    "clamp_min": (lambda F, x: x.clamp(min=-1), [[-2.0, -1.0, 0.0]], [[0, 1, 1]]),
+    "clamp_max": (lambda F, x: x.clamp(max=1), [[0.0, 1.0, 2.0]], [[1, 1, 0]]),
+    "clamp_min_above_max": (lambda F, x: x.clamp(1, -1), [[-2.0, 0.0, 2.0]], [[0, 0, 0]]),
+    "clamp_tensor_bounds": (lambda F, x, low, high: x.clamp(low, high),
+                            [[0.0, 1.0, -1.0, 2.0], [0.0] * 4, [1.0] * 4],
+                            [[1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]),
+    "hardtanh": (lambda F, x: F.hardtanh(x), [[-2.0, -1.0, 0.0, 1.0, 2.0]], [[0, 0, 1, 0, 0]]),
+    "relu6": (lambda F, x: F.relu6(x), [[-1.0, 0.0, 3.0, 6.0, 7.0]], [[0, 0, 1, 0, 0]]),
+    "hardsigmoid": (lambda F, x: F.hardsigmoid(x), [[-4.0, -3.0, 0.0, 3.0, 4.0]], [[0, 0, 1 / 6, 0, 0]]),
+    "hardswish": (lambda F, x: F.hardswish(x), [[-4.0, -3.0, 0.0, 3.0, 4.0]], [[0, 0, 0.5, 1, 1]]),
+    "leaky_relu": (lambda F, x: F.leaky_relu(x, 0.1), [[-1.0, 0.0, 1.0]], [[0.1, 0.1, 1]]),
+    "elu": (lambda F, x: F.elu(x, 0.5), [[-1.0, 0.0, 1.0]], [[0.5 / math.e, 0.5, 1]]),
+    "selu": (lambda F, x: F.selu(x), [[0.0]], [[SELU_SCALE_ALPHA]]),
+    "maximum_tie": (lambda F, x, y: x.maximum(y), [[0.0, 1.0, -1.0], [0.0] * 3], [[0.5, 1, 0], [0.5, 0, 1]]),
+    "minimum_tie": (lambda F, x, y: x.minimum(y), [[0.0, 1.0, -1.0], [0.0] * 3], [[0.5, 0, 1], [0.5, 1, 0]]),
+    "max_ties": (lambda F, x: x.max(), [[1.0, 1.0, 0.0, 1.0]], [[1 / 3, 1 / 3, 0, 1 / 3]]),
+    "min_ties": (lambda F, x: x.min(), [[0.0, 1.0, 0.0, 1.0]], [[0.5, 0, 0.5, 0]]),
+    "pow_tensors": (lambda F, x, y: x ** y, [[0.0, 1.0, 2.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.5, -1.0, 2.5]],
+                    [[0, 0, 0, math.inf, -math.inf, 2.5], [0, 0, math.log(2), 0, -math.inf, 0]]),
+    "pow_float_exponents": (lambda F, x: x ** 0.5 + x ** 1.5 + x ** 0.0, [[0.0, 1.0]], [[math.inf, 0.5 + 1.5]]),
+    "pow_negative_float_exponent": (lambda F, x: x ** -1.0, [[0.0, 1.0]], [[-math.inf, -1]]),
+    "pow_int_exponents": (lambda F, x: x ** 0 + x ** 2 + x ** -2, [[0.0, 1.0]], [[-math.inf, 0]]),
+    "pow_int_exponents_negative_base": (lambda F, x: x ** 0 + x ** 3 + x ** -1, [[-2.0]], [[12 - 0.25]]),
+    "pow_of_a_number": (lambda F, x: 2 ** x + 0 ** x, [[-1.0, 0.0, 1.0]],
+                        [[math.log(2) / 2 - math.inf, math.log(2), 2 * math.log(2)]]),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_at_a_kink_is_pytorchs(name, device):
+    function, inputs, expected = CASES[name]
+    tensors = [Tensor(np.array(values), device=device, requires_grad=True) for values in inputs]
+    function(lazygrad_functional, *tensors).sum().backward()
+    for tensor, gradient in zip(tensors, expected):
+        np.testing.assert_allclose(tensor.grad.numpy(), gradient, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_expected_gradients_are_pytorchs(name):
+    torch = pytest.importorskip("torch", reason="torch is not installed: the table is not compared with PyTorch")
+    function, inputs, expected = CASES[name]
+    tensors = [torch.tensor(values, dtype=torch.float64, requires_grad=True) for values in inputs]
+    function(torch.nn.functional, *tensors).sum().backward()
+    for tensor, gradient in zip(tensors, expected):
+        # rtol: PyTorch's hardsigmoid gradient is 1/6 rounded to float32, also in float64
+        np.testing.assert_allclose(tensor.grad.numpy(), gradient, rtol=1e-7)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_abs_of_negative_zero_is_positive_zero(device):
+    result = Tensor(np.array([-0.0, 0.0, -2.0, np.nan]), device=device).abs().numpy()
+    np.testing.assert_array_equal(result, [0.0, 0.0, 2.0, np.nan])
+    assert not np.signbit(result[:2]).any()
