@@ -172,6 +172,15 @@ class _FusionPlan:
         return grew
 
 
+def _view(shape: tuple[int, ...], pending: tuple) -> ShapeTracker:
+    """A node of `shape` read through the pending views (the outermost first), as one tracker."""
+    tracker = ShapeTracker.from_shape(shape)
+    for op, arg in reversed(pending):
+        if op != GUARDED:
+            tracker = tracker.apply(op, arg)
+    return tracker
+
+
 class _KernelBuilder:
     """Builds the AST of one kernel, pushing movement ops down to the loads as views. Several roots
     (siblings without a reduce, see _merge_siblings) share one builder, so a value or a load they
@@ -180,6 +189,7 @@ class _KernelBuilder:
     def __init__(self, roots: list[LazyBuffer], plan: _FusionPlan):
         self.roots, self.plan = roots, plan
         self.inputs: list[LazyBuffer] = []
+        self.input_numbers: dict[int, int] = {}  # id(input) -> its buffer number
         self.memo: dict[tuple, KernelNode] = {}
         self.reduce = plan.reduce_of_root.get(id(roots[0]))
         assert self.reduce is None or len(roots) == 1, "a kernel with a reduce has one output"
@@ -201,13 +211,6 @@ class _KernelBuilder:
         dtypes = tuple(root.dtype for root in self.roots) + tuple(buffer.dtype for buffer in self.inputs)
         return Kernel(ast, tuple(full_shape), tuple(axes), dtypes), self.inputs
 
-    def _view(self, shape, pending) -> ShapeTracker:
-        tracker = ShapeTracker.from_shape(shape)
-        for op, arg in reversed(pending):
-            if op != GUARDED:
-                tracker = tracker.apply(op, arg)
-        return tracker
-
     def _needs_guard(self, node: LazyBuffer, pending: tuple) -> bool:
         """Whether the values below a PAD need one WHERE to be zero in its padding: some op there
         does not keep zero (exp(0) is 1), or some leaf is read the same at every position of a
@@ -220,7 +223,7 @@ class _KernelBuilder:
                 continue
             seen.add((id(node), pending))
             if self.plan.is_leaf(node) or node.op == "CONST":
-                tracker = self._view(node.shape, pending)
+                tracker = _view(node.shape, pending)
                 if tracker.without_broadcast_mask() != tracker:
                     return True
             elif OPS[node.op].kind == MOVEMENT:
@@ -231,56 +234,87 @@ class _KernelBuilder:
                 stack.extend((src, pending) for src in node.srcs)
         return False
 
-    def _padded(self, node: LazyBuffer, pending: tuple) -> KernelNode:
-        """A PAD: its source read through the padding, zero outside. Where the source needs it
-        (`_needs_guard`), the source is computed as if unpadded and one WHERE zeroes the padding;
-        below it (`GUARDED` among the pending views) a leaf drops its bounds on the dims it does not
-        move along, so a per-channel value is loaded once per channel instead of tested per element
-        (MobileNetV2's padded BatchNorm outputs). Loads that could leave their buffer keep theirs."""
+    def _padded_source(self, node: LazyBuffer, pending: tuple) -> tuple[LazyBuffer, tuple]:
+        """A PAD reads its source through the padding. Where the source needs it (`_needs_guard`),
+        the source is computed as if unpadded (`GUARDED` among its pending views) and `_make` puts
+        one WHERE above it that zeroes the padding; below it a leaf drops its bounds on the dims it
+        does not move along, so a per-channel value is loaded once per channel instead of tested per
+        element (MobileNetV2's padded BatchNorm outputs). Loads that could leave their buffer keep
+        theirs."""
         inner = pending + (("PAD", node.arg),)
-        if not self._needs_guard(node.srcs[0], inner):
-            return self.node(node.srcs[0], inner)
-        value = self.node(node.srcs[0], inner + ((GUARDED, None),))
-        valid = KernelNode.make("VALID", dtypes.bool, (), self._view(node.srcs[0].shape, inner))
-        zero = KernelNode.make("CONST", node.dtype, (), (node.dtype.np_type(0).item(), None))
-        return KernelNode.make("WHERE", node.dtype, (valid, value, zero))
+        if self._needs_guard(node.srcs[0], inner):
+            inner += ((GUARDED, None),)
+        return node.srcs[0], inner
+
+    def _sources(self, node: LazyBuffer, pending: tuple, top: bool) -> list[tuple[LazyBuffer, tuple]]:
+        """The (source, pending views) pairs whose ASTs make this node's, in the order `_make` reads them."""
+        if (not top and self.plan.is_leaf(node)) or node.op == "CONST":
+            return []
+        kind = OPS[node.op].kind
+        if node.op == "PAD":
+            return [self._padded_source(node, pending)]
+        if kind == MOVEMENT:
+            return [(node.srcs[0], pending + ((node.op, node.arg),))]
+        if kind in (REDUCE, GATHER):  # a reduce or TAKE reads its sources in its own loops, unmoved
+            return [(src, ()) for src in node.srcs]
+        return [(src, pending) for src in node.srcs]
 
     def node(self, node: LazyBuffer, pending: tuple, top: bool = False) -> KernelNode:
-        key = (id(node), pending)
-        if key not in self.memo:
-            self.memo[key] = self._make(node, pending, top)
-        return self.memo[key]
+        """The AST of `node` read through the `pending` views. Sources are built before their users
+        from an explicit stack, in the order a recursive descent would visit them (which numbers the
+        inputs): a fused elementwise chain can be thousands of ops deep."""
+        stack = [(node, pending, top, None)]
+        while stack:
+            current, current_pending, current_top, sources = stack.pop()
+            key = (id(current), current_pending)
+            if key in self.memo:
+                continue
+            if sources is None:
+                sources = self._sources(current, current_pending, current_top)
+                stack.append((current, current_pending, current_top, sources))
+                for src, src_pending in reversed(sources):
+                    if (id(src), src_pending) not in self.memo:
+                        stack.append((src, src_pending, False, None))
+                continue
+            values = [self.memo[(id(src), src_pending)] for src, src_pending in sources]
+            self.memo[key] = self._make(current, current_pending, current_top, sources, values)
+        return self.memo[(id(node), pending)]
 
-    def _make(self, node: LazyBuffer, pending: tuple, top: bool) -> KernelNode:
-        guarded = (GUARDED, None) in pending  # a PAD above zeroes its padding with a WHERE (_padded)
+    def _make(self, node: LazyBuffer, pending: tuple, top: bool, sources: list, values: list) -> KernelNode:
+        """This node's AST from its sources' (`_sources`, built already: `values`)."""
+        guarded = (GUARDED, None) in pending  # a PAD above zeroes its padding with a WHERE
         if not top and self.plan.is_leaf(node):
-            if node not in self.inputs:
+            number = self.input_numbers.get(id(node))
+            if number is None:
+                number = self.input_numbers[id(node)] = len(self.roots) + len(self.inputs)
                 self.inputs.append(node)
-            number = len(self.roots) + self.inputs.index(node)
-            tracker = self._view(node.shape, pending)
+            tracker = _view(node.shape, pending)
             if guarded:
                 tracker = tracker.without_broadcast_mask()
             return KernelNode.make("LOAD", node.dtype, (), (number, tracker))
         if node.op == "CONST":
-            tracker = self._view(node.shape, pending)
+            tracker = _view(node.shape, pending)
             if guarded:
                 tracker = tracker.without_broadcast_mask()
             has_mask = any(view.mask is not None for view in tracker.views)
             return KernelNode.make("CONST", node.dtype, (), (node.arg, tracker if has_mask else None))
         kind = OPS[node.op].kind
         if node.op == "PAD":
-            return self._padded(node, pending)
+            source, inner = sources[0]
+            if inner[-1][0] != GUARDED:
+                return values[0]
+            valid = KernelNode.make("VALID", dtypes.bool, (), _view(source.shape, inner[:-1]))
+            zero = KernelNode.make("CONST", node.dtype, (), (node.dtype.np_type(0).item(), None))
+            return KernelNode.make("WHERE", node.dtype, (valid, values[0], zero))
         if kind == MOVEMENT:
-            return self.node(node.srcs[0], pending + ((node.op, node.arg),))
+            return values[0]
         if kind == REDUCE:
             assert node is self.reduce and all(op == "RESHAPE" for op, _ in pending), "fusion plan broken"
-            return KernelNode.make(node.op, node.dtype, (self.node(node.srcs[0], ()),), node.arg)
+            return KernelNode.make(node.op, node.dtype, tuple(values), node.arg)
         if kind == GATHER:  # stored, so at the top of its kernel: the source's views keep its last axis
             assert top and not pending, "fusion plan broken"
-            srcs = (self.node(node.srcs[0], ()), self.node(node.srcs[1], ()))
-            return KernelNode.make(node.op, node.dtype, srcs, node.srcs[0].shape[-1])
-        srcs = tuple(self.node(src, pending) for src in node.srcs)
-        return KernelNode.make(node.op, node.dtype, srcs, node.arg)
+            return KernelNode.make(node.op, node.dtype, tuple(values), node.srcs[0].shape[-1])
+        return KernelNode.make(node.op, node.dtype, tuple(values), node.arg)
 
 
 _SCHEDULES: dict[tuple, list[tuple]] = {}  # graph structure -> items as positions in its walk
@@ -682,10 +716,9 @@ def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
                     any(node.buffer is buffer for node in reader.inputs if node.realized for buffer in buffers)}
                    for index, buffers in enumerate(overwrites)]
     order = _dependency_order(items, extra_needs)
-    if order is None:  # a cycle through an in-place write
-        stuck = [item for item, buffers in zip(items, overwrites) if buffers]
-        assert stuck, "schedule: a dependency cycle without an in-place write"
-        for item in stuck:
+    if order is None:  # a cycle through an in-place write: make every such write out of place
+        for item in [item for item, buffers in zip(items, overwrites) if buffers]:
             item.in_place = [False] * len(item.outputs)
-        return _order(items)
+        order = _dependency_order(items, extra_needs=None)
+        assert order is not None, "schedule: a dependency cycle without an in-place write"
     return [items[index] for index in order]
