@@ -27,6 +27,7 @@ loop plans each step's kernels once, not every step.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 from dataclasses import dataclass
 
@@ -68,8 +69,25 @@ def _is_reduce(node: LazyBuffer) -> bool:
     return OPS[node.op].kind == REDUCE
 
 
+_SHARED = -1  # a node's reader when the kernels of two or more roots compute it
+
+
+def _is_product(reduce: LazyBuffer) -> bool:
+    return reduce.op == "SUM" and reduce.srcs[0].op == "MUL"
+
+
 class _FusionPlan:
-    """Finds the set of nodes to materialize, by growing it until every kernel obeys the contract."""
+    """Finds the set of nodes to materialize, by growing it until every kernel obeys the contract.
+
+    Each sweep visits the nodes once, users before their sources. A node learns from its users
+    which root's kernel computes it (or that several do) and along which paths: a path is
+    (reshapes only so far, under a reduce, through an EXPAND, under a sum of products). Its users
+    are decided by then, so what reaches it is final, and it is stored when that breaks the
+    contract; below a stored node its own kernel begins. The costs it weighs are counted before
+    the nodes below are decided, and stores there only lower them, except the buffers a value read
+    through an EXPAND in a reduce reads (`worth_storing`: a store below can add one). So it sweeps
+    again when one of the values a sweep declined to store is worth storing after all; usually it
+    sweeps once."""
 
     def __init__(self, outputs: list[LazyBuffer], nodes: list[LazyBuffer]):
         self.materialized: set[int] = {id(node) for node in outputs if not node.realized}
@@ -81,8 +99,9 @@ class _FusionPlan:
             if node.op == "COPY" and not node.srcs[0].realized:
                 self.materialized.add(id(node.srcs[0]))
         self.nodes = nodes
-        while self._one_pass():
-            pass
+        self._sweep()
+        while any(self.worth_storing(node) for node in self.declined):
+            self._sweep()
 
     def is_leaf(self, node: LazyBuffer) -> bool:
         return node.realized or id(node) in self.materialized
@@ -98,82 +117,113 @@ class _FusionPlan:
             seen.add(id(current))
             if current is not node and self.is_leaf(current):
                 buffers += 1
+                if buffers >= 2:
+                    return True
                 continue
             if current.op in ELEMENTWISE:
                 cost += EXPENSIVE_OP_COST if current.op in EXPENSIVE_OPS else 1
+                if cost > 4:
+                    return True
             stack.extend(current.srcs)
-        return buffers >= 2 or cost > 4
+        return False
 
     @staticmethod
-    def worth_storing_padded(pad: LazyBuffer, reduce: LazyBuffer | None) -> bool:
+    def worth_storing_padded(pad: LazyBuffer) -> bool:
         """Whether a padded value read through an EXPAND inside a sum of products (a convolution's
         windows of a padded input, a padded matmul operand) is stored with its zeros first: read as a
         view, every load tests its bounds, and gcc then builds each vector of a register tile from
         scalar loads. Small ones keep the view, so a small convolution with bias stays one kernel."""
-        return reduce is not None and reduce.op == "SUM" and reduce.srcs[0].op == "MUL" \
-            and pad.numel() >= PADDED_COPY_MIN_ELEMENTS
+        return pad.numel() >= PADDED_COPY_MIN_ELEMENTS
 
     def roots(self) -> list[LazyBuffer]:
         return [node for node in self.nodes if not node.realized and id(node) in self.materialized]
 
-    def _one_pass(self) -> bool:
-        """Walk every kernel's region once; materialize what breaks the contract. True if it grew."""
-        self.reduce_of_root: dict[int, LazyBuffer] = {}
-        owner: dict[int, int] = {}
-        grew = False
-        for root in self.roots():
-            if root.op == "COPY":
+    def _sweep(self) -> None:
+        """Decide every node once, users first (see the class)."""
+        self.reduce_of_root: dict[int, LazyBuffer] = {}  # id(root) -> the reduce that joins its kernel
+        self.readers: dict[int, int] = {}     # id(node) -> id of the root whose kernel computes it, or _SHARED
+        self.paths: dict[int, set[tuple]] = {}  # id(node) -> the paths that reach it (see the class)
+        self.declined: list[LazyBuffer] = []  # values read through an EXPAND in a reduce, not stored
+        for node in reversed(self.nodes):
+            if node.realized:
                 continue
-            seen: set[tuple] = set()
-            start = root.srcs[0] if root.op in ("CONTIGUOUS", "ASSIGN") else root
-            if start is not root and self.is_leaf(start):
+            if id(node) in self.materialized:
+                self._start_kernel(node)
                 continue
-            stack = [(start, True, False, False)]
-            if _is_reduce(start):
-                self.reduce_of_root[id(root)] = start
-                owner[id(start)] = id(root)
-                stack = [(start.srcs[0], False, True, False)]
-            while stack:
-                node, reshapes_only, under_reduce, through_expand = state = stack.pop()
-                if (id(node), state[1:]) in seen or node.op == "CONST":
-                    continue
-                seen.add((id(node), state[1:]))
-                if node is not start and self.is_leaf(node):
-                    continue
-                if node is not start and _is_reduce(node):
-                    fusable = reshapes_only and not under_reduce
-                    if fusable:
-                        claimed = self.reduce_of_root.setdefault(id(root), node)
-                        fusable = claimed is node and owner.setdefault(id(node), id(root)) == id(root)
-                    if not fusable:
-                        self.materialized.add(id(node))
-                        grew = True
-                        continue
-                    stack.append((node.srcs[0], False, True, False))
-                    continue
-                if node is not start and under_reduce and through_expand and node.op in ELEMENTWISE \
-                        and self.worth_storing(node):
-                    self.materialized.add(id(node))
-                    grew = True
-                    continue
-                if node.op == "PAD" and under_reduce and through_expand and node is not start \
-                        and self.worth_storing_padded(node, self.reduce_of_root.get(id(root))):
-                    self.materialized.add(id(node))
-                    grew = True
-                    continue
-                if node.op == "TAKE":  # (it starts its kernel) a reduce below it is stored, not fused
-                    stack.extend((src, False, under_reduce, through_expand) for src in node.srcs)
-                    continue
-                if OPS[node.op].kind == MOVEMENT:
-                    stack.append((node.srcs[0], reshapes_only and node.op == "RESHAPE", under_reduce,
-                                  through_expand or node.op == "EXPAND"))
-                else:
-                    stack.extend((src, reshapes_only, under_reduce, through_expand) for src in node.srcs)
-        return grew
+            reader = self.readers.get(id(node))
+            if reader is None:  # below nothing this schedule computes (an unrealized ASSIGN target)
+                continue
+            paths = self.paths.pop(id(node))
+            if self._breaks_contract(node, reader, paths):
+                self.materialized.add(id(node))
+                self._start_kernel(node)
+                continue
+            for src, path in self._source_paths(node, paths):
+                self._reach(src, reader, path)
+
+    def _start_kernel(self, root: LazyBuffer) -> None:
+        """Pass a stored node's own kernel down to its sources: from the stored value (CONTIGUOUS,
+        ASSIGN), from below its reduce, or from the node itself."""
+        if root.op == "COPY":
+            return
+        if root.op in ("CONTIGUOUS", "ASSIGN"):
+            self._reach(root.srcs[0], id(root), (True, False, False, False))
+            return
+        if _is_reduce(root):
+            self.reduce_of_root[id(root)] = root
+        for src, path in self._source_paths(root, {(True, False, False, False)}):
+            self._reach(src, id(root), path)
+
+    def _reach(self, node: LazyBuffer, reader: int, path: tuple) -> None:
+        """Record that `reader`'s kernel computes `node` along `path` (nothing for a leaf)."""
+        if node.realized or node.op == "CONST" or id(node) in self.materialized:
+            return
+        known = self.readers.get(id(node))
+        if known is None:
+            self.readers[id(node)] = reader
+            self.paths[id(node)] = {path}
+            return
+        if known != reader:
+            self.readers[id(node)] = _SHARED
+        self.paths[id(node)].add(path)
+
+    @staticmethod
+    def _source_paths(node: LazyBuffer, paths: set[tuple]) -> list[tuple[LazyBuffer, tuple]]:
+        """The paths on from a node computed in the kernel to its sources."""
+        if _is_reduce(node):  # the kernel's one reduce: its source runs in the reduce loop
+            return [(node.srcs[0], (False, True, False, _is_product(node)))]
+        if node.op == "TAKE":  # (it starts its kernel) a reduce below it is stored, not fused
+            return [(src, (False,) + path[1:]) for src in node.srcs for path in paths]
+        if OPS[node.op].kind == MOVEMENT:
+            return [(node.srcs[0], (reshapes_only and node.op == "RESHAPE", under_reduce,
+                                    through_expand or node.op == "EXPAND", under_product))
+                    for reshapes_only, under_reduce, through_expand, under_product in paths]
+        return [(src, path) for src in node.srcs for path in paths]
+
+    def _breaks_contract(self, node: LazyBuffer, reader: int, paths: set[tuple]) -> bool:
+        """Whether `node`, computed by `reader`'s kernel (or several) along `paths`, must be stored
+        instead. A reduce that may join the kernel is claimed for it."""
+        if _is_reduce(node):
+            if reader == _SHARED or any(not reshapes_only or under_reduce
+                                        for reshapes_only, under_reduce, _, _ in paths):
+                return True
+            return self.reduce_of_root.setdefault(reader, node) is not node
+        if node.op in ELEMENTWISE:
+            if any(under_reduce and through_expand for _, under_reduce, through_expand, _ in paths):
+                if self.worth_storing(node):
+                    return True
+                self.declined.append(node)
+            return False
+        if node.op == "PAD":
+            return any(under_reduce and through_expand and under_product for _, under_reduce, through_expand,
+                       under_product in paths) and self.worth_storing_padded(node)
+        return False
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _view(shape: tuple[int, ...], pending: tuple) -> ShapeTracker:
-    """A node of `shape` read through the pending views (the outermost first), as one tracker."""
+    """A node of `shape` read through the pending views (the outermost first), as one tracker. Cached:
+    the kernels of an unrolled loop load many buffers of one shape through the same views."""
     tracker = ShapeTracker.from_shape(shape)
     for op, arg in reversed(pending):
         if op != GUARDED:
@@ -518,18 +568,16 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
     original, items = items, list(items)
     producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
     needs = [{producer[id(node)] for node in item.inputs if id(node) in producer} for item in items]
-    readers: dict[tuple, list[int]] = {}  # (loops, an input's id) -> reduce kernels reading it
+    readers: dict[tuple, int] = {}  # (loops, an input's id) -> the bit set of the reduce kernels reading it
+    ancestors: list[int] = []  # per item, the bit set of the items it needs, directly or not
+    for item_needs in needs:
+        bits = 0
+        for source in item_needs:
+            bits |= (1 << source) | ancestors[source]
+        ancestors.append(bits)
 
     def reaches(start: int, goal: int) -> bool:
-        stack, seen = [start], set()
-        while stack:
-            current = stack.pop()
-            if current == goal:
-                return True
-            if current not in seen:
-                seen.add(current)
-                stack.extend(needs[current])
-        return False
+        return start == goal or bool(ancestors[start] >> goal & 1)
 
     def partner(index: int, item: ScheduleItem) -> int | None:
         """An earlier reduce kernel this one can join, or None."""
@@ -540,15 +588,35 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
                     and len(source.outputs) < MAX_KERNEL_OUTPUTS and _reads_only_per_position(item, source) \
                     and not any(reaches(other, source_index) for other in needs[index] if other != source_index):
                 return source_index
-        if _gets_register_tile(item.kernel):
+        siblings = 0  # reduces reading a buffer this one reads, which this one does not need
+        for node in item.inputs:
+            siblings |= readers.get(loops + (id(node),), 0)
+        siblings &= ~ancestors[index]
+        if not siblings or _gets_register_tile(item.kernel):
             return None
-        for node in item.inputs:  # a reduce reading the same buffer, which this one does not need
-            for sibling_index in readers.get(loops + (id(node),), ()):
-                sibling = items[sibling_index]
-                if sibling is not None and len(sibling.outputs) < MAX_KERNEL_OUTPUTS and not reaches(index, sibling_index) \
-                        and not _gets_register_tile(sibling.kernel):
-                    return sibling_index
+        while siblings:  # the earliest first
+            sibling_index = (siblings & -siblings).bit_length() - 1
+            siblings &= siblings - 1
+            sibling = items[sibling_index]
+            if len(sibling.outputs) < MAX_KERNEL_OUTPUTS and not _gets_register_tile(sibling.kernel):
+                return sibling_index
         return None
+
+    def merge(source_index: int, index: int) -> None:
+        """Item `index` absorbed item `source_index`: whatever needed either needs it now."""
+        needs[index] = (needs[index] | needs[source_index]) - {source_index}
+        ancestors[index] = (ancestors[index] | ancestors[source_index]) & ~(1 << source_index)
+        for other, other_needs in enumerate(needs):
+            if other == index or items[other] is None:
+                continue
+            if source_index in other_needs:
+                other_needs.discard(source_index)
+                other_needs.add(index)
+            if ancestors[other] >> source_index & 1 or ancestors[other] >> index & 1:
+                ancestors[other] |= (1 << index) | ancestors[index]
+        for key, bits in readers.items():
+            if bits >> source_index & 1:
+                readers[key] = bits & ~(1 << source_index) | (1 << index)
 
     for index, item in enumerate(items):
         if not _is_reduce_kernel(item) or len(item.outputs) != 1:
@@ -556,24 +624,20 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
         source_index = partner(index, item)
         if source_index is None:
             for node in item.inputs:
-                readers.setdefault((item.kernel.full_shape, item.kernel.reduce_axes, id(node)), []).append(index)
+                key = (item.kernel.full_shape, item.kernel.reduce_axes, id(node))
+                readers[key] = readers.get(key, 0) | (1 << index)
             continue
         items[index], items[source_index] = _chained(items[source_index], item), None
-        needs[index] = (needs[index] | needs[source_index]) - {source_index}
-        for other_needs in needs:
-            if source_index in other_needs:
-                other_needs.discard(source_index)
-                other_needs.add(index)
+        merge(source_index, index)
         for node in items[index].inputs:
             key = (item.kernel.full_shape, item.kernel.reduce_axes, id(node))
-            readers[key] = [index if reader == source_index else reader for reader in readers.get(key, [])]
-            if index not in readers[key]:
-                readers[key].append(index)
+            readers[key] = readers.get(key, 0) | (1 << index)
     chained = [item for item in items if item is not None]
     order = _dependency_order(chained, extra_needs=None)  # a merged kernel runs where its later part did
     return original if order is None else [chained[index] for index in order]
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def _gets_register_tile(kernel: Kernel) -> bool:
     """Whether the default opts give this one-reduce kernel a matmul's register tile. Merged side by
     side with another reduce it would have none: three projections of one input (attention's Q, K
@@ -712,8 +776,12 @@ def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
     out of place, and the order is computed again."""
     overwrites = [[output.srcs[1].buffer for output, in_place in zip(item.outputs, item.in_place) if in_place]
                   for item in items]
-    extra_needs = [{other for other, reader in enumerate(items) if other != index and
-                    any(node.buffer is buffer for node in reader.inputs if node.realized for buffer in buffers)}
+    readers: dict[int, set[int]] = {}  # id(buffer) -> the items reading it
+    for index, item in enumerate(items):
+        for node in item.inputs:
+            if node.realized:
+                readers.setdefault(id(node.buffer), set()).add(index)
+    extra_needs = [set().union(*(readers.get(id(buffer), ()) for buffer in buffers)) - {index}
                    for index, buffers in enumerate(overwrites)]
     order = _dependency_order(items, extra_needs)
     if order is None:  # a cycle through an in-place write: make every such write out of place

@@ -55,3 +55,27 @@ def test_a_deep_kernel_prints_and_a_deep_graph_draws_without_recursion():
     named = [line for line in text.splitlines() if not line.endswith("(see above)")]
     assert len(named) == len(item.kernel.ast.walk())  # each node once, shared ones referred back to
     assert dot.count(" -> ") >= 2000
+
+
+TENSOR_OPS = {"tanh": lambda v: v.tanh(), "sigmoid": lambda v: v.sigmoid(),
+              "row_sum": lambda v: v.sum(axis=1, keepdim=True)}
+NUMPY_OPS = {"tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+             "row_sum": lambda v: v.sum(axis=1, keepdims=True)}
+
+
+def matmul_chain(x, w, layers: int, ops: dict):
+    """Each layer a matmul, a tanh and a row sum read back through a broadcast (10,000 nodes at 200)."""
+    for _ in range(layers):
+        x = ops["tanh"](x @ w)
+        x = x - ops["row_sum"](x) * np.float32(0.01)
+    return x
+
+
+def test_a_chain_of_200_matmuls_and_row_sums_plans_three_kernels_a_layer_and_matches_numpy():
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((8, 16)).astype(np.float32), (rng.standard_normal((16, 16)) / 4).astype(np.float32)
+    with shallow_stack():
+        planned = matmul_chain(Tensor(x, device="CPU"), Tensor(w, device="CPU"), 200, TENSOR_OPS)
+        assert len(create_schedule([planned.lazydata])) == 3 * 200
+        result = matmul_chain(Tensor(x, device="NPY"), Tensor(w, device="NPY"), 200, TENSOR_OPS).numpy()
+    np.testing.assert_allclose(result, matmul_chain(x, w, 200, NUMPY_OPS), rtol=1e-4, atol=1e-5)
