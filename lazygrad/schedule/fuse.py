@@ -2,7 +2,9 @@
 
 The contract (docs/architecture.md):
   * elementwise ops and movement ops never start a kernel of their own: they are inlined into
-    every kernel that uses them (recomputed, never stored);
+    every kernel that uses them (recomputed), unless recomputing a value in each of the kernels
+    that read it costs more than storing it once (`worth_storing_shared`: an unrolled recurrence's
+    state);
   * a reduce joins the kernel of its user when the path between them is elementwise ops and
     reshapes only, and that kernel has no other reduce; otherwise it is stored;
   * a computed value read through an EXPAND inside a reduce is stored first when recomputing it
@@ -47,6 +49,9 @@ MAX_KERNEL_OUTPUTS = 8  # siblings merged into one kernel (each output is a buff
 # (`worth_storing_padded`). conv2d 32x16x32x32 by 32x16x3x3, padding 1: 7.0 ms with masked loads,
 # 3.1 ms with the copy (0.2 ms); at 8x34x34 (9K elements) the copy measured neither faster nor slower.
 PADDED_COPY_MIN_ELEMENTS = 1 << 12
+# A value read by several kernels is stored once when recomputing it in each costs more than this
+# (op costs as in worth_storing). One step of an LSTM's cell state costs about 95.
+SHARED_RECOMPUTE_LIMIT = 64
 GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes a PAD's padding
 
 
@@ -99,12 +104,31 @@ class _FusionPlan:
             if node.op == "COPY" and not node.srcs[0].realized:
                 self.materialized.add(id(node.srcs[0]))
         self.nodes = nodes
+        self.cheap: set[int] = set()  # values found cheap to recompute (they stay so: stores only add leaves)
         self._sweep()
         while any(self.worth_storing(node) for node in self.declined):
             self._sweep()
 
     def is_leaf(self, node: LazyBuffer) -> bool:
         return node.realized or id(node) in self.materialized
+
+    def _recompute_cost_exceeds(self, node: LazyBuffer, limit: int) -> bool:
+        """Whether the ops computing `node` from stored values cost more than `limit` (an expensive
+        op counts EXPENSIVE_OP_COST, a movement op nothing). Stops as soon as they do."""
+        stack, seen, cost = [node], set(), 0
+        while stack:
+            current = stack.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            if current is not node and self.is_leaf(current):
+                continue
+            if current.op in ELEMENTWISE:
+                cost += EXPENSIVE_OP_COST if current.op in EXPENSIVE_OPS else 1
+                if cost > limit:
+                    return True
+            stack.extend(current.srcs)
+        return False
 
     def worth_storing(self, node: LazyBuffer) -> bool:
         """Whether a value read through an EXPAND costs more to recompute per copy than to store once:
@@ -125,6 +149,18 @@ class _FusionPlan:
                 if cost > 4:
                     return True
             stack.extend(current.srcs)
+        return False
+
+    def worth_storing_shared(self, node: LazyBuffer) -> bool:
+        """Whether a value that several kernels compute costs more to recompute in each than to store
+        once (SHARED_RECOMPUTE_LIMIT). Without this, an unrolled recurrence (an LSTM's cell state)
+        would be recomputed from its first step in every step's kernel: the kernels, and the time to
+        plan and compile them, would grow with the square of the steps."""
+        if id(node) in self.cheap:
+            return False
+        if self._recompute_cost_exceeds(node, SHARED_RECOMPUTE_LIMIT):
+            return True
+        self.cheap.add(id(node))
         return False
 
     @staticmethod
@@ -213,7 +249,7 @@ class _FusionPlan:
                 if self.worth_storing(node):
                     return True
                 self.declined.append(node)
-            return False
+            return reader == _SHARED and self.worth_storing_shared(node)
         if node.op == "PAD":
             return any(under_reduce and through_expand and under_product for _, under_reduce, through_expand,
                        under_product in paths) and self.worth_storing_padded(node)

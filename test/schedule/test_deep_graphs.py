@@ -1,5 +1,6 @@
 """Graphs thousands of nodes deep: built, scheduled and run with the recursion limit cut to just above
-the test's own stack (no walk keeps a frame per node)."""
+the test's own stack (no walk keeps a frame per node), and planned without recomputing a recurrence
+from its first step in every step's kernel."""
 import numpy as np
 import pytest
 
@@ -79,3 +80,31 @@ def test_a_chain_of_200_matmuls_and_row_sums_plans_three_kernels_a_layer_and_mat
         assert len(create_schedule([planned.lazydata])) == 3 * 200
         result = matmul_chain(Tensor(x, device="NPY"), Tensor(w, device="NPY"), 200, TENSOR_OPS).numpy()
     np.testing.assert_allclose(result, matmul_chain(x, w, 200, NUMPY_OPS), rtol=1e-4, atol=1e-5)
+
+
+def recurrence(inputs, weight, state, steps: int, ops: dict):
+    """A cell whose state is an elementwise function of the last state: an LSTM's shape."""
+    sigmoid, tanh = ops["sigmoid"], ops["tanh"]
+    hidden = state
+    for step in range(steps):
+        gates = inputs[step] @ weight + hidden @ weight
+        state = sigmoid(gates) * state + sigmoid(gates * 2) * tanh(gates)
+        hidden = sigmoid(gates * 3) * tanh(state)
+    return hidden
+
+
+def test_an_unrolled_recurrence_is_planned_with_kernels_that_do_not_grow_with_the_steps():
+    """Each step's state is stored once rather than recomputed from the first step in every later
+    step's kernel, which made the kernels, and the time to plan and compile them, grow with the
+    square of the steps."""
+    rng = np.random.default_rng(1)
+    inputs = rng.standard_normal((32, 1, 8)).astype(np.float32)
+    weight = (rng.standard_normal((8, 8)) / 3).astype(np.float32)
+    state = np.zeros((1, 8), np.float32)
+
+    def largest_kernel(steps):
+        hidden = recurrence(Tensor(inputs), Tensor(weight), Tensor(state), steps, TENSOR_OPS)
+        return max(len(item.kernel.ast.walk()) for item in create_schedule([hidden.lazydata]))
+    assert largest_kernel(32) == largest_kernel(8)
+    result = recurrence(Tensor(inputs), Tensor(weight), Tensor(state), 32, TENSOR_OPS).numpy()
+    np.testing.assert_allclose(result, recurrence(inputs, weight, state, 32, NUMPY_OPS), rtol=1e-4, atol=1e-5)
