@@ -15,7 +15,9 @@ The contract (docs/architecture.md):
   * the user's outputs, CONTIGUOUS, ASSIGN, TAKE (an indexed load) and device copies are always
     materialized;
   * kernels without a reduce that have the same shape and read a common buffer, where neither
-    needs the other's result, are merged into one kernel with several outputs (`_merge_siblings`).
+    needs the other's result, are merged into one kernel with several outputs (`_merge_siblings`);
+  * no kernel has more than MAX_KERNEL_BUFFERS buffers: values below one that would read more are
+    stored (`_split_wide_kernels`), and merges stay within it.
 
 An ASSIGN's output is written into its target's existing buffer (`ScheduleItem.in_place`) when that is
 safe: the target is realized, the kernel reads that buffer only at the element it writes (no reduce,
@@ -45,6 +47,11 @@ from lazygrad.shape.view import ShapeTracker
 EXPENSIVE_OPS = {"EXP2", "LOG2", "SIN", "SQRT", "RECIP", "DIV", "MOD"}
 EXPENSIVE_OP_COST = 4
 MAX_KERNEL_OUTPUTS = 8  # siblings merged into one kernel (each output is a buffer parameter)
+# Buffer parameters (outputs and inputs) of one kernel, within what every device takes: OpenCL
+# guarantees 1024 bytes of arguments, 128 pointers; ctypes calls take at most 1024. A kernel that would
+# read more (the gradient of a bias an unrolled loop adds at every step sums one value per step) is
+# split by storing values below it (`_split_wide_kernels`).
+MAX_KERNEL_BUFFERS = 128
 # Padded inputs of a sum of products with at least this many elements are stored with their zeros
 # (`worth_storing_padded`). conv2d 32x16x32x32 by 32x16x3x3, padding 1: 7.0 ms with masked loads,
 # 3.1 ms with the copy (0.2 ms); at 8x34x34 (9K elements) the copy measured neither faster nor slower.
@@ -91,8 +98,8 @@ class _FusionPlan:
     contract; below a stored node its own kernel begins. The costs it weighs are counted before
     the nodes below are decided, and stores there only lower them, except the buffers a value read
     through an EXPAND in a reduce reads (`worth_storing`: a store below can add one). So it sweeps
-    again when one of the values a sweep declined to store is worth storing after all; usually it
-    sweeps once."""
+    again when one of the values a sweep declined to store is worth storing after all, or when
+    `_split_wide_kernels` stored values to keep a kernel's buffers few; usually it sweeps once."""
 
     def __init__(self, outputs: list[LazyBuffer], nodes: list[LazyBuffer]):
         self.materialized: set[int] = {id(node) for node in outputs if not node.realized}
@@ -106,7 +113,7 @@ class _FusionPlan:
         self.nodes = nodes
         self.cheap: set[int] = set()  # values found cheap to recompute (they stay so: stores only add leaves)
         self._sweep()
-        while any(self.worth_storing(node) for node in self.declined):
+        while self._split_wide_kernels() or any(self.worth_storing(node) for node in self.declined):
             self._sweep()
 
     def is_leaf(self, node: LazyBuffer) -> bool:
@@ -170,6 +177,38 @@ class _FusionPlan:
         view, every load tests its bounds, and gcc then builds each vector of a register tile from
         scalar loads. Small ones keep the view, so a small convolution with bias stays one kernel."""
         return pad.numel() >= PADDED_COPY_MIN_ELEMENTS
+
+    def _split_wide_kernels(self) -> bool:
+        """Store values below every kernel that would read more than MAX_KERNEL_BUFFERS - 1 buffers,
+        the source reading most first, until it reads few enough. True if it stored any (the next
+        sweep then plans around them)."""
+        reads: dict[int, set[int]] = {}  # id(node) -> the buffers its kernel reads to compute it
+        stored_any = False
+        for node in self.nodes:  # sources first
+            if node.realized or node.op in ("CONST", "COPY"):
+                continue
+            sources = [src for src in (node.srcs[:1] if node.op in ("CONTIGUOUS", "ASSIGN") else node.srcs)
+                       if src.op != "CONST" or src.realized]
+            total = self._reads_of(sources, reads)
+            while len(total) >= MAX_KERNEL_BUFFERS:
+                widest = max((src for src in sources if not self.is_leaf(src)), key=lambda src: len(reads[id(src)]))
+                self.materialized.add(id(widest))
+                stored_any = True
+                total = self._reads_of(sources, reads)
+            reads[id(node)] = total
+        return stored_any
+
+    def _reads_of(self, sources: list[LazyBuffer], reads: dict[int, set[int]]) -> set[int]:
+        """The buffers a kernel reads to compute these sources: a stored one is one buffer."""
+        total: set[int] = set()
+        for src in sources:
+            if self.is_leaf(src):
+                total.add(id(src))
+            elif len(sources) == 1:
+                return reads[id(src)]  # shared, not copied: a chain of unary ops reads one set
+            else:
+                total |= reads[id(src)]
+        return total
 
     def roots(self) -> list[LazyBuffer]:
         return [node for node in self.nodes if not node.realized and id(node) in self.materialized]
@@ -562,6 +601,13 @@ def _renumbered(ast: KernelNode, numbers: dict[int, int], replacements: dict[int
     return rebuilt[ast]
 
 
+def _fits_one_kernel(source: ScheduleItem, reader: ScheduleItem) -> bool:
+    """Whether `_chained(source, reader)` has at most MAX_KERNEL_BUFFERS buffers."""
+    inputs = {id(node) for node in source.inputs} | {id(node) for node in reader.inputs}
+    inputs -= {id(node) for node in source.outputs}
+    return len(source.outputs) + len(reader.outputs) + len(inputs) <= MAX_KERNEL_BUFFERS
+
+
 def _chained(source: ScheduleItem, reader: ScheduleItem) -> ScheduleItem:
     """One kernel computing source's reduces, then reader's, which uses their values by name."""
     outputs = source.outputs + reader.outputs
@@ -621,7 +667,8 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
         for source_index in sorted(needs[index]):  # a reduce whose result this one reads
             source = items[source_index]
             if _is_reduce_kernel(source) and (source.kernel.full_shape, source.kernel.reduce_axes) == loops \
-                    and len(source.outputs) < MAX_KERNEL_OUTPUTS and _reads_only_per_position(item, source) \
+                    and len(source.outputs) < MAX_KERNEL_OUTPUTS and _fits_one_kernel(source, item) \
+                    and _reads_only_per_position(item, source) \
                     and not any(reaches(other, source_index) for other in needs[index] if other != source_index):
                 return source_index
         siblings = 0  # reduces reading a buffer this one reads, which this one does not need
@@ -634,7 +681,8 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
             sibling_index = (siblings & -siblings).bit_length() - 1
             siblings &= siblings - 1
             sibling = items[sibling_index]
-            if len(sibling.outputs) < MAX_KERNEL_OUTPUTS and not _gets_register_tile(sibling.kernel):
+            if len(sibling.outputs) < MAX_KERNEL_OUTPUTS and _fits_one_kernel(sibling, item) \
+                    and not _gets_register_tile(sibling.kernel):
                 return sibling_index
         return None
 
@@ -692,12 +740,15 @@ class _Siblings:
     members: list[int]
     targets: set[int]
     shifted_reads: set[int]
+    inputs: set[int]  # ids of the nodes the members read
 
-    def admits(self, targets: set[int], shifted_reads: set[int]) -> bool:
-        """Whether one more member keeps every ASSIGN of the group able to write in place: no
-        thread may read an overwritten buffer at another thread's element."""
+    def admits(self, targets: set[int], shifted_reads: set[int], inputs: set[int]) -> bool:
+        """Whether one more member keeps every ASSIGN of the group able to write in place (no
+        thread may read an overwritten buffer at another thread's element) and the merged kernel's
+        buffers within MAX_KERNEL_BUFFERS."""
         return len(self.members) < MAX_KERNEL_OUTPUTS and not targets & self.shifted_reads \
-            and not self.targets & shifted_reads
+            and not self.targets & shifted_reads \
+            and len(self.members) + 1 + len(self.inputs | inputs) <= MAX_KERNEL_BUFFERS
 
 
 def _buffer_accesses(item: ScheduleItem) -> tuple[set[int], set[int]]:
@@ -733,19 +784,21 @@ def _merge_siblings(items: list[ScheduleItem], plan: _FusionPlan) -> list[Schedu
                 needed |= (1 << source) | depends_on[source]
         depends_on.append(needed)
         if not _mergeable(item):
-            groups.append(_Siblings([index], set(), set()))
+            groups.append(_Siblings([index], set(), set(), set()))
             continue
         shape = item.outputs[0].shape
         targets, shifted_reads = _buffer_accesses(item)
         candidates = (group for node in item.inputs for group in readers.get((shape, id(node)), ()))
-        group = next((group for group in candidates if group.admits(targets, shifted_reads)
+        inputs = {id(node) for node in item.inputs}
+        group = next((group for group in candidates if group.admits(targets, shifted_reads, inputs)
                       and not any(needed >> member & 1 for member in group.members)), None)
         if group is None:
-            group = _Siblings([], set(), set())
+            group = _Siblings([], set(), set(), set())
             groups.append(group)
         group.members.append(index)
         group.targets |= targets
         group.shifted_reads |= shifted_reads
+        group.inputs |= inputs
         for node in item.inputs:
             keyed = readers.setdefault((shape, id(node)), [])
             if all(other is not group for other in keyed):

@@ -1,12 +1,12 @@
 """Graphs thousands of nodes deep: built, scheduled and run with the recursion limit cut to just above
-the test's own stack (no walk keeps a frame per node), and planned without recomputing a recurrence
-from its first step in every step's kernel."""
+the test's own stack (no walk keeps a frame per node), planned without recomputing a recurrence from
+its first step in every step's kernel, and split where one kernel would read too many buffers."""
 import numpy as np
 import pytest
 
 from lazygrad import Tensor, stats
 from lazygrad.graph import to_dot
-from lazygrad.schedule.fuse import create_schedule
+from lazygrad.schedule.fuse import MAX_KERNEL_BUFFERS, create_schedule
 from lazygrad.schedule.kernel import format_ast
 from recursion_limit import shallow_stack
 
@@ -108,3 +108,20 @@ def test_an_unrolled_recurrence_is_planned_with_kernels_that_do_not_grow_with_th
     assert largest_kernel(32) == largest_kernel(8)
     result = recurrence(Tensor(inputs), Tensor(weight), Tensor(state), 32, TENSOR_OPS).numpy()
     np.testing.assert_allclose(result, recurrence(inputs, weight, state, 32, NUMPY_OPS), rtol=1e-4, atol=1e-5)
+
+
+def test_a_bias_added_at_every_one_of_300_steps_gets_its_gradient_from_kernels_of_few_buffers():
+    """Its gradient sums one value per step; one kernel reading all of them would pass more
+    arguments than a device takes (ctypes: 1024, OpenCL: 128 pointers guaranteed)."""
+    x = Tensor(np.linspace(-1, 1, 16, dtype=np.float32), requires_grad=True)
+    bias = Tensor(np.float32(0.5), requires_grad=True)
+    factors = [1.001 if step % 2 else 0.9995 for step in range(300)]
+    y = x
+    for factor in factors:
+        y = y * factor + bias
+    y.sum().backward()
+    schedule = create_schedule([bias.grad.lazydata])
+    assert max(len(item.outputs) + len(item.inputs) for item in schedule) <= MAX_KERNEL_BUFFERS
+    after = np.cumprod(np.array(factors[::-1], np.float64))[::-1]  # product of the factors from each step on
+    expected = 16 * (after[1:].sum() + 1)  # the bias added at step k is scaled by every later factor
+    np.testing.assert_allclose(bias.grad.numpy(), expected, rtol=1e-4)
