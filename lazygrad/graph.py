@@ -14,13 +14,14 @@ from lazygrad.lazy import LazyBuffer, walk
 def to_dot(outputs: list[LazyBuffer]) -> str:
     nodes = walk(outputs)
     names = {id(node): f"n{index}" for index, node in enumerate(nodes)}
+    output_ids = {id(node) for node in outputs}
     lines = ["digraph lazygrad {", "  rankdir=BT;", '  node [shape=box, fontname="monospace"];']
     for node in nodes:
         label = f"{node.op}\\n{node.dtype.name}{list(node.shape)}"
         if node.arg is not None and node.op != "BUFFER":
             label += f"\\n{str(node.arg)[:40]}"
         style = ', style=filled, fillcolor="#dddddd"' if node.realized else ""
-        if any(node is output for output in outputs):
+        if id(node) in output_ids:
             style = ', style=filled, fillcolor="#c8e6c9"'
         lines.append(f'  {names[id(node)]} [label="{label}"{style}];')
         for src in node.srcs:

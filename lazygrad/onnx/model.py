@@ -39,11 +39,16 @@ def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
 
 
 def walk_nodes(graph: onnx.GraphProto):
-    """Every node of a graph, including the nodes of If/Loop/Scan bodies."""
-    for node in graph.node:
+    """Every node of a graph, including the nodes of If/Loop/Scan bodies (each body's right after
+    the node that holds it, however deeply bodies nest)."""
+    stack = [iter(graph.node)]
+    while stack:
+        node = next(stack[-1], None)
+        if node is None:
+            stack.pop()
+            continue
         yield node
-        for subgraph in _subgraphs(node):
-            yield from walk_nodes(subgraph)
+        stack.extend(iter(subgraph.node) for subgraph in reversed(_subgraphs(node)))
 
 
 def _node_label(node: onnx.NodeProto) -> str:

@@ -2,7 +2,9 @@
 
 The contract (docs/architecture.md):
   * elementwise ops and movement ops never start a kernel of their own: they are inlined into
-    every kernel that uses them (recomputed, never stored);
+    every kernel that uses them (recomputed), unless recomputing a value in each of the kernels
+    that read it costs more than storing it once (`worth_storing_shared`: an unrolled recurrence's
+    state);
   * a reduce joins the kernel of its user when the path between them is elementwise ops and
     reshapes only, and that kernel has no other reduce; otherwise it is stored;
   * a computed value read through an EXPAND inside a reduce is stored first when recomputing it
@@ -13,7 +15,9 @@ The contract (docs/architecture.md):
   * the user's outputs, CONTIGUOUS, ASSIGN, TAKE (an indexed load) and device copies are always
     materialized;
   * kernels without a reduce that have the same shape and read a common buffer, where neither
-    needs the other's result, are merged into one kernel with several outputs (`_merge_siblings`).
+    needs the other's result, are merged into one kernel with several outputs (`_merge_siblings`);
+  * no kernel has more than MAX_KERNEL_BUFFERS buffers: values below one that would read more are
+    stored (`_split_wide_kernels`), and merges stay within it.
 
 An ASSIGN's output is written into its target's existing buffer (`ScheduleItem.in_place`) when that is
 safe: the target is realized, the kernel reads that buffer only at the element it writes (no reduce,
@@ -27,6 +31,7 @@ loop plans each step's kernels once, not every step.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 from dataclasses import dataclass
 
@@ -42,10 +47,18 @@ from lazygrad.shape.view import ShapeTracker
 EXPENSIVE_OPS = {"EXP2", "LOG2", "SIN", "SQRT", "RECIP", "DIV", "MOD"}
 EXPENSIVE_OP_COST = 4
 MAX_KERNEL_OUTPUTS = 8  # siblings merged into one kernel (each output is a buffer parameter)
+# Buffer parameters (outputs and inputs) of one kernel, within what every device takes: OpenCL
+# guarantees 1024 bytes of arguments, 128 pointers; ctypes calls take at most 1024. A kernel that would
+# read more (the gradient of a bias an unrolled loop adds at every step sums one value per step) is
+# split by storing values below it (`_split_wide_kernels`).
+MAX_KERNEL_BUFFERS = 128
 # Padded inputs of a sum of products with at least this many elements are stored with their zeros
 # (`worth_storing_padded`). conv2d 32x16x32x32 by 32x16x3x3, padding 1: 7.0 ms with masked loads,
 # 3.1 ms with the copy (0.2 ms); at 8x34x34 (9K elements) the copy measured neither faster nor slower.
 PADDED_COPY_MIN_ELEMENTS = 1 << 12
+# A value read by several kernels is stored once when recomputing it in each costs more than this
+# (op costs as in worth_storing). One step of an LSTM's cell state costs about 95.
+SHARED_RECOMPUTE_LIMIT = 64
 GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes a PAD's padding
 
 
@@ -68,8 +81,25 @@ def _is_reduce(node: LazyBuffer) -> bool:
     return OPS[node.op].kind == REDUCE
 
 
+_SHARED = -1  # a node's reader when the kernels of two or more roots compute it
+
+
+def _is_product(reduce: LazyBuffer) -> bool:
+    return reduce.op == "SUM" and reduce.srcs[0].op == "MUL"
+
+
 class _FusionPlan:
-    """Finds the set of nodes to materialize, by growing it until every kernel obeys the contract."""
+    """Finds the set of nodes to materialize, by growing it until every kernel obeys the contract.
+
+    Each sweep visits the nodes once, users before their sources. A node learns from its users
+    which root's kernel computes it (or that several do) and along which paths: a path is
+    (reshapes only so far, under a reduce, through an EXPAND, under a sum of products). Its users
+    are decided by then, so what reaches it is final, and it is stored when that breaks the
+    contract; below a stored node its own kernel begins. The costs it weighs are counted before
+    the nodes below are decided, and stores there only lower them, except the buffers a value read
+    through an EXPAND in a reduce reads (`worth_storing`: a store below can add one). So it sweeps
+    again when one of the values a sweep declined to store is worth storing after all, or when
+    `_split_wide_kernels` stored values to keep a kernel's buffers few; usually it sweeps once."""
 
     def __init__(self, outputs: list[LazyBuffer], nodes: list[LazyBuffer]):
         self.materialized: set[int] = {id(node) for node in outputs if not node.realized}
@@ -81,11 +111,31 @@ class _FusionPlan:
             if node.op == "COPY" and not node.srcs[0].realized:
                 self.materialized.add(id(node.srcs[0]))
         self.nodes = nodes
-        while self._one_pass():
-            pass
+        self.cheap: set[int] = set()  # values found cheap to recompute (they stay so: stores only add leaves)
+        self._sweep()
+        while self._split_wide_kernels() or any(self.worth_storing(node) for node in self.declined):
+            self._sweep()
 
     def is_leaf(self, node: LazyBuffer) -> bool:
         return node.realized or id(node) in self.materialized
+
+    def _recompute_cost_exceeds(self, node: LazyBuffer, limit: int) -> bool:
+        """Whether the ops computing `node` from stored values cost more than `limit` (an expensive
+        op counts EXPENSIVE_OP_COST, a movement op nothing). Stops as soon as they do."""
+        stack, seen, cost = [node], set(), 0
+        while stack:
+            current = stack.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            if current is not node and self.is_leaf(current):
+                continue
+            if current.op in ELEMENTWISE:
+                cost += EXPENSIVE_OP_COST if current.op in EXPENSIVE_OPS else 1
+                if cost > limit:
+                    return True
+            stack.extend(current.srcs)
+        return False
 
     def worth_storing(self, node: LazyBuffer) -> bool:
         """Whether a value read through an EXPAND costs more to recompute per copy than to store once:
@@ -98,78 +148,162 @@ class _FusionPlan:
             seen.add(id(current))
             if current is not node and self.is_leaf(current):
                 buffers += 1
+                if buffers >= 2:
+                    return True
                 continue
             if current.op in ELEMENTWISE:
                 cost += EXPENSIVE_OP_COST if current.op in EXPENSIVE_OPS else 1
+                if cost > 4:
+                    return True
             stack.extend(current.srcs)
-        return buffers >= 2 or cost > 4
+        return False
+
+    def worth_storing_shared(self, node: LazyBuffer) -> bool:
+        """Whether a value that several kernels compute costs more to recompute in each than to store
+        once (SHARED_RECOMPUTE_LIMIT). Without this, an unrolled recurrence (an LSTM's cell state)
+        would be recomputed from its first step in every step's kernel: the kernels, and the time to
+        plan and compile them, would grow with the square of the steps."""
+        if id(node) in self.cheap:
+            return False
+        if self._recompute_cost_exceeds(node, SHARED_RECOMPUTE_LIMIT):
+            return True
+        self.cheap.add(id(node))
+        return False
 
     @staticmethod
-    def worth_storing_padded(pad: LazyBuffer, reduce: LazyBuffer | None) -> bool:
+    def worth_storing_padded(pad: LazyBuffer) -> bool:
         """Whether a padded value read through an EXPAND inside a sum of products (a convolution's
         windows of a padded input, a padded matmul operand) is stored with its zeros first: read as a
         view, every load tests its bounds, and gcc then builds each vector of a register tile from
         scalar loads. Small ones keep the view, so a small convolution with bias stays one kernel."""
-        return reduce is not None and reduce.op == "SUM" and reduce.srcs[0].op == "MUL" \
-            and pad.numel() >= PADDED_COPY_MIN_ELEMENTS
+        return pad.numel() >= PADDED_COPY_MIN_ELEMENTS
+
+    def _split_wide_kernels(self) -> bool:
+        """Store values below every kernel that would read more than MAX_KERNEL_BUFFERS - 1 buffers,
+        the source reading most first, until it reads few enough. True if it stored any (the next
+        sweep then plans around them)."""
+        reads: dict[int, set[int]] = {}  # id(node) -> the buffers its kernel reads to compute it
+        stored_any = False
+        for node in self.nodes:  # sources first
+            if node.realized or node.op in ("CONST", "COPY"):
+                continue
+            sources = [src for src in (node.srcs[:1] if node.op in ("CONTIGUOUS", "ASSIGN") else node.srcs)
+                       if src.op != "CONST" or src.realized]
+            total = self._reads_of(sources, reads)
+            while len(total) >= MAX_KERNEL_BUFFERS:
+                widest = max((src for src in sources if not self.is_leaf(src)), key=lambda src: len(reads[id(src)]))
+                self.materialized.add(id(widest))
+                stored_any = True
+                total = self._reads_of(sources, reads)
+            reads[id(node)] = total
+        return stored_any
+
+    def _reads_of(self, sources: list[LazyBuffer], reads: dict[int, set[int]]) -> set[int]:
+        """The buffers a kernel reads to compute these sources: a stored one is one buffer."""
+        total: set[int] = set()
+        for src in sources:
+            if self.is_leaf(src):
+                total.add(id(src))
+            elif len(sources) == 1:
+                return reads[id(src)]  # shared, not copied: a chain of unary ops reads one set
+            else:
+                total |= reads[id(src)]
+        return total
 
     def roots(self) -> list[LazyBuffer]:
         return [node for node in self.nodes if not node.realized and id(node) in self.materialized]
 
-    def _one_pass(self) -> bool:
-        """Walk every kernel's region once; materialize what breaks the contract. True if it grew."""
-        self.reduce_of_root: dict[int, LazyBuffer] = {}
-        owner: dict[int, int] = {}
-        grew = False
-        for root in self.roots():
-            if root.op == "COPY":
+    def _sweep(self) -> None:
+        """Decide every node once, users first (see the class)."""
+        self.reduce_of_root: dict[int, LazyBuffer] = {}  # id(root) -> the reduce that joins its kernel
+        self.readers: dict[int, int] = {}     # id(node) -> id of the root whose kernel computes it, or _SHARED
+        self.paths: dict[int, set[tuple]] = {}  # id(node) -> the paths that reach it (see the class)
+        self.declined: list[LazyBuffer] = []  # values read through an EXPAND in a reduce, not stored
+        for node in reversed(self.nodes):
+            if node.realized:
                 continue
-            seen: set[tuple] = set()
-            start = root.srcs[0] if root.op in ("CONTIGUOUS", "ASSIGN") else root
-            if start is not root and self.is_leaf(start):
+            if id(node) in self.materialized:
+                self._start_kernel(node)
                 continue
-            stack = [(start, True, False, False)]
-            if _is_reduce(start):
-                self.reduce_of_root[id(root)] = start
-                owner[id(start)] = id(root)
-                stack = [(start.srcs[0], False, True, False)]
-            while stack:
-                node, reshapes_only, under_reduce, through_expand = state = stack.pop()
-                if (id(node), state[1:]) in seen or node.op == "CONST":
-                    continue
-                seen.add((id(node), state[1:]))
-                if node is not start and self.is_leaf(node):
-                    continue
-                if node is not start and _is_reduce(node):
-                    fusable = reshapes_only and not under_reduce
-                    if fusable:
-                        claimed = self.reduce_of_root.setdefault(id(root), node)
-                        fusable = claimed is node and owner.setdefault(id(node), id(root)) == id(root)
-                    if not fusable:
-                        self.materialized.add(id(node))
-                        grew = True
-                        continue
-                    stack.append((node.srcs[0], False, True, False))
-                    continue
-                if node is not start and under_reduce and through_expand and node.op in ELEMENTWISE \
-                        and self.worth_storing(node):
-                    self.materialized.add(id(node))
-                    grew = True
-                    continue
-                if node.op == "PAD" and under_reduce and through_expand and node is not start \
-                        and self.worth_storing_padded(node, self.reduce_of_root.get(id(root))):
-                    self.materialized.add(id(node))
-                    grew = True
-                    continue
-                if node.op == "TAKE":  # (it starts its kernel) a reduce below it is stored, not fused
-                    stack.extend((src, False, under_reduce, through_expand) for src in node.srcs)
-                    continue
-                if OPS[node.op].kind == MOVEMENT:
-                    stack.append((node.srcs[0], reshapes_only and node.op == "RESHAPE", under_reduce,
-                                  through_expand or node.op == "EXPAND"))
-                else:
-                    stack.extend((src, reshapes_only, under_reduce, through_expand) for src in node.srcs)
-        return grew
+            reader = self.readers.get(id(node))
+            if reader is None:  # below nothing this schedule computes (an unrealized ASSIGN target)
+                continue
+            paths = self.paths.pop(id(node))
+            if self._breaks_contract(node, reader, paths):
+                self.materialized.add(id(node))
+                self._start_kernel(node)
+                continue
+            for src, path in self._source_paths(node, paths):
+                self._reach(src, reader, path)
+
+    def _start_kernel(self, root: LazyBuffer) -> None:
+        """Pass a stored node's own kernel down to its sources: from the stored value (CONTIGUOUS,
+        ASSIGN), from below its reduce, or from the node itself."""
+        if root.op == "COPY":
+            return
+        if root.op in ("CONTIGUOUS", "ASSIGN"):
+            self._reach(root.srcs[0], id(root), (True, False, False, False))
+            return
+        if _is_reduce(root):
+            self.reduce_of_root[id(root)] = root
+        for src, path in self._source_paths(root, {(True, False, False, False)}):
+            self._reach(src, id(root), path)
+
+    def _reach(self, node: LazyBuffer, reader: int, path: tuple) -> None:
+        """Record that `reader`'s kernel computes `node` along `path` (nothing for a leaf)."""
+        if node.realized or node.op == "CONST" or id(node) in self.materialized:
+            return
+        known = self.readers.get(id(node))
+        if known is None:
+            self.readers[id(node)] = reader
+            self.paths[id(node)] = {path}
+            return
+        if known != reader:
+            self.readers[id(node)] = _SHARED
+        self.paths[id(node)].add(path)
+
+    @staticmethod
+    def _source_paths(node: LazyBuffer, paths: set[tuple]) -> list[tuple[LazyBuffer, tuple]]:
+        """The paths on from a node computed in the kernel to its sources."""
+        if _is_reduce(node):  # the kernel's one reduce: its source runs in the reduce loop
+            return [(node.srcs[0], (False, True, False, _is_product(node)))]
+        if node.op == "TAKE":  # (it starts its kernel) a reduce below it is stored, not fused
+            return [(src, (False,) + path[1:]) for src in node.srcs for path in paths]
+        if OPS[node.op].kind == MOVEMENT:
+            return [(node.srcs[0], (reshapes_only and node.op == "RESHAPE", under_reduce,
+                                    through_expand or node.op == "EXPAND", under_product))
+                    for reshapes_only, under_reduce, through_expand, under_product in paths]
+        return [(src, path) for src in node.srcs for path in paths]
+
+    def _breaks_contract(self, node: LazyBuffer, reader: int, paths: set[tuple]) -> bool:
+        """Whether `node`, computed by `reader`'s kernel (or several) along `paths`, must be stored
+        instead. A reduce that may join the kernel is claimed for it."""
+        if _is_reduce(node):
+            if reader == _SHARED or any(not reshapes_only or under_reduce
+                                        for reshapes_only, under_reduce, _, _ in paths):
+                return True
+            return self.reduce_of_root.setdefault(reader, node) is not node
+        if node.op in ELEMENTWISE:
+            if any(under_reduce and through_expand for _, under_reduce, through_expand, _ in paths):
+                if self.worth_storing(node):
+                    return True
+                self.declined.append(node)
+            return reader == _SHARED and self.worth_storing_shared(node)
+        if node.op == "PAD":
+            return any(under_reduce and through_expand and under_product for _, under_reduce, through_expand,
+                       under_product in paths) and self.worth_storing_padded(node)
+        return False
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _view(shape: tuple[int, ...], pending: tuple) -> ShapeTracker:
+    """A node of `shape` read through the pending views (the outermost first), as one tracker. Cached:
+    the kernels of an unrolled loop load many buffers of one shape through the same views."""
+    tracker = ShapeTracker.from_shape(shape)
+    for op, arg in reversed(pending):
+        if op != GUARDED:
+            tracker = tracker.apply(op, arg)
+    return tracker
 
 
 class _KernelBuilder:
@@ -180,6 +314,7 @@ class _KernelBuilder:
     def __init__(self, roots: list[LazyBuffer], plan: _FusionPlan):
         self.roots, self.plan = roots, plan
         self.inputs: list[LazyBuffer] = []
+        self.input_numbers: dict[int, int] = {}  # id(input) -> its buffer number
         self.memo: dict[tuple, KernelNode] = {}
         self.reduce = plan.reduce_of_root.get(id(roots[0]))
         assert self.reduce is None or len(roots) == 1, "a kernel with a reduce has one output"
@@ -201,13 +336,6 @@ class _KernelBuilder:
         dtypes = tuple(root.dtype for root in self.roots) + tuple(buffer.dtype for buffer in self.inputs)
         return Kernel(ast, tuple(full_shape), tuple(axes), dtypes), self.inputs
 
-    def _view(self, shape, pending) -> ShapeTracker:
-        tracker = ShapeTracker.from_shape(shape)
-        for op, arg in reversed(pending):
-            if op != GUARDED:
-                tracker = tracker.apply(op, arg)
-        return tracker
-
     def _needs_guard(self, node: LazyBuffer, pending: tuple) -> bool:
         """Whether the values below a PAD need one WHERE to be zero in its padding: some op there
         does not keep zero (exp(0) is 1), or some leaf is read the same at every position of a
@@ -220,7 +348,7 @@ class _KernelBuilder:
                 continue
             seen.add((id(node), pending))
             if self.plan.is_leaf(node) or node.op == "CONST":
-                tracker = self._view(node.shape, pending)
+                tracker = _view(node.shape, pending)
                 if tracker.without_broadcast_mask() != tracker:
                     return True
             elif OPS[node.op].kind == MOVEMENT:
@@ -231,56 +359,87 @@ class _KernelBuilder:
                 stack.extend((src, pending) for src in node.srcs)
         return False
 
-    def _padded(self, node: LazyBuffer, pending: tuple) -> KernelNode:
-        """A PAD: its source read through the padding, zero outside. Where the source needs it
-        (`_needs_guard`), the source is computed as if unpadded and one WHERE zeroes the padding;
-        below it (`GUARDED` among the pending views) a leaf drops its bounds on the dims it does not
-        move along, so a per-channel value is loaded once per channel instead of tested per element
-        (MobileNetV2's padded BatchNorm outputs). Loads that could leave their buffer keep theirs."""
+    def _padded_source(self, node: LazyBuffer, pending: tuple) -> tuple[LazyBuffer, tuple]:
+        """A PAD reads its source through the padding. Where the source needs it (`_needs_guard`),
+        the source is computed as if unpadded (`GUARDED` among its pending views) and `_make` puts
+        one WHERE above it that zeroes the padding; below it a leaf drops its bounds on the dims it
+        does not move along, so a per-channel value is loaded once per channel instead of tested per
+        element (MobileNetV2's padded BatchNorm outputs). Loads that could leave their buffer keep
+        theirs."""
         inner = pending + (("PAD", node.arg),)
-        if not self._needs_guard(node.srcs[0], inner):
-            return self.node(node.srcs[0], inner)
-        value = self.node(node.srcs[0], inner + ((GUARDED, None),))
-        valid = KernelNode.make("VALID", dtypes.bool, (), self._view(node.srcs[0].shape, inner))
-        zero = KernelNode.make("CONST", node.dtype, (), (node.dtype.np_type(0).item(), None))
-        return KernelNode.make("WHERE", node.dtype, (valid, value, zero))
+        if self._needs_guard(node.srcs[0], inner):
+            inner += ((GUARDED, None),)
+        return node.srcs[0], inner
+
+    def _sources(self, node: LazyBuffer, pending: tuple, top: bool) -> list[tuple[LazyBuffer, tuple]]:
+        """The (source, pending views) pairs whose ASTs make this node's, in the order `_make` reads them."""
+        if (not top and self.plan.is_leaf(node)) or node.op == "CONST":
+            return []
+        kind = OPS[node.op].kind
+        if node.op == "PAD":
+            return [self._padded_source(node, pending)]
+        if kind == MOVEMENT:
+            return [(node.srcs[0], pending + ((node.op, node.arg),))]
+        if kind in (REDUCE, GATHER):  # a reduce or TAKE reads its sources in its own loops, unmoved
+            return [(src, ()) for src in node.srcs]
+        return [(src, pending) for src in node.srcs]
 
     def node(self, node: LazyBuffer, pending: tuple, top: bool = False) -> KernelNode:
-        key = (id(node), pending)
-        if key not in self.memo:
-            self.memo[key] = self._make(node, pending, top)
-        return self.memo[key]
+        """The AST of `node` read through the `pending` views. Sources are built before their users
+        from an explicit stack, in the order a recursive descent would visit them (which numbers the
+        inputs): a fused elementwise chain can be thousands of ops deep."""
+        stack = [(node, pending, top, None)]
+        while stack:
+            current, current_pending, current_top, sources = stack.pop()
+            key = (id(current), current_pending)
+            if key in self.memo:
+                continue
+            if sources is None:
+                sources = self._sources(current, current_pending, current_top)
+                stack.append((current, current_pending, current_top, sources))
+                for src, src_pending in reversed(sources):
+                    if (id(src), src_pending) not in self.memo:
+                        stack.append((src, src_pending, False, None))
+                continue
+            values = [self.memo[(id(src), src_pending)] for src, src_pending in sources]
+            self.memo[key] = self._make(current, current_pending, current_top, sources, values)
+        return self.memo[(id(node), pending)]
 
-    def _make(self, node: LazyBuffer, pending: tuple, top: bool) -> KernelNode:
-        guarded = (GUARDED, None) in pending  # a PAD above zeroes its padding with a WHERE (_padded)
+    def _make(self, node: LazyBuffer, pending: tuple, top: bool, sources: list, values: list) -> KernelNode:
+        """This node's AST from its sources' (`_sources`, built already: `values`)."""
+        guarded = (GUARDED, None) in pending  # a PAD above zeroes its padding with a WHERE
         if not top and self.plan.is_leaf(node):
-            if node not in self.inputs:
+            number = self.input_numbers.get(id(node))
+            if number is None:
+                number = self.input_numbers[id(node)] = len(self.roots) + len(self.inputs)
                 self.inputs.append(node)
-            number = len(self.roots) + self.inputs.index(node)
-            tracker = self._view(node.shape, pending)
+            tracker = _view(node.shape, pending)
             if guarded:
                 tracker = tracker.without_broadcast_mask()
             return KernelNode.make("LOAD", node.dtype, (), (number, tracker))
         if node.op == "CONST":
-            tracker = self._view(node.shape, pending)
+            tracker = _view(node.shape, pending)
             if guarded:
                 tracker = tracker.without_broadcast_mask()
             has_mask = any(view.mask is not None for view in tracker.views)
             return KernelNode.make("CONST", node.dtype, (), (node.arg, tracker if has_mask else None))
         kind = OPS[node.op].kind
         if node.op == "PAD":
-            return self._padded(node, pending)
+            source, inner = sources[0]
+            if inner[-1][0] != GUARDED:
+                return values[0]
+            valid = KernelNode.make("VALID", dtypes.bool, (), _view(source.shape, inner[:-1]))
+            zero = KernelNode.make("CONST", node.dtype, (), (node.dtype.np_type(0).item(), None))
+            return KernelNode.make("WHERE", node.dtype, (valid, values[0], zero))
         if kind == MOVEMENT:
-            return self.node(node.srcs[0], pending + ((node.op, node.arg),))
+            return values[0]
         if kind == REDUCE:
             assert node is self.reduce and all(op == "RESHAPE" for op, _ in pending), "fusion plan broken"
-            return KernelNode.make(node.op, node.dtype, (self.node(node.srcs[0], ()),), node.arg)
+            return KernelNode.make(node.op, node.dtype, tuple(values), node.arg)
         if kind == GATHER:  # stored, so at the top of its kernel: the source's views keep its last axis
             assert top and not pending, "fusion plan broken"
-            srcs = (self.node(node.srcs[0], ()), self.node(node.srcs[1], ()))
-            return KernelNode.make(node.op, node.dtype, srcs, node.srcs[0].shape[-1])
-        srcs = tuple(self.node(src, pending) for src in node.srcs)
-        return KernelNode.make(node.op, node.dtype, srcs, node.arg)
+            return KernelNode.make(node.op, node.dtype, tuple(values), node.srcs[0].shape[-1])
+        return KernelNode.make(node.op, node.dtype, tuple(values), node.arg)
 
 
 _SCHEDULES: dict[tuple, list[tuple]] = {}  # graph structure -> items as positions in its walk
@@ -442,6 +601,13 @@ def _renumbered(ast: KernelNode, numbers: dict[int, int], replacements: dict[int
     return rebuilt[ast]
 
 
+def _fits_one_kernel(source: ScheduleItem, reader: ScheduleItem) -> bool:
+    """Whether `_chained(source, reader)` has at most MAX_KERNEL_BUFFERS buffers."""
+    inputs = {id(node) for node in source.inputs} | {id(node) for node in reader.inputs}
+    inputs -= {id(node) for node in source.outputs}
+    return len(source.outputs) + len(reader.outputs) + len(inputs) <= MAX_KERNEL_BUFFERS
+
+
 def _chained(source: ScheduleItem, reader: ScheduleItem) -> ScheduleItem:
     """One kernel computing source's reduces, then reader's, which uses their values by name."""
     outputs = source.outputs + reader.outputs
@@ -484,18 +650,16 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
     original, items = items, list(items)
     producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
     needs = [{producer[id(node)] for node in item.inputs if id(node) in producer} for item in items]
-    readers: dict[tuple, list[int]] = {}  # (loops, an input's id) -> reduce kernels reading it
+    readers: dict[tuple, int] = {}  # (loops, an input's id) -> the bit set of the reduce kernels reading it
+    ancestors: list[int] = []  # per item, the bit set of the items it needs, directly or not
+    for item_needs in needs:
+        bits = 0
+        for source in item_needs:
+            bits |= (1 << source) | ancestors[source]
+        ancestors.append(bits)
 
     def reaches(start: int, goal: int) -> bool:
-        stack, seen = [start], set()
-        while stack:
-            current = stack.pop()
-            if current == goal:
-                return True
-            if current not in seen:
-                seen.add(current)
-                stack.extend(needs[current])
-        return False
+        return start == goal or bool(ancestors[start] >> goal & 1)
 
     def partner(index: int, item: ScheduleItem) -> int | None:
         """An earlier reduce kernel this one can join, or None."""
@@ -503,18 +667,40 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
         for source_index in sorted(needs[index]):  # a reduce whose result this one reads
             source = items[source_index]
             if _is_reduce_kernel(source) and (source.kernel.full_shape, source.kernel.reduce_axes) == loops \
-                    and len(source.outputs) < MAX_KERNEL_OUTPUTS and _reads_only_per_position(item, source) \
+                    and len(source.outputs) < MAX_KERNEL_OUTPUTS and _fits_one_kernel(source, item) \
+                    and _reads_only_per_position(item, source) \
                     and not any(reaches(other, source_index) for other in needs[index] if other != source_index):
                 return source_index
-        if _gets_register_tile(item.kernel):
+        siblings = 0  # reduces reading a buffer this one reads, which this one does not need
+        for node in item.inputs:
+            siblings |= readers.get(loops + (id(node),), 0)
+        siblings &= ~ancestors[index]
+        if not siblings or _gets_register_tile(item.kernel):
             return None
-        for node in item.inputs:  # a reduce reading the same buffer, which this one does not need
-            for sibling_index in readers.get(loops + (id(node),), ()):
-                sibling = items[sibling_index]
-                if sibling is not None and len(sibling.outputs) < MAX_KERNEL_OUTPUTS and not reaches(index, sibling_index) \
-                        and not _gets_register_tile(sibling.kernel):
-                    return sibling_index
+        while siblings:  # the earliest first
+            sibling_index = (siblings & -siblings).bit_length() - 1
+            siblings &= siblings - 1
+            sibling = items[sibling_index]
+            if len(sibling.outputs) < MAX_KERNEL_OUTPUTS and _fits_one_kernel(sibling, item) \
+                    and not _gets_register_tile(sibling.kernel):
+                return sibling_index
         return None
+
+    def merge(source_index: int, index: int) -> None:
+        """Item `index` absorbed item `source_index`: whatever needed either needs it now."""
+        needs[index] = (needs[index] | needs[source_index]) - {source_index}
+        ancestors[index] = (ancestors[index] | ancestors[source_index]) & ~(1 << source_index)
+        for other, other_needs in enumerate(needs):
+            if other == index or items[other] is None:
+                continue
+            if source_index in other_needs:
+                other_needs.discard(source_index)
+                other_needs.add(index)
+            if ancestors[other] >> source_index & 1 or ancestors[other] >> index & 1:
+                ancestors[other] |= (1 << index) | ancestors[index]
+        for key, bits in readers.items():
+            if bits >> source_index & 1:
+                readers[key] = bits & ~(1 << source_index) | (1 << index)
 
     for index, item in enumerate(items):
         if not _is_reduce_kernel(item) or len(item.outputs) != 1:
@@ -522,24 +708,20 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
         source_index = partner(index, item)
         if source_index is None:
             for node in item.inputs:
-                readers.setdefault((item.kernel.full_shape, item.kernel.reduce_axes, id(node)), []).append(index)
+                key = (item.kernel.full_shape, item.kernel.reduce_axes, id(node))
+                readers[key] = readers.get(key, 0) | (1 << index)
             continue
         items[index], items[source_index] = _chained(items[source_index], item), None
-        needs[index] = (needs[index] | needs[source_index]) - {source_index}
-        for other_needs in needs:
-            if source_index in other_needs:
-                other_needs.discard(source_index)
-                other_needs.add(index)
+        merge(source_index, index)
         for node in items[index].inputs:
             key = (item.kernel.full_shape, item.kernel.reduce_axes, id(node))
-            readers[key] = [index if reader == source_index else reader for reader in readers.get(key, [])]
-            if index not in readers[key]:
-                readers[key].append(index)
+            readers[key] = readers.get(key, 0) | (1 << index)
     chained = [item for item in items if item is not None]
     order = _dependency_order(chained, extra_needs=None)  # a merged kernel runs where its later part did
     return original if order is None else [chained[index] for index in order]
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def _gets_register_tile(kernel: Kernel) -> bool:
     """Whether the default opts give this one-reduce kernel a matmul's register tile. Merged side by
     side with another reduce it would have none: three projections of one input (attention's Q, K
@@ -558,12 +740,15 @@ class _Siblings:
     members: list[int]
     targets: set[int]
     shifted_reads: set[int]
+    inputs: set[int]  # ids of the nodes the members read
 
-    def admits(self, targets: set[int], shifted_reads: set[int]) -> bool:
-        """Whether one more member keeps every ASSIGN of the group able to write in place: no
-        thread may read an overwritten buffer at another thread's element."""
+    def admits(self, targets: set[int], shifted_reads: set[int], inputs: set[int]) -> bool:
+        """Whether one more member keeps every ASSIGN of the group able to write in place (no
+        thread may read an overwritten buffer at another thread's element) and the merged kernel's
+        buffers within MAX_KERNEL_BUFFERS."""
         return len(self.members) < MAX_KERNEL_OUTPUTS and not targets & self.shifted_reads \
-            and not self.targets & shifted_reads
+            and not self.targets & shifted_reads \
+            and len(self.members) + 1 + len(self.inputs | inputs) <= MAX_KERNEL_BUFFERS
 
 
 def _buffer_accesses(item: ScheduleItem) -> tuple[set[int], set[int]]:
@@ -599,19 +784,21 @@ def _merge_siblings(items: list[ScheduleItem], plan: _FusionPlan) -> list[Schedu
                 needed |= (1 << source) | depends_on[source]
         depends_on.append(needed)
         if not _mergeable(item):
-            groups.append(_Siblings([index], set(), set()))
+            groups.append(_Siblings([index], set(), set(), set()))
             continue
         shape = item.outputs[0].shape
         targets, shifted_reads = _buffer_accesses(item)
         candidates = (group for node in item.inputs for group in readers.get((shape, id(node)), ()))
-        group = next((group for group in candidates if group.admits(targets, shifted_reads)
+        inputs = {id(node) for node in item.inputs}
+        group = next((group for group in candidates if group.admits(targets, shifted_reads, inputs)
                       and not any(needed >> member & 1 for member in group.members)), None)
         if group is None:
-            group = _Siblings([], set(), set())
+            group = _Siblings([], set(), set(), set())
             groups.append(group)
         group.members.append(index)
         group.targets |= targets
         group.shifted_reads |= shifted_reads
+        group.inputs |= inputs
         for node in item.inputs:
             keyed = readers.setdefault((shape, id(node)), [])
             if all(other is not group for other in keyed):
@@ -678,14 +865,17 @@ def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
     out of place, and the order is computed again."""
     overwrites = [[output.srcs[1].buffer for output, in_place in zip(item.outputs, item.in_place) if in_place]
                   for item in items]
-    extra_needs = [{other for other, reader in enumerate(items) if other != index and
-                    any(node.buffer is buffer for node in reader.inputs if node.realized for buffer in buffers)}
+    readers: dict[int, set[int]] = {}  # id(buffer) -> the items reading it
+    for index, item in enumerate(items):
+        for node in item.inputs:
+            if node.realized:
+                readers.setdefault(id(node.buffer), set()).add(index)
+    extra_needs = [set().union(*(readers.get(id(buffer), ()) for buffer in buffers)) - {index}
                    for index, buffers in enumerate(overwrites)]
     order = _dependency_order(items, extra_needs)
-    if order is None:  # a cycle through an in-place write
-        stuck = [item for item, buffers in zip(items, overwrites) if buffers]
-        assert stuck, "schedule: a dependency cycle without an in-place write"
-        for item in stuck:
+    if order is None:  # a cycle through an in-place write: make every such write out of place
+        for item in [item for item, buffers in zip(items, overwrites) if buffers]:
             item.in_place = [False] * len(item.outputs)
-        return _order(items)
+        order = _dependency_order(items, extra_needs=None)
+        assert order is not None, "schedule: a dependency cycle without an in-place write"
     return [items[index] for index in order]

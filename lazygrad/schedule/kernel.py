@@ -51,6 +51,9 @@ class KernelNode:
             _INTERNED[key] = node
         return node
 
+    def __repr__(self) -> str:  # not the dataclass's, which would print every source, recursively
+        return f"KernelNode({self.op}, {self.dtype}, {len(self.srcs)} srcs, arg={self.arg!r})"
+
     @property
     def is_reduce(self) -> bool:
         return self.op in OPS and OPS[self.op].kind == REDUCE
@@ -96,18 +99,16 @@ def format_ast(root: KernelNode) -> str:
     names = {node: f"n{index}" for index, node in enumerate(root.walk())}
     printed: set[KernelNode] = set()
     lines = []
-
-    def show(node: KernelNode, depth: int) -> None:
-        dtype = "" if node.dtype is None else node.dtype.name
-        label = f"{'  ' * depth}{names[node]} {node.op} {dtype} {_describe_arg(node)}".rstrip()
+    stack = [(root, 0)]  # sources pushed in reverse, so they print in order
+    while stack:
+        node, depth = stack.pop()
         if node in printed:
             lines.append(f"{'  ' * depth}{names[node]} (see above)")
-            return
+            continue
         printed.add(node)
-        lines.append(label)
-        for src in node.srcs:
-            show(src, depth + 1)
-    show(root, 0)
+        dtype = "" if node.dtype is None else node.dtype.name
+        lines.append(f"{'  ' * depth}{names[node]} {node.op} {dtype} {_describe_arg(node)}".rstrip())
+        stack.extend((src, depth + 1) for src in reversed(node.srcs))
     return "\n".join(lines)
 
 

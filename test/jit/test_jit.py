@@ -9,6 +9,7 @@ from lazygrad.lazy import LazyBuffer, StaleValueError
 from lazygrad.nn import functional as F
 from lazygrad.nn.optim import SGD, Adam
 from lazygrad.nn.state import get_parameters
+from recursion_limit import shallow_stack
 
 rng = np.random.default_rng(3)
 
@@ -228,3 +229,21 @@ def test_a_replay_realizes_pending_arguments_and_refuses_stale_or_changed_ones()
         f(Tensor(value[:2]))
     with pytest.raises(JitError):
         f(x=Tensor(value))
+
+
+def test_a_function_of_ten_thousand_ops_is_captured_and_replayed():
+    """Capture and replay walk no graph recursively (the limit is cut to just above the test's stack)."""
+    @jit
+    def deep(x):
+        for _ in range(5000):
+            x = x * np.float32(1.0001) + np.float32(0.5)
+        return x
+    with shallow_stack():
+        for call in range(4):
+            start = np.linspace(-1, 1, 64, dtype=np.float32) * (call + 1)
+            result = deep(Tensor(start)).numpy()
+            expected = start
+            for _ in range(5000):
+                expected = expected * np.float32(1.0001) + np.float32(0.5)
+            np.testing.assert_allclose(result, expected, rtol=1e-5)
+    assert deep.replay is not None
