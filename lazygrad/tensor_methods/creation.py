@@ -104,7 +104,6 @@ class CreationMethods:
     @staticmethod
     def rand(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         """Uniform on [0, 1)."""
-        from lazygrad.tensor import Tensor
         dtype, shape = dtypes.from_any(dtype or dtypes.default_float), _shape_argument(shape, "rand")
         result = _random_tensor(lambda: _rng.random(shape, dtype=np.float32).astype(dtype.np), device)
         return result.requires_grad_(requires_grad)
@@ -112,7 +111,6 @@ class CreationMethods:
     @staticmethod
     def randn(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         """Standard normal."""
-        from lazygrad.tensor import Tensor
         dtype, shape = dtypes.from_any(dtype or dtypes.default_float), _shape_argument(shape, "randn")
         result = _random_tensor(lambda: _rng.standard_normal(shape, dtype=np.float32).astype(dtype.np), device)
         return result.requires_grad_(requires_grad)
@@ -151,7 +149,6 @@ class CreationMethods:
     @staticmethod
     def randint(low, high=None, size=None, dtype=None, device=None) -> "Tensor":
         """Integers uniform on [low, high): `randint(low, high, shape)` or `randint(high, shape)`."""
-        from lazygrad.tensor import Tensor
         if size is None and isinstance(high, (tuple, list)):
             low, high, size = 0, low, high
         if high is None or size is None:

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import lazygrad.realize as realize
 import lazygrad.renderer.linearize as linearize_module
-from lazygrad import Context, Tensor, dtypes
+from lazygrad import Tensor, dtypes
 from lazygrad.renderer.axes import merge_dims
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
