@@ -1,2 +1,28 @@
 """Shared test setup: pytest puts this directory on sys.path, so test modules can import the
-helpers beside it (gradcheck.py, recursion_limit.py)."""
+helpers beside it (gradcheck.py, recursion_limit.py).
+
+Opt-in markers: tests marked with one of OPT_IN_MARKERS are deselected unless the marker is asked
+for with `-m` (.ci/run asks for each): `onnx_cpu`, the ONNX backend node tests on CPU (test/onnx),
+and `fuzz`, the long random-graph run (test/ops).
+"""
+
+OPT_IN_MARKERS = {
+    "onnx_cpu": "the ONNX backend node tests on CPU (run with -m onnx_cpu)",
+    "fuzz": "the long random-graph run (run with -m fuzz)",
+}
+
+
+def pytest_configure(config):
+    for name, meaning in OPT_IN_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+
+
+def pytest_collection_modifyitems(config, items):
+    asked = config.getoption("markexpr", "") or ""
+    skipped = [name for name in OPT_IN_MARKERS if name not in asked]
+    kept, deselected = [], []
+    for item in items:
+        (deselected if any(item.get_closest_marker(name) for name in skipped) else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept

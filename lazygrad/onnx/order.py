@@ -7,10 +7,9 @@ refused. What no order can run (a name nothing defines, a cycle) is a ValueError
 """
 from __future__ import annotations
 
-import heapq
-
 import onnx
 
+from lazygrad.dependency_order import dependency_order
 from lazygrad.onnx.proto import all_graphs, subgraphs
 
 
@@ -18,12 +17,12 @@ def ordered_model(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model, or a copy whose graphs have their nodes in dependency order when one had not (the
     caller's proto is never changed)."""
     check_names_are_defined(model.graph)
-    if all(dependency_order(graph) == list(range(len(graph.node))) for graph in all_graphs(model.graph)):
+    if all(node_order(graph) == list(range(len(graph.node))) for graph in all_graphs(model.graph)):
         return model
     ordered = onnx.ModelProto()
     ordered.CopyFrom(model)
     for graph in all_graphs(ordered.graph):
-        nodes = [graph.node[index] for index in dependency_order(graph)]
+        nodes = [graph.node[index] for index in node_order(graph)]
         del graph.node[:]
         graph.node.extend(nodes)
     return ordered
@@ -49,28 +48,15 @@ def check_names_are_defined(graph: onnx.GraphProto) -> None:
                                  "or node defines")
 
 
-def dependency_order(graph: onnx.GraphProto) -> list[int]:
+def node_order(graph: onnx.GraphProto) -> list[int]:
     """Indices of the graph's nodes so that each comes after the nodes whose outputs it reads (inside
     its subgraphs too), keeping the stored order where it allows (Kahn's algorithm)."""
     nodes = graph.node
     producer = {name: index for index, node in enumerate(nodes) for name in node.output if name}
     sources = [{producer[name] for name in names_read(node) if name in producer} for node in nodes]
-    users = [[] for _ in nodes]
-    for index, node_sources in enumerate(sources):
-        for source in node_sources:
-            users[source].append(index)
-    waiting = [len(node_sources) for node_sources in sources]
-    ready = [index for index, count in enumerate(waiting) if count == 0]
-    order = []
-    while ready:
-        index = heapq.heappop(ready)
-        order.append(index)
-        for user in users[index]:
-            waiting[user] -= 1
-            if waiting[user] == 0:
-                heapq.heappush(ready, user)
+    order = dependency_order(sources)
     if len(order) < len(nodes):
-        cycle = describe_cycle(graph, sources, waiting)
+        cycle = describe_cycle(graph, sources, set(range(len(nodes))) - set(order))
         raise ValueError(f"graph {graph.name!r} has a cycle, so no order can run it: {cycle}")
     return order
 
@@ -91,14 +77,14 @@ def names_read(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-def describe_cycle(graph: onnx.GraphProto, sources: list[set[int]], waiting: list[int]) -> str:
-    """One cycle among the nodes left waiting: each of them waits for another one that waits."""
-    index = next(index for index, count in enumerate(waiting) if count > 0)
+def describe_cycle(graph: onnx.GraphProto, sources: list[set[int]], waiting: set[int]) -> str:
+    """One cycle among the nodes left unordered: each of them waits for another one that waits."""
+    index = min(waiting)
     path, position = [], {}
     while index not in position:
         position[index] = len(path)
         path.append(index)
-        index = min(source for source in sources[index] if waiting[source] > 0)
+        index = min(source for source in sources[index] if source in waiting)
     cycle = [node_label(graph.node[index]) for index in path[position[index]:] + [index]]
     return f"{cycle[0]} reads an output of " + ", which reads an output of ".join(cycle[1:])
 

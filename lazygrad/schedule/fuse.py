@@ -32,10 +32,10 @@ loop plans each step's kernels once, not every step.
 from __future__ import annotations
 
 import functools
-import heapq
 from dataclasses import dataclass
 
 from lazygrad.dtype import dtypes
+from lazygrad.dependency_order import dependency_order
 from lazygrad.lazy import LazyBuffer
 from lazygrad.ops import OPS, ELEMENTWISE, GATHER, MOVEMENT, REDUCE
 from lazygrad.renderer.axes import merge_dims
@@ -119,16 +119,20 @@ class _FusionPlan:
     def is_leaf(self, node: LazyBuffer) -> bool:
         return node.realized or id(node) in self.materialized
 
-    def _recompute_cost_exceeds(self, node: LazyBuffer, limit: int) -> bool:
+    def _recompute_cost_exceeds(self, node: LazyBuffer, limit: int, buffer_limit: int | None = None) -> bool:
         """Whether the ops computing `node` from stored values cost more than `limit` (an expensive
-        op counts EXPENSIVE_OP_COST, a movement op nothing). Stops as soon as they do."""
-        stack, seen, cost = [node], set(), 0
+        op counts EXPENSIVE_OP_COST, a movement op nothing), or, with `buffer_limit`, read that many
+        stored values. Stops as soon as they do."""
+        stack, seen, buffers, cost = [node], set(), 0, 0
         while stack:
             current = stack.pop()
             if id(current) in seen:
                 continue
             seen.add(id(current))
             if current is not node and self.is_leaf(current):
+                buffers += 1
+                if buffer_limit is not None and buffers >= buffer_limit:
+                    return True
                 continue
             if current.op in ELEMENTWISE:
                 cost += EXPENSIVE_OP_COST if current.op in EXPENSIVE_OPS else 1
@@ -140,23 +144,7 @@ class _FusionPlan:
     def worth_storing(self, node: LazyBuffer) -> bool:
         """Whether a value read through an EXPAND costs more to recompute per copy than to store once:
         it reads two or more buffers, or does more than a few cheap ops."""
-        stack, seen, buffers, cost = [node], set(), 0, 0
-        while stack:
-            current = stack.pop()
-            if id(current) in seen:
-                continue
-            seen.add(id(current))
-            if current is not node and self.is_leaf(current):
-                buffers += 1
-                if buffers >= 2:
-                    return True
-                continue
-            if current.op in ELEMENTWISE:
-                cost += EXPENSIVE_OP_COST if current.op in EXPENSIVE_OPS else 1
-                if cost > 4:
-                    return True
-            stack.extend(current.srcs)
-        return False
+        return self._recompute_cost_exceeds(node, 4, buffer_limit=2)
 
     def worth_storing_shared(self, node: LazyBuffer) -> bool:
         """Whether a value that several kernels compute costs more to recompute in each than to store
@@ -841,21 +829,7 @@ def _dependency_order(items: list[ScheduleItem], extra_needs) -> list[int] | Non
     if extra_needs is not None:
         for index, extra in enumerate(extra_needs):
             needs[index] |= extra
-    users: list[list[int]] = [[] for _ in items]
-    for index, sources in enumerate(needs):
-        for source in sources:
-            users[source].append(index)
-    waiting = [len(sources) for sources in needs]
-    ready = [index for index, count in enumerate(waiting) if count == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        index = heapq.heappop(ready)
-        order.append(index)
-        for user in users[index]:
-            waiting[user] -= 1
-            if waiting[user] == 0:
-                heapq.heappush(ready, user)
+    order = dependency_order(needs)
     return order if len(order) == len(items) else None
 
 

@@ -4,8 +4,8 @@ Every test that takes a `device` argument runs once per available device; a test
 `compiled_device` runs once per device other than the numpy reference NPY (the random-graph tests
 compare those with NPY).
 
-The `fuzz` marker holds the long random-graph run; it is deselected unless asked for with
-`-m fuzz` (.ci/run does).
+The `fuzz` marker holds the long random-graph run; test/conftest.py deselects it unless asked for
+with `-m fuzz` (.ci/run does).
 """
 from __future__ import annotations
 
@@ -32,15 +32,3 @@ def pytest_report_header(config):
             lines.append(f"op tests skip {name}: {reason}")
     return lines
 
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "fuzz: the long random-graph run (run with -m fuzz)")
-
-
-def pytest_collection_modifyitems(config, items):
-    if "fuzz" in (config.getoption("markexpr", "") or ""):
-        return
-    deselected = [item for item in items if item.get_closest_marker("fuzz") is not None]
-    if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if item.get_closest_marker("fuzz") is None]
