@@ -154,6 +154,27 @@ class Compiler:
 
 
 _pointer_of = operator.attrgetter("pointer")
+# The OpenMP runtimes a kernel library may depend on (gcc's, LLVM's, Intel's), by the names it lists.
+OPENMP_RUNTIMES = ("libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so", "libomp.dylib")
+_openmp_pinned = False
+
+
+def _pin_openmp_runtime() -> None:
+    """Keeps a loaded OpenMP runtime mapped until the process ends. Its worker threads outlive the
+    parallel regions; when the last kernel that used it was unloaded (_unload), the runtime went too
+    and a sleeping worker woke in unmapped code: a segfault at a random later point (4 runs in 6 of
+    test/renderer/test_beam.py). RTLD_NOLOAD only marks a runtime that a kernel already loaded."""
+    global _openmp_pinned
+    keep = getattr(os, "RTLD_NODELETE", None)
+    if _openmp_pinned or keep is None:
+        return
+    for name in OPENMP_RUNTIMES:
+        try:
+            ctypes.CDLL(name, mode=keep | os.RTLD_NOLOAD)
+        except OSError:  # not loaded (yet): kernels without a parallel loop do not link it
+            continue
+        _openmp_pinned = True
+        return
 
 
 def _unload(handle: int) -> None:
@@ -174,6 +195,7 @@ class CPUProgram:
             self.library = ctypes.CDLL(path)
         finally:
             os.unlink(path)  # the mapping stays valid after the file is gone
+        _pin_openmp_runtime()
         self.function = self.library[name]
         self.function.argtypes = [ctypes.c_void_p] * argument_count
         self.function.restype = None

@@ -71,6 +71,8 @@ class CUDARenderer(CStyleRenderer):
     supports_local = True
     local_memory_qualifier = "__shared__"
     group_barrier = "__syncthreads()"
+    # lanes of a long reduce without a register tile (opts.py _reduce_lanes): one warp
+    reduce_lanes = 32
 
     def storage_name(self, dtype: DType) -> str:
         return self.storage_names.get(dtype, self.type_name(dtype))

@@ -1,8 +1,12 @@
 """A realize compiles every kernel it lacks before running any, side by side on the compile threads,
 each distinct kernel once, and says so on a terminal (progress bar) and with DEBUG=1."""
 import io
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +15,8 @@ from lazygrad import Context, Tensor
 from lazygrad.devices import get_device
 from lazygrad.devices.compile_pool import usable_cores
 from lazygrad.progress import Progress
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def distinct_kernels(count: int, salt: float):
@@ -121,3 +127,33 @@ def test_past_its_bound_the_engine_forgets_the_least_recently_used_program_and_u
     assert len(unloaded) == 2  # the two forgotten programs, once nothing held them
     results, expected = distinct_kernels(1, 0.1357)  # the first again: loaded anew, still right
     np.testing.assert_allclose(results[0].numpy(), expected[0], rtol=1e-6)
+
+
+UNLOAD_EVERY_PROGRAM = """
+import gc, os, sys
+import numpy as np
+from lazygrad import Tensor, realize
+x = Tensor(np.ones((512, 1024), np.float32))
+assert (x * 3 + 1).numpy().min() == 4  # big enough for an OpenMP parallel loop
+def runtime_mapped():
+    with open("/proc/self/maps") as maps:
+        return any(name in maps.read() for name in ("libgomp", "libomp", "libiomp"))
+print(runtime_mapped())
+realize._PROGRAMS.clear()
+gc.collect()  # every kernel library unloaded
+print(runtime_mapped())
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps (Linux only)")
+def test_unloading_every_kernel_keeps_the_openmp_runtime_mapped(tmp_path):
+    """The OpenMP runtime's idle worker threads outlive the kernels: unmapped with the last kernel
+    that used it, the process segfaulted later at a random point."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LAZYGRAD_CACHE": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", UNLOAD_EVERY_PROGRAM], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    loaded, still_loaded = result.stdout.split()
+    if loaded == "False":
+        pytest.skip("this C compiler builds kernels without OpenMP (one thread): no runtime to keep")
+    assert still_loaded == "True"

@@ -171,8 +171,18 @@ def test_elementwise_kernels_get_no_tile():
 def test_gpu_matmul_tiles_16_columns_by_8_rows_per_work_item(renderer):
     assert heuristic_opts(matmul_kernel(64, 128, 64), renderer) == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 8)]
     assert heuristic_opts(matmul_kernel(6, 64, 24), renderer) == [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 2)]
-    assert heuristic_opts(matmul_kernel(7, 64, 7), renderer) == []
+    untiled = [Opt("GROUP", 2, 32)] if isinstance(renderer, CUDARenderer) else []  # a warp's lanes share it
+    assert heuristic_opts(matmul_kernel(7, 64, 7), renderer) == untiled
     assert heuristic_opts(matmul_kernel(64, 32, 64), renderer) == []  # a short reduce: one output each
+
+
+def test_cuda_long_reduces_without_a_tile_get_a_warp_of_lanes():
+    """One thread adding thousands of float32 terms in a row loses precision (test_reduce.py's long
+    sum); on CUDA a warp's 32 lanes share each such reduce, reading neighbouring addresses."""
+    assert heuristic_opts(row_sum_kernel(4, 4096), CUDARenderer()) == [Opt("GROUP", 1, 32)]
+    assert heuristic_opts(row_sum_kernel(4, 4096), OpenCLRenderer()) == []
+    assert heuristic_opts(row_sum_kernel(4, 48), CUDARenderer()) == []  # short: one thread each
+    assert heuristic_opts(row_sum_kernel(4, 4080), CUDARenderer()) == []  # no whole warps
 
 
 def test_gpu_heuristic_tiles_only_matmuls():
@@ -538,7 +548,7 @@ def test_work_group_opts_leave_the_c_output_unchanged():
     kernel = row_sum_kernel()
     program = linearize(kernel, OpenCLRenderer(), opts=[Opt("UNROLL", 1, 4)])
     assert program.local_loops == [] and program.group_lane is None
-    for renderer in (CRenderer(), OpenCLRenderer(), CUDARenderer()):
+    for renderer in (CRenderer(), OpenCLRenderer()):  # CUDA groups long reduces (test above)
         # the heuristic from its module: a module-scoped monkeypatch above may replace linearize's
         opts = heuristic_opts(kernel, renderer)
         source = renderer.render_program(linearize(kernel, renderer, opts=opts))
