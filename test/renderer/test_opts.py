@@ -532,7 +532,6 @@ def test_group_is_refused_for_a_kernel_with_several_reduces():
 
 
 def test_work_group_opts_are_candidates_only_on_gpu_dialects():
-    from lazygrad.renderer.cuda import CUDARenderer
     kernel = row_sum_kernel()
     for renderer in (OpenCLRenderer(), CUDARenderer()):
         candidates = candidate_opts(initial(kernel), renderer)
@@ -543,8 +542,7 @@ def test_work_group_opts_are_candidates_only_on_gpu_dialects():
 
 
 def test_work_group_opts_leave_the_c_output_unchanged():
-    """Kernels without LOCAL/GROUP render byte for byte as before on every dialect."""
-    from lazygrad.renderer.cuda import CUDARenderer
+    """Kernels without LOCAL/GROUP render byte for byte as before on C and OpenCL."""
     kernel = row_sum_kernel()
     program = linearize(kernel, OpenCLRenderer(), opts=[Opt("UNROLL", 1, 4)])
     assert program.local_loops == [] and program.group_lane is None
