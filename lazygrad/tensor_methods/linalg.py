@@ -123,10 +123,11 @@ class LinalgMethods:
         if width is not None:
             result = _panel_product(x.cast(dtype), w.cast(dtype), width)
         else:
-            if m >= 8 and _is_transposed_view(w):
-                # x @ W.T (nn.Linear): W's rows are contiguous along k, so the kernel would be a set of
-                # dot products; a contiguous copy of W.T (n*k elements, against m*n*k multiply-adds)
-                # lets it tile along n instead, several times faster
+            if m >= 8 and _walks_k_contiguously(w):
+                # x @ W.T (nn.Linear), q @ k.transpose(-1, -2) (attention): w's rows are contiguous
+                # along k, so the kernel would be a set of dot products; a contiguous copy (n*k
+                # elements, against m*n*k multiply-adds) lets it tile along n instead, several times
+                # faster (BERT's attention scores, 8x12 heads of 128x32 @ 32x128, AVX2: 5.0 -> 2.2 ms)
                 w = w.contiguous()
             left = x.cast(dtype).reshape(x.shape[:-2] + (m, 1, k))
             right = w.cast(dtype).transpose(-1, -2).reshape(w.shape[:-2] + (1, n, k))
@@ -231,6 +232,13 @@ def _matmul_gradient(grad, out, sources, arg) -> list:
     x, w = sources  # detached; a gradient built for one that needs none is never realized
     grad_w = grad.T.matmul(x).T if _is_transposed_view(w) else x.T.matmul(grad)
     return [grad.matmul(w.T), grad_w]
+
+
+def _walks_k_contiguously(tensor) -> bool:
+    """Whether tensor is a permuted view whose second-last dim is its source's last (contiguous) one:
+    `w.T`, and attention's keys `k.transpose(1, 2).transpose(-1, -2)`, one permute (0, 2, 3, 1)."""
+    node = tensor.lazydata
+    return node.op == "PERMUTE" and tensor.ndim >= 2 and node.arg[-2] == tensor.ndim - 1
 
 
 def _is_transposed_view(tensor) -> bool:

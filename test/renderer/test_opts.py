@@ -331,6 +331,17 @@ def test_a_panelled_matmul_of_small_operands_takes_its_tile_alone():
     assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 8)]
 
 
+def test_attention_scores_copy_the_keys_to_tile_along_them():
+    """q @ k.transpose(-1, -2) with k a (batch, tokens, heads, size) projection seen as heads: the
+    keys' rows run along the reduce, so they are copied first and the product takes a register tile
+    (BERT's scores, 8x12 heads of 128x32 @ 32x128, AVX2: 5.0 ms as dot products, 2.2 tiled)."""
+    q = Tensor(np.ones((2, 16, 4, 32), np.float32)).transpose(1, 2)
+    k = Tensor(np.ones((2, 16, 4, 32), np.float32)).transpose(1, 2)
+    kernel, count = last_kernel_of(q @ k.transpose(-1, -2))
+    assert count == 2  # the keys' copy, then the product
+    assert [opt.op for opt in heuristic_opts(kernel, AVX2)] == ["UPCAST", "UPCAST"]
+
+
 def test_small_matmuls_read_their_operands_in_place():
     for m, k, n in [(32, 1024, 1024), (256, 256, 512), (256, 1024, 1000)]:  # few rows, small w, n % 16
         _, count = last_kernel_of(Tensor(np.ones((m, k), np.float32)) @ Tensor(np.ones((k, n), np.float32)))
