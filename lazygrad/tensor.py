@@ -374,7 +374,7 @@ class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods
     def _broadcast_to(self, shape: tuple[int, ...]) -> "Tensor":
         if self.shape == shape:
             return self
-        padded = self.reshape((1,) * (len(shape) - self.ndim) + self.shape)
+        padded = self if len(shape) == self.ndim else self._apply("RESHAPE", arg=(1,) * (len(shape) - self.ndim) + self.shape)
         return padded._apply("EXPAND", arg=shape)
 
     def _binary(self, op: str, other, reverse: bool = False, name: str = "") -> "Tensor":

@@ -39,6 +39,11 @@ def _shape_argument(shape: tuple, function: str, argument: str = "size", minus_o
     negative, except -1 where the function gives it a meaning, described by `minus_one`."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
+    for size in shape:  # the common case first: plain ints, none negative (every reshape a model builds)
+        if type(size) is not int or size < 0:
+            break
+    else:
+        return tuple(shape)
     sizes = tuple(_int_argument(size, function, f"{argument}[{index}]") for index, size in enumerate(shape))
     for index, size in enumerate(sizes):
         if size < 0 and not (size == -1 and minus_one):
@@ -107,6 +112,8 @@ def _normalize_axis(axis: int, ndim: int, op: str = "") -> int:
 
 
 def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    if all(shape == shapes[0] for shape in shapes):
+        return tuple(shapes[0])
     ndim = max(len(shape) for shape in shapes)
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
     result = []
