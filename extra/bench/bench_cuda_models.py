@@ -1,0 +1,92 @@
+"""Model benchmark on a GPU: ResNet-18 (batch 1) and the BERT encoder of bench_models.py (8 x 128
+tokens) on lazygrad's CUDA device, jitted, against PyTorch eager on the same GPU with the same weights.
+
+    python extra/bench/bench_cuda_models.py                 # both models, median of 20 calls
+    python extra/bench/bench_cuda_models.py --repeats 50
+
+Needs cupy (pip install lazygrad[cuda]), torch with CUDA, and a GPU. TF32 is off in torch, so both
+sides compute in float32; the largest difference between the outputs, over the largest |output|,
+is printed with the times, the first call's time (compiles included) and the kernels per call.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.append(str(REPO))
+sys.path.append(str(Path(__file__).resolve().parent))
+os.environ.setdefault("DEV", "CUDA")  # lazygrad's default device, read when lazygrad is imported
+
+import torch  # noqa: E402
+
+import bench_models  # noqa: E402
+import lazygrad.nn  # noqa: E402
+from lazygrad import Tensor, stats  # noqa: E402
+from lazygrad.jit import jit  # noqa: E402
+from lazygrad.nn.state import load_state_dict  # noqa: E402
+
+CASES = ("resnet18 b1", "bert")
+
+
+def median_ms(call, synchronize, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        call()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def run(name: str, repeats: int) -> str:
+    case = next(case for cases in bench_models.CASES.values() for case in cases if case.name == name)
+    inputs = case.make_inputs(np.random.default_rng(0))
+    reference = bench_models.torch_reference(case, 0).eval()
+    model = case.build(lazygrad.nn)
+    load_state_dict(model, {key: Tensor(value.detach().numpy().copy()) for key, value in reference.state_dict().items()})
+    model.train(False)
+    tensors = [Tensor(array).realize() for array in inputs.values()]
+    jitted = jit(lambda *arguments: model(*arguments))
+    start = time.perf_counter()
+    output = jitted(*tensors).numpy()
+    first = time.perf_counter() - start
+    for _ in range(3):
+        jitted(*tensors).realize()
+    stats.reset()
+    jitted(*tensors).realize()
+    kernels = stats.kernels
+    ours = median_ms(lambda: jitted(*tensors).realize(), lambda: None, repeats)  # realize returns when done
+    reference = reference.cuda()
+    torch_inputs = [torch.from_numpy(array).cuda() for array in inputs.values()]
+    with torch.inference_mode():
+        expected = reference(*torch_inputs).cpu().numpy()
+        theirs = median_ms(lambda: reference(*torch_inputs), torch.cuda.synchronize, repeats)
+    error = float(np.max(np.abs(output - expected)) / np.max(np.abs(expected)))
+    return (f"{name:12s} lazygrad jit {ours:8.2f} ms   torch {theirs:7.2f} ms   ratio {ours / theirs:5.1f}x   "
+            f"first call {first:5.1f} s   {kernels} kernels   max error / max |output| {error:.1e}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=20, help="timed calls per side (median)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_cuda_models: torch sees no CUDA GPU here; nothing to compare", file=sys.stderr)
+        return 1
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    for name in CASES:
+        print(run(name, args.repeats), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
