@@ -310,7 +310,9 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     """Register tile for a reduce whose loads each stay put along some output axis (matmul,
     convolution): the output axis that some load walks contiguously (the vector axis) and an output
     axis that load does not move along (the row axis) are upcast, so every loaded value is used
-    many times from registers. A matmul (one reduce axis) gets 32 columns by 8 rows. A convolution
+    many times from registers. A matmul (one reduce axis) gets 8 rows by the widest of 32, 16, 8
+    columns that fits beside them (with operands of LARGE_OPERAND_ELEMENTS or more, the widest
+    vector first), else a convolution's width of 16 or more. A convolution
     (several reduce axes) whose loads are plain gets 8 output channels by the widest run of columns
     up to 32 that divides its rows (28 for 28 or 56 columns, 14 for 14); one reading a padded input
     through its windows (masked loads) gets 16 columns by 16 output channels, which measured several
@@ -323,10 +325,10 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     strides = load_strides(kernel, source.walk())
     if len(strides) < 2:
         return []
+    fits = _accumulators_fit(renderer)
     if len(kernel.reduce_axes) == 1:
         vector_choices, row_choices = (32, 16, 8), (8, 6, 4, 2)
         if not large_operands(kernel, strides):  # 8 rows, then the widest vector that fits beside them
-            fits = _accumulators_fit(renderer)
             vector_choices = tuple(columns for columns in vector_choices if fits(columns, 8)) or (8,)
         # output rows that no power of two divides take a convolution's widths down to 16 (a 1x1
         # convolution over 14x14 pixels, 196: MobileNetV2's 96 -> 576 channels, AVX2, 2 threads: 1.1 ms
@@ -337,7 +339,7 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
         vector_choices, row_choices = (16, 8), (16, 8, 4, 2)
     else:
         vector_choices, row_choices = CONVOLUTION_VECTOR_CHOICES, (8, 6, 4, 2)
-    return _vector_and_row_tile(kernel, globals_, strides, vector_choices, row_choices, _accumulators_fit(renderer))
+    return _vector_and_row_tile(kernel, globals_, strides, vector_choices, row_choices, fits)
 
 
 # A matmul whose largest operand has fewer float elements than this (8 MiB of float32) gets its
