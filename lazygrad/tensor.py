@@ -6,8 +6,8 @@ Deliberate differences from PyTorch are listed in docs/tensor.md.
 
 This module is the core: construction from data, properties, realizing, `_apply` (the one door to the
 op table), autograd, dtype promotion and broadcasting, and the Python operators. The methods themselves
-are grouped by concept in lazygrad/tensor_methods/ (creation, elementwise, reduce, movement, indexing,
-linalg), one mixin class each, which Tensor inherits.
+are grouped by concept in lazygrad/tensor_methods/ (creation, elementwise, math_functions, reduce,
+movement, indexing, linalg, nn), one mixin class each, which Tensor inherits.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from lazygrad.tensor_methods.elementwise import ElementwiseMethods
 from lazygrad.tensor_methods.helpers import _check_scalar_fits, _check_values_fit, _normalize_axis, broadcast_shapes
 from lazygrad.tensor_methods.indexing import IndexingMethods
 from lazygrad.tensor_methods.linalg import LinalgMethods
+from lazygrad.tensor_methods.math_functions import MathFunctionMethods
 from lazygrad.tensor_methods.movement import MovementMethods
 from lazygrad.tensor_methods.nn import NNMethods
 from lazygrad.tensor_methods.reduce import ReduceMethods
@@ -61,8 +62,8 @@ class no_grad:
         return wrapper
 
 
-class Tensor(CreationMethods, ElementwiseMethods, ReduceMethods, MovementMethods, IndexingMethods,
-             LinalgMethods, NNMethods):
+class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMethods, MovementMethods,
+             IndexingMethods, LinalgMethods, NNMethods):
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
     __hash__ = object.__hash__  # == builds a comparison, so hashing stays by identity
     grad_enabled = True         # False inside `with no_grad():`

@@ -34,7 +34,8 @@ __all__ = [
     "cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",
     "mse_loss", "l1_loss", "smooth_l1_loss",
     "relu", "relu6", "leaky_relu", "elu", "selu", "gelu", "silu", "mish", "softplus", "softsign",
-    "hardtanh", "hardsigmoid", "hardswish", "sigmoid", "tanh", "softmax", "log_softmax", "pad", "one_hot",
+    "hardtanh", "hardsigmoid", "hardswish", "sigmoid", "logsigmoid", "tanh", "softmax", "log_softmax", "pad",
+    "one_hot",
 ]
 
 
@@ -455,6 +456,10 @@ def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
 
 def sigmoid(input: Tensor) -> Tensor:
     return input.sigmoid()
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    return input.logsigmoid()
 
 
 def tanh(input: Tensor) -> Tensor:

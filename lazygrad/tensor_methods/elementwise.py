@@ -60,10 +60,15 @@ class ElementwiseMethods:
     def div(self, other, reverse=False):
         """True division: integer inputs give the default float dtype (a number meets the tensor in
         that dtype, so int8_tensor / 1000 is 0.001, not 1 / 1000 in int8)."""
-        from lazygrad.tensor import Tensor
-        x, y = (self if isinstance(other, Tensor) else self._to_float())._operands(other, "div", reverse)
-        x, y = x._to_float(), y._to_float()
+        x, y = self._float_operands(other, "div", reverse)
         return x._apply("DIV", y)
+
+    def _float_operands(self, other, name: str, reverse=False) -> tuple["Tensor", "Tensor"]:
+        """Both operands of a float-valued binary op (div, atan2, ...) in one float dtype and shape:
+        integers give the default float dtype, which a number then meets instead of the integer one."""
+        from lazygrad.tensor import Tensor
+        x, y = (self if isinstance(other, Tensor) else self._to_float())._operands(other, name, reverse)
+        return x._to_float(), y._to_float()
 
     def floordiv(self, other, reverse=False):
         """Python's //: the quotient rounded toward negative infinity."""
@@ -80,6 +85,8 @@ class ElementwiseMethods:
         floored = quotient.floor()
         floored = (quotient - floored > 0.5).where(floored + 1, floored)
         return (y == 0).where(x / y, floored)
+
+    floor_divide = floordiv
 
     def remainder(self, other, reverse=False):
         """Python's %: the result takes the sign of the divisor."""
@@ -159,6 +166,15 @@ class ElementwiseMethods:
         if x.dtype.is_float:
             return -((-x).maximum(-y))
         return (x < y).where(x, y)
+
+    # ---- comparisons: PyTorch's names for the operators defined in tensor.py ------------------
+
+    def eq(self, other): return self == other
+    def ne(self, other): return self != other
+    def lt(self, other): return self < other
+    def le(self, other): return self <= other
+    def gt(self, other): return self > other
+    def ge(self, other): return self >= other
 
     # ---- logic --------------------------------------------------------------------------------
 
@@ -492,6 +508,15 @@ class ElementwiseMethods:
         scaled = x * beta
         linear = scaled > threshold
         return linear.where(x, linear.where(0.0, scaled).exp().log1p() / beta)
+
+    def logsigmoid(self) -> "Tensor":
+        """log(sigmoid(x)) as min(x, 0) - log1p(exp(-|x|)), which neither overflows nor rounds to
+        log(0); the gradient is PyTorch's, sigmoid(-x)."""
+        from lazygrad.tensor import no_grad
+        x = self._to_float()
+        with no_grad():
+            out = x.minimum(0) - (-x.abs()).exp().log1p()
+        return out._with_gradient((x,), lambda grad, out, sources, rule: [grad * (-sources[0]).sigmoid()])
 
     def mish(self) -> "Tensor":
         return self * self.softplus().tanh()
