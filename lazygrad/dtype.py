@@ -103,6 +103,46 @@ DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES}
 DTYPES_BY_NUMPY = {np.dtype(d.np_type): d for d in ALL_DTYPES}
 
 
+class finfo:
+    """Limits of a float dtype, with torch.finfo's fields; finfo() describes the default float."""
+
+    def __init__(self, dtype=None):
+        dtype = dtypes.default_float if dtype is None else dtypes.from_any(dtype)
+        if not dtype.is_float:
+            raise TypeError(f"finfo: expects a floating point dtype, got {dtype.name}; use lazygrad.iinfo for "
+                            "integer dtypes")
+        limits = np.finfo(dtype.np)
+        self.dtype = dtype.name  # a name, as in PyTorch
+        self.bits = limits.bits
+        self.eps = float(limits.eps)
+        self.max = float(limits.max)
+        self.min = float(limits.min)
+        self.tiny = self.smallest_normal = float(limits.smallest_normal)
+        self.resolution = 10.0 ** -limits.precision  # numpy rounds it to the dtype (float16: 0.0010004)
+
+    def __repr__(self) -> str:
+        return (f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, eps={self.eps:g}, "
+                f"smallest_normal={self.smallest_normal:g}, tiny={self.tiny:g}, dtype={self.dtype})")
+
+
+class iinfo:
+    """Limits of an integer dtype, with torch.iinfo's fields (bool has none, as in PyTorch)."""
+
+    def __init__(self, dtype):
+        dtype = dtypes.from_any(dtype)
+        if not dtype.is_int:
+            raise TypeError(f"iinfo: expects an integer dtype, got {dtype.name}"
+                            + ("; use lazygrad.finfo for floating point dtypes" if dtype.is_float else ""))
+        limits = np.iinfo(dtype.np)
+        self.dtype = dtype.name
+        self.bits = limits.bits
+        self.max = int(limits.max)
+        self.min = int(limits.min)
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+
+
 def promote_types(a: DType, b: DType) -> DType:
     """The smallest dtype both a and b convert to without losing their category."""
     if a == b:

@@ -97,6 +97,20 @@ def _reduce_max_grad(g, out, srcs, arg):
     return ((g / count).expand(x.shape) * is_max,)
 
 
+def _prod_grad(g, out, srcs, arg):
+    """Each element's gradient is the product of the others (out / x would be 0 / 0 at a zero): the
+    product of the non-zero elements where x is the only zero of its group, 0 for every element of a
+    group with two or more zeros, as in PyTorch."""
+    (x,) = srcs
+    is_zero = x == 0
+    zeros_as_ones = is_zero.where(1, x)
+    zeros = is_zero.sum(axis=arg, keepdim=True).expand(x.shape)
+    nonzero_product = zeros_as_ones.prod(axis=arg, keepdim=True).expand(x.shape)
+    others = is_zero.where((zeros == 1).where(nonzero_product, 0),
+                           (zeros == 0).where(nonzero_product / zeros_as_ones, 0))
+    return (g.expand(x.shape) * others,)
+
+
 def _permute_grad(g, out, srcs, arg):
     inverse = tuple(sorted(range(len(arg)), key=lambda axis: arg[axis]))
     return (g.permute(inverse),)
@@ -188,7 +202,7 @@ _DEFS = [
     OpDef("SUM", REDUCE, 1, ref=lambda x, axes: _float16_in_float32(np.sum, x, axes),
           grad=lambda g, out, srcs, arg: (g.expand(srcs[0].shape),), render={"c": "({0}+{1})"}),
     OpDef("PROD", REDUCE, 1, ref=lambda x, axes: _float16_in_float32(np.prod, x, axes),
-          grad=lambda g, out, srcs, arg: ((g * out).expand(srcs[0].shape) / srcs[0],),
+          grad=_prod_grad,
           render={"c": "({0}*{1})"}),
     OpDef("MAX_REDUCE", REDUCE, 1,
           ref=lambda x, axes: np.max(x, axis=axes, keepdims=True, initial=reduce_identity("MAX_REDUCE", x.dtype)),

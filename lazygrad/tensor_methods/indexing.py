@@ -1,4 +1,4 @@
-"""Indexing of Tensor: x[...], x[...] = value, gather, scatter, masked_fill, tril, triu and one_hot.
+"""Indexing of Tensor: x[...], x[...] = value, gather, index_select, scatter, masked_fill, tril, triu and one_hot.
 
 Front-end layer, a mixin of lazygrad.tensor.Tensor. Built from movement ops, and from a one-hot
 comparison and a sum where integer Tensors index, so indexing stays lazy, fuses and differentiates.
@@ -155,6 +155,23 @@ class IndexingMethods:
         # source: index's shape with `size` at dim; move dim last and let index's dim broadcast over it
         source = source.unsqueeze(-1).transpose(dim, -1)  # size 1 at dim, `size` last
         return source._take(index, index.shape)
+
+    def index_select(self, dim: int, index: "Tensor") -> "Tensor":
+        """The entries of dim at the positions in index (a 1-d, or 0-d, integer Tensor), in its order
+        (torch.index_select). As for x[index], values are not bounds-checked: negative ones count from
+        the end and out-of-range ones read 0."""
+        from lazygrad.tensor import Tensor
+        dim = _normalize_axis(dim, self.ndim, "index_select")
+        if not isinstance(index, Tensor) or not index.dtype.is_int:
+            raise TypeError(f"index_select: index must be an integer Tensor, got "
+                            f"{index.dtype.name if isinstance(index, Tensor) else type(index).__name__}")
+        if index.ndim > 1:
+            raise ValueError(f"index_select: index must be 1-d (or 0-d), got shape {index.shape}")
+        if self.ndim == 0:
+            if index.numel() != 1:
+                raise ValueError(f"index_select: a 0-d tensor takes one index, got shape {index.shape}")
+            return self.reshape(1).index_select(0, index).reshape(())
+        return self._gather_dims([(dim, index.reshape(-1))])
 
     def _take(self, index: "Tensor", shape: tuple[int, ...]) -> "Tensor":
         """self[..., index[...]] along the last axis, of the given shape: TAKE, an indexed load, 0 for

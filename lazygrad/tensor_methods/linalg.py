@@ -1,4 +1,4 @@
-"""Linear algebra of Tensor: matmul (and @), dot, outer and einsum, composed as a broadcast multiply and a SUM.
+"""Linear algebra of Tensor: matmul (and @), mm, bmm, dot, outer and einsum, composed as a broadcast multiply and a SUM.
 
 Front-end layer, a mixin of lazygrad.tensor.Tensor.
 """
@@ -69,18 +69,25 @@ def _einsum_diagonals(operand: "Tensor", labels: list[str], equation: str) -> tu
         label = next(label for label in labels if labels.count(label) > 1)
         first = labels.index(label)
         second = labels.index(label, first + 1)
-        size = operand.shape[first]
-        if operand.shape[second] != size:
+        if operand.shape[second] != operand.shape[first]:
             raise ValueError(f"einsum: label {label!r} is repeated in one operand of {equation!r} with sizes "
-                             f"{size} and {operand.shape[second]}")
-        others = [d for d in range(operand.ndim) if d not in (first, second)]
-        moved = operand.permute(others + [first, second])
-        outer_shape = moved.shape[:-2]
-        # rows of size + 1 over the flattened square: element (i, 0) is (i, i)
-        flat = moved.reshape(outer_shape + (size * size,)).pad(((0, 0),) * len(outer_shape) + ((0, size),))
-        operand = flat.reshape(outer_shape + (size, size + 1))[..., 0]
-        labels = [labels[d] for d in others] + [label]
+                             f"{operand.shape[first]} and {operand.shape[second]}")
+        operand = operand.diagonal(0, first, second)
+        labels = [labels[d] for d in range(len(labels)) if d not in (first, second)] + [label]
     return operand, labels
+
+
+def _check_operands(x: "Tensor", other, ndim: int, op: str, what: str) -> None:
+    """Both operands of mm or bmm have `ndim` dims and agree on the summed one."""
+    from lazygrad.tensor import Tensor
+    if not isinstance(other, Tensor):
+        raise TypeError(f"{op}: expected a Tensor, got {type(other).__name__}")
+    if x.ndim != ndim or other.ndim != ndim:
+        raise ValueError(f"{op}: expects {what}, got shapes {x.shape} and {other.shape}; use matmul or @ for "
+                         "other shapes")
+    if x.shape[-1] != other.shape[-2]:
+        raise ValueError(f"{op}: shapes {x.shape} and {other.shape} are not aligned: {x.shape[-1]} (dim {ndim - 1}) "
+                         f"!= {other.shape[-2]} (dim {ndim - 2})")
 
 
 def _align_labels(operand: "Tensor", labels: list[str], order: list[str]) -> "Tensor":
@@ -141,6 +148,19 @@ class LinalgMethods:
         return result
 
     def dot(self, other: "Tensor") -> "Tensor":
+        return self.matmul(other)
+
+    def mm(self, other: "Tensor") -> "Tensor":
+        """Matrix product of two 2-d tensors; no broadcasting (use matmul or @ for that)."""
+        _check_operands(self, other, 2, "mm", "2-d matrices")
+        return self.matmul(other)
+
+    def bmm(self, other: "Tensor") -> "Tensor":
+        """Batched matrix product of (b, n, m) and (b, m, p) tensors; no broadcasting (use matmul or @)."""
+        _check_operands(self, other, 3, "bmm", "3-d batches of matrices")
+        if self.shape[0] != other.shape[0]:
+            raise ValueError(f"bmm: batch sizes differ: shapes {self.shape} and {other.shape} "
+                             f"({self.shape[0]} != {other.shape[0]}); use matmul to broadcast")
         return self.matmul(other)
 
     def outer(self, other: "Tensor") -> "Tensor":

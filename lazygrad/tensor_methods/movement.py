@@ -1,5 +1,6 @@
 """Movement of Tensor: reshape, permute, expand, pad, shrink, flip and what is built from them (squeeze,
-flatten, narrow, roll, repeat, ...), plus joining and splitting (cat, stack, split, chunk, unbind).
+flatten, narrow, movedim, diagonal, roll, repeat, ...), plus joining and splitting (cat, stack, split, chunk,
+unbind).
 
 Front-end layer, a mixin of lazygrad.tensor.Tensor. Composed from the RESHAPE/PERMUTE/EXPAND/PAD/SHRINK/FLIP
 primitives, so these are views and never copy (cat places its pieces with `where`).
@@ -36,6 +37,21 @@ def _tensor_list_and_dim(first, others: tuple, dim, axis, op: str) -> tuple[list
     return tensors, _pick_axis(axis, dim, op, 0)
 
 
+def _shape_of(other, op: str) -> tuple[int, ...]:
+    """The shape reshape_as and view_as take from `other`."""
+    from lazygrad.tensor import Tensor
+    if not isinstance(other, Tensor):
+        raise TypeError(f"{op}: expected a Tensor to take the shape of, got {type(other).__name__}")
+    return other.shape
+
+
+def _dim_list(dims, argument: str) -> list[int]:
+    """movedim's source or destination: one int or a sequence of ints."""
+    if isinstance(dims, (tuple, list)):
+        return [_int_argument(d, "movedim", f"{argument}[{i}]") for i, d in enumerate(dims)]
+    return [_int_argument(dims, "movedim", argument)]
+
+
 def _int_pair(pair, function: str, argument: str) -> tuple[int, int]:
     """A (before, after) or (start, end) pair of ints."""
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
@@ -70,6 +86,12 @@ class MovementMethods:
                              f"into shape {shape}")
         return self if shape == self.shape else self._apply("RESHAPE", arg=shape)
 
+    def reshape_as(self, other: "Tensor") -> "Tensor":
+        return self._reshaped((_shape_of(other, "reshape_as"),), "reshape_as")
+
+    def view_as(self, other: "Tensor") -> "Tensor":
+        return self._reshaped((_shape_of(other, "view_as"),), "view_as")
+
     def permute(self, *order) -> "Tensor":
         order = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else tuple(order)
         normalized = tuple(_normalize_axis(axis, self.ndim, "permute") for axis in order)
@@ -85,9 +107,61 @@ class MovementMethods:
         order[first], order[second] = order[second], order[first]
         return self.permute(order)
 
+    def swapaxes(self, axis0: int, axis1: int) -> "Tensor":
+        return self.transpose(axis0, axis1)
+
+    def swapdims(self, dim0: int, dim1: int) -> "Tensor":
+        return self.transpose(dim0, dim1)
+
     @property
     def T(self) -> "Tensor":
         return self.permute(tuple(reversed(range(self.ndim))))
+
+    @property
+    def mT(self) -> "Tensor":
+        """The last two dims swapped (a batch of transposed matrices)."""
+        if self.ndim < 2:
+            raise ValueError(f"mT: needs a matrix or a batch of matrices (at least 2 dims), got shape {self.shape}; "
+                             "use .T or .unsqueeze() for fewer dims")
+        return self.transpose(-2, -1)
+
+    def movedim(self, source, destination) -> "Tensor":
+        """The dims in source (an int or a sequence) moved to the positions in destination; the other
+        dims keep their order (torch.movedim)."""
+        sources, destinations = _dim_list(source, "source"), _dim_list(destination, "destination")
+        if len(sources) != len(destinations):
+            raise ValueError(f"movedim: source {sources} and destination {destinations} must name as many dims")
+        sources = [_normalize_axis(d, self.ndim, "movedim") for d in sources]
+        destinations = [_normalize_axis(d, self.ndim, "movedim") for d in destinations]
+        for name, dims in (("source", sources), ("destination", destinations)):
+            if len(set(dims)) != len(dims):
+                raise ValueError(f"movedim: {name} {dims} repeats a dim")
+        rest = iter(d for d in range(self.ndim) if d not in sources)
+        placed = dict(zip(destinations, sources))
+        return self.permute([placed[d] if d in placed else next(rest) for d in range(self.ndim)])
+
+    def moveaxis(self, source, destination) -> "Tensor":
+        return self.movedim(source, destination)
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> "Tensor":
+        """Elements [i, i + offset] of dims dim1 and dim2 (below the main diagonal for a negative offset),
+        in a new last dim; the other dims keep their order (torch.diagonal). A view."""
+        if self.ndim < 2:
+            raise ValueError(f"diagonal: needs at least 2 dims, got shape {self.shape}")
+        offset = _int_argument(offset, "diagonal", "offset")
+        first, second = _normalize_axis(dim1, self.ndim, "diagonal"), _normalize_axis(dim2, self.ndim, "diagonal")
+        if first == second:
+            raise ValueError(f"diagonal: dim1 and dim2 must differ, both are dim {first} of shape {self.shape}")
+        others = [d for d in range(self.ndim) if d not in (first, second)]
+        moved = self.permute(others + [first, second])
+        outer, (rows, columns) = moved.shape[:-2], moved.shape[-2:]
+        row_start, column_start = min(max(-offset, 0), rows), min(max(offset, 0), columns)
+        size = min(rows - row_start, columns - column_start)
+        square = moved.shrink((None,) * len(outer) + ((row_start, row_start + size),
+                                                      (column_start, column_start + size)))
+        # rows of size + 1 over the flattened square: element (i, 0) is (i, i)
+        flat = square.reshape(outer + (size * size,)).pad(((0, 0),) * len(outer) + ((0, size),))
+        return flat.reshape(outer + (size, size + 1))[..., 0]
 
     def expand(self, *shape) -> "Tensor":
         shape = _shape_argument(shape, "expand", "shape", minus_one="to keep a dim's size")

@@ -1,5 +1,5 @@
-"""Reductions of Tensor: sum, prod, max, min, mean, var, std, any, all, argmax, argmin, logsumexp, softmax
-and the cumulative ops, composed from the SUM/MAX_REDUCE/PROD primitives.
+"""Reductions of Tensor: sum, prod, max, min, amax, amin, mean, var, std, any, all, argmax, argmin,
+logsumexp, softmax and the cumulative ops, composed from the SUM/MAX_REDUCE/PROD primitives.
 
 Front-end layer, a mixin of lazygrad.tensor.Tensor.
 """
@@ -16,6 +16,11 @@ from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
+
+
+def _all_dims_if_empty(dim):
+    """PyTorch's amax and amin read an empty dim tuple as all dims."""
+    return None if isinstance(dim, (tuple, list)) and len(dim) == 0 else dim
 
 
 class ReduceMethods:
@@ -62,16 +67,28 @@ class ReduceMethods:
             raise ValueError(f"{name}: cannot reduce over an empty dimension of a tensor of shape {self.shape}")
 
     def max(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
-        axis = dim if dim is not None else axis
-        self._check_not_empty(axis, "max")
-        return self._reduce("MAX_REDUCE", axis, keepdim, "max")
+        return self._largest(dim if dim is not None else axis, keepdim, "max")
 
     def min(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
-        axis = dim if dim is not None else axis
-        self._check_not_empty(axis, "min")
+        return self._smallest(dim if dim is not None else axis, keepdim, "min")
+
+    def amax(self, dim=None, keepdim: bool = False, *, axis=None) -> "Tensor":
+        """max over dim (an int or a tuple; None or () for all dims), ties sharing the gradient, as in
+        PyTorch's amax (lazygrad's max does the same)."""
+        return self._largest(_all_dims_if_empty(_pick_axis(axis, dim, "amax")), keepdim, "amax")
+
+    def amin(self, dim=None, keepdim: bool = False, *, axis=None) -> "Tensor":
+        return self._smallest(_all_dims_if_empty(_pick_axis(axis, dim, "amin")), keepdim, "amin")
+
+    def _largest(self, axis, keepdim: bool, name: str) -> "Tensor":
+        self._check_not_empty(axis, name)
+        return self._reduce("MAX_REDUCE", axis, keepdim, name)
+
+    def _smallest(self, axis, keepdim: bool, name: str) -> "Tensor":
+        self._check_not_empty(axis, name)
         if self.dtype.is_float:
-            return -((-self).max(axis, keepdim))
-        return ~((~self).max(axis, keepdim))  # ~ reverses the order of integers without overflow
+            return -((-self)._largest(axis, keepdim, name))
+        return ~((~self)._largest(axis, keepdim, name))  # ~ reverses the order of integers without overflow
 
     def mean(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
         axis = dim if dim is not None else axis
@@ -204,7 +221,7 @@ class ReduceMethods:
         return source._cumulative("SUM", _pick_axis(axis, dim, "cumsum", 0), 0, "cumsum")
 
     def cumprod(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
-        """Running product. Its gradient divides by the input (the PROD rule), so it is NaN at zeros."""
+        """Running product; its gradient at a zero is the product of the others, as in PyTorch."""
         source = self.cast(dtype) if dtype is not None else (self if self.dtype.is_float else self.cast(dtypes.int64))
         return source._cumulative("PROD", _pick_axis(axis, dim, "cumprod", 0), 1, "cumprod")
 

@@ -37,6 +37,15 @@ CASES = {
     "minimum_tie": (lambda F, x, y: x.minimum(y), [[0.0, 1.0, -1.0], [0.0] * 3], [[0.5, 0, 1], [0.5, 1, 0]]),
     "max_ties": (lambda F, x: x.max(), [[1.0, 1.0, 0.0, 1.0]], [[1 / 3, 1 / 3, 0, 1 / 3]]),
     "min_ties": (lambda F, x: x.min(), [[0.0, 1.0, 0.0, 1.0]], [[0.5, 0, 0.5, 0]]),
+    "amax_ties": (lambda F, x: x.amax(1) + x.amax((0, 1)), [[[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]],
+                  [[[0, 1.5, 1.5], [1 / 3, 1 / 3, 1 / 3]]]),  # the sum counts amax((0, 1)) twice
+    "amin_ties": (lambda F, x: x.amin(0), [[[1.0, 0.0], [1.0, 2.0]]], [[[0.5, 1], [0.5, 0]]]),
+    # the gradient of a product is the product of the other elements, also at a zero
+    "prod_zeros_along_a_dim": (lambda F, x: x.prod(1), [[[1.0, 0.0, 3.0], [0.0, 0.0, 2.0], [2.0, 3.0, 4.0]]],
+                               [[[0, 3, 0], [0, 0, 0], [12, 8, 6]]]),
+    "prod_one_zero": (lambda F, x: x.prod(), [[[1.0, 0.0, 3.0], [2.0, 3.0, 4.0]]], [[[0, 72, 0], [0, 0, 0]]]),
+    "prod_two_zeros": (lambda F, x: x.prod(), [[0.0, 2.0, 0.0]], [[0, 0, 0]]),
+    "cumprod_zero": (lambda F, x: x.cumprod(0), [[2.0, 0.0, 3.0]], [[1, 8, 0]]),
     "pow_tensors": (lambda F, x, y: x ** y, [[0.0, 1.0, 2.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.5, -1.0, 2.5]],
                     [[0, 0, 0, math.inf, -math.inf, 2.5], [0, 0, math.log(2), 0, -math.inf, 0]]),
     "pow_float_exponents": (lambda F, x: x ** 0.5 + x ** 1.5 + x ** 0.0, [[0.0, 1.0]], [[math.inf, 0.5 + 1.5]]),
