@@ -154,8 +154,16 @@ def test_copysign_is_exact_for_signed_zeros_and_nans(dtype, device):
     x = np.concatenate([x, x])
     expected = np.copysign(x, y)
     result = tensor(x, device).copysign(tensor(y, device))
-    check(result, expected, dtype, rtol=0, atol=0)
-    np.testing.assert_array_equal(np.signbit(result.numpy()), np.signbit(expected))
+    assert result.dtype == dtype
+    result = result.numpy()
+    kept = np.ones(expected.shape, bool)
+    if device == "CUDA":
+        # PTX leaves a NaN's sign unspecified after neg and after a float -> half conversion (CUDA
+        # keeps float16 in float registers): NaN results, and float16 NaN signs, carry no sign there
+        kept = ~np.isnan(expected) & ~(np.isnan(y) & (dtype == F16))
+    np.testing.assert_array_equal(result[kept], expected[kept])  # NaN where NaN, else equal values
+    np.testing.assert_array_equal(np.isnan(result), np.isnan(expected))
+    np.testing.assert_array_equal(np.signbit(result[kept]), np.signbit(expected[kept]))
     check(tensor(x, device).copysign(-0.0), np.copysign(x, -0.0), dtype, rtol=0, atol=0)
 
 
