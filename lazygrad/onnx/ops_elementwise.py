@@ -207,6 +207,8 @@ UNARY_FUNCTIONS = {
     "Tan": Tensor.tan, "Tanh": Tensor.tanh, "Sigmoid": Tensor.sigmoid, "Relu": Tensor.relu,
     "Floor": Tensor.floor, "Ceil": Tensor.ceil, "Round": Tensor.round, "Erf": Tensor.erf,
     "Softsign": Tensor.softsign, "Mish": Tensor.mish, "HardSwish": Tensor.hardswish,
+    "Atan": Tensor.atan, "Asin": Tensor.asin, "Acos": Tensor.acos, "Sinh": Tensor.sinh, "Cosh": Tensor.cosh,
+    "Asinh": Tensor.asinh, "Acosh": Tensor.acosh, "Atanh": Tensor.atanh,
 }
 
 
@@ -216,59 +218,6 @@ def unary_function(ctx, x):
     if x.dtype == dtypes.float16:  # one rounding from float32, as numpy computes half functions
         return function(x.float()).half()
     return function(x)
-
-
-def arctan(x: Tensor) -> Tensor:
-    """atan from two half-angle reductions (|t| <= tan(pi/8)) and its Taylor series."""
-    t = x
-    for _ in range(2):
-        t = t / (1 + (1 + t * t).sqrt())
-    square, term, total = t * t, t, t
-    for power in range(3, 22, 2):
-        term = term * square
-        total = total + term * ((-1) ** (power // 2) / power)
-    result = total * 4
-    return x.isinf().where(x.sign() * (math.pi / 2), result)
-
-
-@onnx_op("Atan")
-def atan(ctx, x):
-    return arctan(x)
-
-
-@onnx_op("Asin")
-def asin(ctx, x):
-    return arctan(x / (1 - x * x).sqrt())
-
-
-@onnx_op("Acos")
-def acos(ctx, x):
-    return (math.pi / 2) - arctan(x / (1 - x * x).sqrt())
-
-
-@onnx_op("Sinh")
-def sinh(ctx, x):
-    return (x.exp() - (-x).exp()) / 2
-
-
-@onnx_op("Cosh")
-def cosh(ctx, x):
-    return (x.exp() + (-x).exp()) / 2
-
-
-@onnx_op("Asinh")
-def asinh(ctx, x):
-    return (x + (x * x + 1).sqrt()).log()
-
-
-@onnx_op("Acosh")
-def acosh(ctx, x):
-    return (x + (x * x - 1).sqrt()).log()
-
-
-@onnx_op("Atanh")
-def atanh(ctx, x):
-    return ((1 + x) / (1 - x)).log() * 0.5
 
 
 @onnx_op("Softplus")
