@@ -94,6 +94,12 @@ EXPANDED_BODY_ATTRIBUTE = '__attribute__((optimize("no-tree-loop-vectorize"), ta
 WINDOWED_TILE_ATTRIBUTE = ('__attribute__((optimize("no-tree-loop-vectorize", "no-predictive-commoning"), '
                            'target("prefer-vector-width=512"))) ')
 
+# For other kernels with a load that only a WHERE's choice uses: gcc 12 turns such a load into a masked
+# load (vmaskmovpd) and its SLP vectorizer can give two such loads the same mask, a wrong answer (a
+# gradient through a clamped norm: test_a_masked_choice_between_loads_is_right_on_every_device); its
+# loop vectorizer stays out of them, as of the tiles above.
+SELECT_ONLY_LOAD_ATTRIBUTE = '__attribute__((optimize("no-tree-loop-vectorize"))) '
+
 
 class CRenderer(CStyleRenderer):
     """`simd_lanes` and `simd_registers`: float32 lanes per vector register and how many there are
@@ -126,7 +132,7 @@ class CRenderer(CStyleRenderer):
     def function_attribute(program: LoopProgram) -> str:
         """gcc settings for kernels whose opts expand the loop body (none for the others)."""
         if not program.opts:
-            return ""
+            return SELECT_ONLY_LOAD_ATTRIBUTE if program.select_only_loads else ""
         return WINDOWED_TILE_ATTRIBUTE if len(program.reduce_loops) > 1 else EXPANDED_BODY_ATTRIBUTE
 
     def render_program(self, program: LoopProgram) -> str:

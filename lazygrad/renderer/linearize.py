@@ -96,6 +96,7 @@ class LoopProgram:
     group_fold: list[Accumulator] = field(default_factory=list)  # GROUP: per output, the accumulator whose
     #                                                        lanes' partial results lane 0 folds after the reduce
     vector_width: int = 1        # > 1: every stored value is a vector of this many lanes (a vector store)
+    select_only_loads: bool = False  # some load is used only as a value a WHERE chooses (see renderer/c.py)
 
     @property
     def stages(self) -> list[ReduceStage]:
@@ -431,7 +432,20 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
                        prior_stages=[ReduceStage(stage.accumulators, stage.inner, stage.combine) for stage in reductions[:-1]],
                        local_loops=local_loops, group_lane=group_lane,
                        group_fold=reduction.accumulators[:len(outputs)] if group_lane and reduction else [],
-                       vector_width=vector_width)
+                       vector_width=vector_width, select_only_loads=_has_select_only_load(kernel.ast))
+
+
+def _has_select_only_load(ast: KernelNode) -> bool:
+    """Whether some LOAD is used only as a value a WHERE chooses (never as its condition or elsewhere):
+    a read of padding, or a value a mask picks."""
+    uses: dict[KernelNode, list[tuple[KernelNode, int]]] = {}
+    nodes = ast.walk()
+    for node in nodes:
+        for position, source in enumerate(node.srcs):
+            uses.setdefault(source, []).append((node, position))
+    return any(node.op == "LOAD" and node in uses and all(user.op == "WHERE" and position > 0
+                                                           for user, position in uses[node])
+               for node in nodes)
 
 
 def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool, lanes_at) -> int:

@@ -635,3 +635,21 @@ def test_exp2_near_and_past_underflow_matches_numpy(device):
     exact = (expected == 0) | np.isnan(expected)
     np.testing.assert_array_equal(actual[exact], expected[exact])
     np.testing.assert_array_max_ulp(actual[~exact], expected[~exact], maxulp=2)
+
+
+def test_a_masked_choice_between_loads_is_right_on_every_device(device):
+    """The backward kernel of a clamped norm, (x / max(||x||, eps)): a load that only a WHERE's choice
+    uses, next to other masks. gcc 12's loop vectorizer turned such loads into masked loads and gave
+    two of them one mask (lanes 1-3 of each row wrong); renderer/c.py keeps it out of such kernels."""
+    rng = np.random.default_rng(5)
+    x, y, w = rng.standard_normal((2, 3, 4)), rng.standard_normal((3, 4)), rng.uniform(-1, 1, (2, 3, 1))
+    total, grad = (x * x).sum(-1, keepdims=True), rng.standard_normal((2, 3, 1))
+    total[1, 2] = 0.0  # one zero norm: its masks pick the other values
+    t, g = tensor(total, device), tensor(grad, device)
+    norm = (t == 0).where(0.0, t.sqrt())
+    slope = (t == 0).where(0.0, (norm >= 1e-8).where(g, 0.0)) / (t.sqrt() * 2)
+    result = tensor(w, device) * tensor(y, device) / tensor(np.sqrt(total) + 1, device) + slope * tensor(x, device) * 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected_slope = np.where(total == 0, 0.0, np.where(np.sqrt(total) >= 1e-8, grad, 0.0)) / (np.sqrt(total) * 2)
+    expected = w * y / (np.sqrt(total) + 1) + expected_slope * x * 2
+    check(result, expected, F64)
