@@ -29,7 +29,8 @@ from lazygrad.tensor import Tensor, no_grad
 __all__ = [
     "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
     "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool2d", "interpolate",
-    "linear", "dropout", "embedding", "layer_norm", "batch_norm", "group_norm", "rms_norm",
+    "linear", "dropout", "embedding", "layer_norm", "batch_norm", "group_norm", "rms_norm", "normalize",
+    "cosine_similarity",
     "scaled_dot_product_attention",
     "cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",
     "mse_loss", "l1_loss", "smooth_l1_loss",
@@ -194,6 +195,40 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, eps:
     axes = tuple(range(input.ndim - len(shape), input.ndim))
     out = input * ((input * input).mean(axes, keepdim=True) + eps).rsqrt()
     return out * weight if weight is not None else out
+
+
+def normalize(input: Tensor, p: float = 2.0, dim=1, eps: float = 1e-12) -> Tensor:
+    """input divided by its p-norm over dim (an int or a tuple), the norm held at eps or more, as
+    PyTorch's. p is a positive number or math.inf."""
+    norm = _vector_norm(input, p, dim, "normalize")
+    return input / (norm >= eps).where(norm, eps)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """The cosine of the angle between x1 and x2 (broadcast together) along dim: the sum over dim of
+    x1 / max(||x1||, eps) times x2 / max(||x2||, eps), as PyTorch computes it. Where a norm is below
+    eps its gradient is 0 here; PyTorch clamps the norm in place, without autograd, so its gradient
+    there still has the norm's term."""
+    x1, x2 = x1._operands(x2, "cosine_similarity")
+    units = [x / (norm >= eps).where(norm, eps)
+             for x, norm in ((x, _vector_norm(x, 2.0, dim, "cosine_similarity")) for x in (x1._to_float(), x2._to_float()))]
+    return (units[0] * units[1]).sum(dim)
+
+
+def _vector_norm(x: Tensor, p: float, dim, name: str) -> Tensor:
+    """The p-norm of x over dim, the reduced dims kept. Its gradient is 0 where the norm is 0, as
+    PyTorch's: the root's infinite slope at 0 is on a branch that a WHERE masks."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
+        raise ValueError(f"{name}: p must be a positive number or math.inf, got {p!r}")
+    x = x._to_float()
+    if p == math.inf:
+        return x.abs().max(dim, keepdim=True)
+    if p == 1:
+        return x.abs().sum(dim, keepdim=True)
+    total = (x * x if p == 2 else x.abs() ** p).sum(dim, keepdim=True)
+    zero = total == 0
+    safe = zero.where(1.0, total)
+    return zero.where(0.0, safe.sqrt() if p == 2 else safe ** (1 / p))
 
 
 # ---- attention ---------------------------------------------------------------------------------

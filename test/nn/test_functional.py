@@ -851,3 +851,49 @@ def test_functions_are_also_tensor_methods():
     logits = Tensor(rng.standard_normal((4, 5)).astype(np.float32))
     target = Tensor(np.array([0, 4, 2, 1]))
     np.testing.assert_array_equal(logits.cross_entropy(target).numpy(), F.cross_entropy(logits, target).numpy())
+
+
+# ---- normalize, cosine_similarity ----------------------------------------------------------------------
+
+def norm_reference(x, p, dim):
+    x = np.abs(x.astype(np.float64))
+    return x.max(axis=dim, keepdims=True) if p == math.inf else (x ** p).sum(axis=dim, keepdims=True) ** (1 / p)
+
+
+@pytest.mark.parametrize("p, dim", [(2.0, 1), (1, -1), (3, (0, 2)), (math.inf, 1), (0.5, 2)])
+def test_normalize(p, dim, device):
+    x = randn(2, 3, 4)
+    x[0, :, 0] = 0.0  # a zero vector along dim 1: divided by eps, stays 0
+    close(F.normalize(Tensor(x, device=device), p=p, dim=dim), x / np.maximum(norm_reference(x, p, dim), 1e-12))
+
+
+def test_cosine_similarity_broadcasts_and_holds_small_norms_at_eps(device):
+    a, b = randn(2, 3, 5), randn(3, 5)
+    b[1] = 1e-10  # its norm is below eps: divided by eps
+    a[0, 2] = 0.0
+    norms_a = np.maximum(norm_reference(a, 2, -1), 1e-8)
+    norms_b = np.maximum(norm_reference(b, 2, -1), 1e-8)
+    expected = ((a / norms_a) * (b / norms_b)).sum(-1)
+    close(F.cosine_similarity(Tensor(a, device=device), Tensor(b, device=device), dim=-1), expected)
+    ints = np.array([[1, 2, 2], [0, 3, 4]])
+    result = F.cosine_similarity(Tensor(ints, device=device), Tensor(ints[::-1].copy(), device=device), dim=1)
+    assert result.dtype == dtypes.float32
+    close(result, np.array([14 / 15, 14 / 15]))
+
+
+def test_normalize_and_cosine_similarity_gradients_at_a_zero_vector_are_pytorchs():
+    """The norm of a zero vector has gradient 0 (not inf * 0): normalize's gradient there is 1 / eps,
+    cosine_similarity's is the other unit vector over eps (values from PyTorch 2.13, float64)."""
+    x = Tensor(np.array([[0.0, 0.0], [3.0, -4.0]]), requires_grad=True)
+    F.normalize(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[1e12, 1e12], [0.224, 0.168]], rtol=1e-12)
+    a = Tensor(np.array([[0.0, 0.0, 0.0]]), requires_grad=True)
+    b = Tensor(np.array([[1.0, 1.0, 1.0]]), requires_grad=True)
+    F.cosine_similarity(a, b).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [[5.773502691896258e7] * 3], rtol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), [[0.0, 0.0, 0.0]])
+
+
+def test_normalize_refuses_a_non_positive_p():
+    with pytest.raises(ValueError, match="normalize: p must be a positive number"):
+        F.normalize(Tensor(np.ones((2, 2), np.float32)), p=0)
