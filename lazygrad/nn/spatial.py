@@ -500,7 +500,8 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
     return x.squeeze(0) if unbatched else x
 
 
-_LINEAR_MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
+_LINEAR_MODES = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}  # mode -> its number of spatial dims
+_SELECTING_MODES = ("nearest", "nearest-exact", "area")  # any of 1 to 3 spatial dims
 
 
 def _nearest_matrix(in_size: int, out_size: int, scale: float | None) -> np.ndarray:
@@ -515,6 +516,52 @@ def _nearest_matrix(in_size: int, out_size: int, scale: float | None) -> np.ndar
         sources = np.minimum(sources, in_size - 1)
     matrix = np.zeros((out_size, in_size))
     matrix[np.arange(out_size), sources] = 1.0
+    return matrix
+
+
+def _nearest_exact_matrix(in_size: int, out_size: int, scale: float | None) -> np.ndarray:
+    """PyTorch's 'nearest-exact' source index floor((dst + 0.5) * in/out), in float32 as PyTorch computes it."""
+    ratio = np.float32(1.0 / scale) if scale else np.float32(in_size) / np.float32(out_size)
+    sources = np.floor((np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * ratio).astype(np.int64)
+    matrix = np.zeros((out_size, in_size))
+    matrix[np.arange(out_size), np.minimum(sources, in_size - 1)] = 1.0
+    return matrix
+
+
+def _area_matrix(in_size: int, out_size: int) -> np.ndarray:
+    """PyTorch's 'area': the mean over adaptive average pooling's window [floor(i*in/out), ceil((i+1)*in/out))."""
+    matrix = np.zeros((out_size, in_size))
+    for index in range(out_size):
+        start, end = (index * in_size) // out_size, -(-(index + 1) * in_size // out_size)
+        matrix[index, start:end] = 1.0 / (end - start)
+    return matrix
+
+
+CUBIC_A = -0.75  # PyTorch's (and OpenCV's) cubic convolution coefficient
+
+
+def _cubic_matrix(in_size: int, out_size: int, scale: float | None, align_corners: bool, float_type) -> np.ndarray:
+    """PyTorch's bicubic weights along one dim: four taps around the source position (not clamped to 0,
+    unlike linear), their indices clamped to the input's edges, Keys' cubic with A = -0.75."""
+    if align_corners:
+        ratio = float_type(in_size - 1) / float_type(out_size - 1) if out_size > 1 else float_type(0)
+        sources = ratio * np.arange(out_size, dtype=float_type)
+    else:
+        ratio = float_type(1.0 / scale) if scale else float_type(in_size) / float_type(out_size)
+        sources = ratio * (np.arange(out_size, dtype=float_type) + float_type(0.5)) - float_type(0.5)
+    floor = np.floor(sources)
+    t = (sources - floor).astype(np.float64)
+
+    def near(x):  # |x| <= 1
+        return ((CUBIC_A + 2) * x - (CUBIC_A + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((CUBIC_A * x - 5 * CUBIC_A) * x + 8 * CUBIC_A) * x - 4 * CUBIC_A
+
+    matrix = np.zeros((out_size, in_size))
+    for offset, weight in zip((-1, 0, 1, 2), (far(t + 1), near(t), near(1 - t), far(2 - t))):
+        taps = np.clip(floor.astype(np.int64) + offset, 0, in_size - 1)
+        np.add.at(matrix, (np.arange(out_size), taps), weight)
     return matrix
 
 
@@ -539,18 +586,22 @@ def _linear_matrix(in_size: int, out_size: int, scale: float | None, align_corne
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,
                 recompute_scale_factor=None) -> Tensor:
     """Resize the spatial dims of (N, C, *spatial) to `size`, or by `scale_factor` (output size
-    floor(size * factor)). Modes: 'nearest' (3-D to 5-D input), 'linear' (3-D), 'bilinear' (4-D),
-    'trilinear' (5-D), with PyTorch's source-index arithmetic and align_corners. Each spatial dim is
-    resampled in turn (see `_resample_axis`): nearest with an integer factor is a view."""
+    floor(size * factor)). Modes: 'nearest', 'nearest-exact' and 'area' (3-D to 5-D input), 'linear'
+    (3-D), 'bilinear' and 'bicubic' (4-D), 'trilinear' (5-D), with PyTorch's source-index arithmetic
+    and align_corners. Each spatial dim is resampled in turn (see `_resample_axis`): nearest with an
+    integer factor is a view."""
     name = "interpolate"
-    if mode != "nearest" and mode not in _LINEAR_MODES:
-        raise ValueError(f"{name}: mode must be 'nearest', 'linear', 'bilinear' or 'trilinear', got {mode!r}")
-    if mode == "nearest":
+    if mode not in _SELECTING_MODES and mode not in _LINEAR_MODES:
+        raise ValueError(f"{name}: mode must be one of {', '.join(map(repr, (*_SELECTING_MODES, *_LINEAR_MODES)))}, "
+                         f"got {mode!r}")
+    if mode in _SELECTING_MODES:
         if input.ndim not in (3, 4, 5):
-            raise ValueError(f"{name}: mode 'nearest' expects a 3-D, 4-D or 5-D input, got shape {input.shape}")
+            raise ValueError(f"{name}: mode {mode!r} expects a 3-D, 4-D or 5-D input, got shape {input.shape}")
         if align_corners is not None:
             raise ValueError(f"{name}: align_corners can only be set with the interpolating modes "
-                             "'linear', 'bilinear' and 'trilinear'")
+                             "'linear', 'bilinear', 'bicubic' and 'trilinear'")
+        if mode == "area" and not input.dtype.is_float:
+            raise TypeError(f"{name}: mode 'area' expects a floating point input, got {input.dtype.name}")
     elif input.ndim != _LINEAR_MODES[mode] + 2:
         raise ValueError(f"{name}: mode {mode!r} expects a {_LINEAR_MODES[mode] + 2}-D input, got shape {input.shape}")
     elif not input.dtype.is_float:
@@ -575,6 +626,12 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     for axis, (in_size, out_size, scale) in enumerate(zip(sizes, outputs, scales)):
         if mode == "nearest":
             matrix = _nearest_matrix(in_size, out_size, scale)
+        elif mode == "nearest-exact":
+            matrix = _nearest_exact_matrix(in_size, out_size, scale)
+        elif mode == "area":
+            matrix = _area_matrix(in_size, out_size)
+        elif mode == "bicubic":
+            matrix = _cubic_matrix(in_size, out_size, scale, bool(align_corners), float_type)
         else:
             matrix = _linear_matrix(in_size, out_size, scale, bool(align_corners), float_type)
         x = _resample_axis(x, 2 + axis, matrix)

@@ -7,6 +7,7 @@ kernels of its own on the compiled devices.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -451,6 +452,67 @@ def test_interpolate_linear_and_trilinear(device):
     close(out, expected)
 
 
+def cubic_weights(t):
+    """Keys' cubic convolution weights (A = -0.75) of the taps at offsets -1, 0, 1, 2 for fraction t."""
+    a = -0.75
+    near = lambda x: ((a + 2) * x - (a + 3)) * x * x + 1  # noqa: E731
+    far = lambda x: ((a * x - 5 * a) * x + 8 * a) * x - 4 * a  # noqa: E731
+    return far(t + 1), near(t), near(1 - t), far(2 - t)
+
+
+def test_interpolate_bicubic(device):
+    """Each output is a weighted sum of a 4 x 4 neighbourhood whose indices clamp at the edges; the source
+    position is not clamped to 0 (unlike bilinear)."""
+    x = randn(1, 2, 5, 6)
+    for size, align_corners in (((7, 4), False), ((3, 9), True)):
+        expected = np.zeros((1, 2) + size)
+        for oy, ox in np.ndindex(*size):
+            taps = []
+            for out, n, count in ((oy, size[0], 5), (ox, size[1], 6)):
+                if align_corners:
+                    source = out * (count - 1) / (n - 1)
+                else:
+                    source = (out + 0.5) * count / n - 0.5
+                base = math.floor(source)
+                taps.append([(min(max(base + k, 0), count - 1), w)
+                             for k, w in zip((-1, 0, 1, 2), cubic_weights(source - base))])
+            for (iy, wy), (ix, wx) in itertools.product(*taps):
+                expected[0, :, oy, ox] += wy * wx * x[0, :, iy, ix]
+        out = F.interpolate(Tensor(x, device=device), size=size, mode="bicubic", align_corners=align_corners)
+        close(out, expected)
+
+
+def test_interpolate_area_averages_adaptive_windows(device):
+    x = randn(2, 3, 7, 5)
+    expected = np.zeros((2, 3, 3, 2))
+    for oy, ox in np.ndindex(3, 2):
+        rows = slice(oy * 7 // 3, -(-(oy + 1) * 7 // 3))
+        columns = slice(ox * 5 // 2, -(-(ox + 1) * 5 // 2))
+        expected[:, :, oy, ox] = x[:, :, rows, columns].mean(axis=(2, 3))
+    close(F.interpolate(Tensor(x, device=device), size=(3, 2), mode="area"), expected)
+
+
+def test_interpolate_nearest_exact_rounds_to_the_nearest_source(device):
+    x = randn(2, 3, 9)
+    sources = [min(math.floor((j + 0.5) * 9 / 4), 8) for j in range(4)]
+    close(F.interpolate(Tensor(x, device=device), size=4, mode="nearest-exact"), x[:, :, sources], rtol=0, atol=0)
+    sources = [min(math.floor((j + 0.5) / 1.5), 8) for j in range(13)]
+    close(F.interpolate(Tensor(x, device=device), scale_factor=1.5, mode="nearest-exact"), x[:, :, sources],
+          rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape, arguments", [((1, 2, 5, 7), dict(size=(8, 3), mode="bicubic")),
+                                              ((1, 2, 5, 7), dict(scale_factor=(0.6, 2.3), mode="bicubic",
+                                                                  align_corners=True)),
+                                              ((1, 1, 4, 6, 5), dict(size=(2, 4, 3), mode="area")),
+                                              ((1, 1, 3, 4, 5), dict(scale_factor=1.5, mode="nearest-exact"))])
+def test_interpolate_modes_agree_with_pytorch(shape, arguments):
+    torch = pytest.importorskip("torch", reason="torch is not installed: interpolate is not compared with PyTorch")
+    x = np.random.default_rng(4).standard_normal(shape)
+    expected = torch.nn.functional.interpolate(torch.tensor(x), **arguments).numpy()
+    close(F.interpolate(Tensor(x), **arguments), expected, rtol=1e-12, atol=1e-12)
+
+
 def test_interpolate_nearest_integer_factor_is_a_view():
     x = Tensor(randn(1, 2, 3, 4)).realize()
     stats.reset()
@@ -793,10 +855,15 @@ ERRORS = [
      r"avg_pool2d: expected a floating point input, got int32"),
     (lambda: F.avg_pool1d(_t(4, 4), (2, 2)), ValueError,
      r"avg_pool1d: kernel_size must be an int or a tuple of 1 ints"),
-    (lambda: F.interpolate(_t(1, 1, 4, 4), scale_factor=2, mode="bicubic"), ValueError,
-     r"interpolate: mode must be 'nearest', 'linear', 'bilinear' or 'trilinear', got 'bicubic'"),
+    (lambda: F.interpolate(_t(1, 1, 4, 4), scale_factor=2, mode="cubic"), ValueError,
+     r"interpolate: mode must be one of 'nearest', 'nearest-exact', 'area', 'linear', 'bilinear', 'bicubic', "
+     r"'trilinear', got 'cubic'"),
     (lambda: F.interpolate(_t(1, 4, 4), size=8, mode="bilinear"), ValueError,
      r"interpolate: mode 'bilinear' expects a 4-D input, got shape \(1, 4, 4\)"),
+    (lambda: F.interpolate(_t(1, 4, 4), size=8, mode="bicubic"), ValueError,
+     r"interpolate: mode 'bicubic' expects a 4-D input, got shape \(1, 4, 4\)"),
+    (lambda: F.interpolate(_t(1, 1, 4, dtype=np.int32), size=2, mode="area"), TypeError,
+     r"interpolate: mode 'area' expects a floating point input, got int32"),
     (lambda: F.interpolate(_t(1, 1, 4, 4)), ValueError, r"interpolate: give exactly one of size and scale_factor"),
     (lambda: F.interpolate(_t(1, 1, 4, 4), size=8, align_corners=True), ValueError,
      r"interpolate: align_corners can only be set with the interpolating modes"),

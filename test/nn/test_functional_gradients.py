@@ -78,6 +78,8 @@ CASES = {
         lambda q, k, v: projected(F.scaled_dot_product_attention(
             q, k, v, attn_mask=Tensor(np.array([[True, False, True], [True, True, False]]), device=q.device))),
         [randn(2, 2, 3), randn(2, 3, 3), randn(2, 3, 2)]),
+    "interpolate_bicubic": (lambda x: projected(F.interpolate(x, size=(5, 3), mode="bicubic")), [randn(1, 2, 3, 4)]),
+    "interpolate_area": (lambda x: projected(F.interpolate(x, size=(2, 3), mode="area")), [randn(1, 2, 5, 4)]),
     "interpolate_bilinear": (lambda x: projected(F.interpolate(x, size=(5, 3), mode="bilinear")), [randn(1, 2, 3, 4)]),
     "interpolate_bilinear_align_corners": (
         lambda x: projected(F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)),
