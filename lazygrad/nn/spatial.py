@@ -537,18 +537,23 @@ def _area_matrix(in_size: int, out_size: int) -> np.ndarray:
     return matrix
 
 
+def _source_positions(in_size: int, out_size: int, scale: float | None, align_corners: bool, float_type) -> np.ndarray:
+    """PyTorch's input position of each output of an interpolating mode, in the input's precision:
+    corners aligned, or pixel centres mapped (before any clamping, which differs between modes)."""
+    if align_corners:
+        ratio = float_type(in_size - 1) / float_type(out_size - 1) if out_size > 1 else float_type(0)
+        return ratio * np.arange(out_size, dtype=float_type)
+    ratio = float_type(1.0 / scale) if scale else float_type(in_size) / float_type(out_size)
+    return ratio * (np.arange(out_size, dtype=float_type) + float_type(0.5)) - float_type(0.5)
+
+
 CUBIC_A = -0.75  # PyTorch's (and OpenCV's) cubic convolution coefficient
 
 
 def _cubic_matrix(in_size: int, out_size: int, scale: float | None, align_corners: bool, float_type) -> np.ndarray:
     """PyTorch's bicubic weights along one dim: four taps around the source position (not clamped to 0,
     unlike linear), their indices clamped to the input's edges, Keys' cubic with A = -0.75."""
-    if align_corners:
-        ratio = float_type(in_size - 1) / float_type(out_size - 1) if out_size > 1 else float_type(0)
-        sources = ratio * np.arange(out_size, dtype=float_type)
-    else:
-        ratio = float_type(1.0 / scale) if scale else float_type(in_size) / float_type(out_size)
-        sources = ratio * (np.arange(out_size, dtype=float_type) + float_type(0.5)) - float_type(0.5)
+    sources = _source_positions(in_size, out_size, scale, align_corners, float_type)
     floor = np.floor(sources)
     t = (sources - floor).astype(np.float64)
 
@@ -567,12 +572,8 @@ def _cubic_matrix(in_size: int, out_size: int, scale: float | None, align_corner
 
 def _linear_matrix(in_size: int, out_size: int, scale: float | None, align_corners: bool, float_type) -> np.ndarray:
     """PyTorch's linear interpolation weights: two neighbours per output, in the input's precision."""
-    if align_corners:
-        ratio = float_type(in_size - 1) / float_type(out_size - 1) if out_size > 1 else float_type(0)
-        sources = ratio * np.arange(out_size, dtype=float_type)
-    else:
-        ratio = float_type(1.0 / scale) if scale else float_type(in_size) / float_type(out_size)
-        sources = ratio * (np.arange(out_size, dtype=float_type) + float_type(0.5)) - float_type(0.5)
+    sources = _source_positions(in_size, out_size, scale, align_corners, float_type)
+    if not align_corners:
         sources = np.maximum(sources, float_type(0))
     first = np.minimum(np.floor(sources).astype(np.int64), in_size - 1)
     second = np.minimum(first + 1, in_size - 1)

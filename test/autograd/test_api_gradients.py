@@ -1,6 +1,6 @@
-"""Gradients of the composed Tensor API (activations, reductions, movement, indexing, einsum) against
-central finite differences in float64, on CPU and NPY. Inputs stay away from kinks and from the
-points where a composition switches formula (|x| = 0.25, 0.5, 1).
+"""Gradients of the composed Tensor API (activations, reductions, movement, indexing, einsum, prod and
+cumprod through zeros) against central finite differences in float64, on CPU and NPY. Inputs stay away
+from kinks and from the points where a composition switches formula (|x| = 0.25, 0.5, 1).
 """
 import numpy as np
 import pytest
@@ -33,6 +33,15 @@ def weights(*shape):
 
 def weighted(result):
     return (result * weights(*result.shape).to(result.device)).sum()
+
+
+def with_zeros(*positions):
+    """A (3, 4) input with zeros at the given positions: rows with none, one and two zeros (a product is
+    linear in each element, so its finite differences are exact at a zero too)."""
+    values = rng.uniform(0.5, 1.5, (3, 4)) * np.array([1, -1, 1, -1])
+    for position in positions:
+        values[position] = 0.0
+    return values
 
 
 INDEX = np.array([[2, 0, 1], [1, 1, 3]])  # gather along dim 1 of (2, 4); scatter along dim 1 into (2, 4)
@@ -86,6 +95,22 @@ CASES = {
     "einsum_batch_ellipsis": (lambda x, y: weighted(Tensor.einsum("...ij,...j->...i", x, y)),
                               [signed(2, 2, 3), signed(2, 3)]),
     "outer": (lambda x, y: weighted(x.outer(y)), [signed(3), signed(2)]),
+    "mm": (lambda x, y: weighted(x.mm(y)), [signed(2, 3), signed(3, 4)]),
+    "bmm": (lambda x, y: weighted(x.bmm(y.mT)), [signed(2, 2, 3), signed(2, 4, 3)]),
+    "mT_swapaxes_movedim": (lambda x: weighted(x.mT.swapaxes(0, 1) + x.movedim((0, 2), (1, 0))
+                                               + x.moveaxis(-1, 0).reshape_as(x.movedim(2, 0))), [signed(2, 3, 3)]),
+    "diagonal": (lambda x: weighted(x.diagonal()) + weighted(x.diagonal(1, 1, 2).T) + weighted(x.diagonal(-1, 2, 0)),
+                 [signed(3, 3, 4)]),
+    "index_select": (lambda x: weighted(x.index_select(1, Tensor([2, 0, 2]).to(x.device))
+                                        + x.T.index_select(0, Tensor([1, 1, 3]).to(x.device)).T[:3, :3]),
+                     [signed(3, 4)]),
+    "amax_amin": (lambda x: weighted(x.amax(1)) + weighted(x.amin((0, 2), keepdim=True)) + x.amax(),
+                  [distinct(2, 3, 2)]),
+    "prod_with_zeros_along_a_dim": (lambda x: weighted(x.prod(1)) + weighted(x.prod(0)),
+                                    [with_zeros((1, 2), (2, 0), (2, 3))]),
+    "prod_with_one_zero": (lambda x: x.prod() * 3, [with_zeros((1, 1))]),
+    "prod_with_two_zeros": (lambda x: x.prod() * 3, [with_zeros((0, 1), (2, 2))]),
+    "cumprod_with_zeros": (lambda x: weighted(x.cumprod(1)) + weighted(x.cumprod(0)), [with_zeros((0, 1), (1, 1))]),
 }
 
 
@@ -173,3 +198,13 @@ def test_gradients_of_a_matmul_that_takes_panels_match_their_formulas(transposed
     np.testing.assert_allclose(x_tensor.grad.numpy(), g @ w.T, rtol=1e-10, atol=1e-10)
     weight_grad = x.T @ g
     np.testing.assert_allclose(w_tensor.grad.numpy(), weight_grad.T if transposed else weight_grad, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_prod_keeps_its_value_and_its_gradient_away_from_zeros(device):
+    values = np.array([[1.5, -2.0, 0.5], [0.0, 3.0, 0.0]])
+    x = Tensor(values, device=device, requires_grad=True)
+    result = x.prod(1)
+    np.testing.assert_array_equal(result.numpy(), [-1.5, 0.0])
+    result.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[-1.0, 0.75, -3.0], [0.0, 0.0, 0.0]], rtol=1e-15)

@@ -11,6 +11,7 @@ import lazygrad.nn.functional as lazygrad_functional
 from lazygrad import Tensor
 
 DEVICES = ["CPU", "NPY"]
+INF, NAN = math.inf, math.nan
 SELU_SCALE_ALPHA = 1.0507009873554805 * 1.6732632423543772
 
 # name: (function of (functional module, *inputs), inputs, expected gradient of the sum for each input)
@@ -54,6 +55,24 @@ CASES = {
     "pow_int_exponents_negative_base": (lambda F, x: x ** 0 + x ** 3 + x ** -1, [[-2.0]], [[12 - 0.25]]),
     "pow_of_a_number": (lambda F, x: 2 ** x + 0 ** x, [[-1.0, 0.0, 1.0]],
                         [[math.log(2) / 2 - math.inf, math.log(2), 2 * math.log(2)]]),
+    # the inverse trigonometric and hyperbolic functions, atan2, logaddexp, copysign, logsigmoid
+    "atan2": (lambda F, y, x: y.atan2(x),  # 0 at the origin and where x*x + y*y underflows
+              [[0.0, 0.0, -0.0, 1.0, INF, 1e-200, 3.0], [0.0, -0.0, -0.0, INF, 1.0, 1e-200, 1e200]],
+              [[0, 0, 0, NAN, 0, 0, 0], [0, 0, 0, 0, NAN, 0, 0]]),
+    "asin": (lambda F, x: x.asin(), [[1.0, -1.0, 0.0, 2.0]], [[INF, INF, 1, NAN]]),
+    "acos": (lambda F, x: x.acos(), [[1.0, -1.0, 0.0, 2.0]], [[-INF, -INF, -1, NAN]]),
+    "atan": (lambda F, x: x.atan(), [[0.0, INF, -INF, 1e200]], [[1, 0, 0, 0]]),
+    "acosh": (lambda F, x: x.acosh(), [[1.0, 0.5, INF]], [[INF, NAN, 0]]),
+    "atanh": (lambda F, x: x.atanh(), [[1.0, -1.0, 0.0, 2.0]], [[INF, INF, 1, -1 / 3]]),
+    "asinh": (lambda F, x: x.asinh(), [[0.0, 1e200, INF]], [[1, 0, 0]]),
+    "sinh": (lambda F, x: x.sinh(), [[0.0, -INF]], [[1, INF]]),
+    "cosh": (lambda F, x: x.cosh(), [[0.0, -INF]], [[0, -INF]]),
+    "logaddexp": (lambda F, x, y: x.logaddexp(y),
+                  [[-INF, INF, -INF, 1.0, 0.0], [-INF, INF, INF, -INF, 0.0]],
+                  [[NAN, NAN, 0, 1, 0.5], [NAN, NAN, 1, 0, 0.5]]),
+    "copysign": (lambda F, x, y: x.copysign(y), [[0.0, -0.0, 2.0, -2.0, NAN], [-1.0, 1.0, -0.0, 0.0, -1.0]],
+                 [[0, 0, -1, -1, NAN], [0, 0, 0, 0, 0]]),
+    "logsigmoid": (lambda F, x: F.logsigmoid(x), [[0.0, -INF, INF, -800.0, 800.0]], [[0.5, 1, 0, 1, 0]]),
 }
 
 

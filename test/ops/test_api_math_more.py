@@ -1,6 +1,6 @@
 """Inverse trigonometric and hyperbolic functions, atan2, logaddexp, copysign, logsigmoid, the named
 comparisons and floor_divide against float64 numpy, on every device; their gradients against finite
-differences and, at the edges, against PyTorch's values.
+differences (PyTorch's values at the edges are in test/autograd/test_gradients_at_kinks.py).
 """
 from __future__ import annotations
 
@@ -227,43 +227,3 @@ def test_gradient_matches_finite_differences(name, device):
     check_gradients(function, *inputs, device=device)
 
 
-# PyTorch's gradients where the derivative is infinite, undefined or special-cased, written out.
-# name: (function of (functional module, *inputs), inputs, expected gradient of the sum for each input)
-EDGE_GRADIENTS = {
-    "atan2": (lambda F, y, x: y.atan2(x),  # 0 at the origin and where x*x + y*y underflows
-              [[0.0, 0.0, -0.0, 1.0, INF, 1e-200, 3.0], [0.0, -0.0, -0.0, INF, 1.0, 1e-200, 1e200]],
-              [[0, 0, 0, NAN, 0, 0, 0], [0, 0, 0, 0, NAN, 0, 0]]),
-    "asin": (lambda F, x: x.asin(), [[1.0, -1.0, 0.0, 2.0]], [[INF, INF, 1, NAN]]),
-    "acos": (lambda F, x: x.acos(), [[1.0, -1.0, 0.0, 2.0]], [[-INF, -INF, -1, NAN]]),
-    "atan": (lambda F, x: x.atan(), [[0.0, INF, -INF, 1e200]], [[1, 0, 0, 0]]),
-    "acosh": (lambda F, x: x.acosh(), [[1.0, 0.5, INF]], [[INF, NAN, 0]]),
-    "atanh": (lambda F, x: x.atanh(), [[1.0, -1.0, 0.0, 2.0]], [[INF, INF, 1, -1 / 3]]),
-    "asinh": (lambda F, x: x.asinh(), [[0.0, 1e200, INF]], [[1, 0, 0]]),
-    "sinh": (lambda F, x: x.sinh(), [[0.0, -INF]], [[1, INF]]),
-    "cosh": (lambda F, x: x.cosh(), [[0.0, -INF]], [[0, -INF]]),
-    "logaddexp": (lambda F, x, y: x.logaddexp(y),
-                  [[-INF, INF, -INF, 1.0, 0.0], [-INF, INF, INF, -INF, 0.0]],
-                  [[NAN, NAN, 0, 1, 0.5], [NAN, NAN, 1, 0, 0.5]]),
-    "copysign": (lambda F, x, y: x.copysign(y), [[0.0, -0.0, 2.0, -2.0, NAN], [-1.0, 1.0, -0.0, 0.0, -1.0]],
-                 [[0, 0, -1, -1, NAN], [0, 0, 0, 0, 0]]),
-    "logsigmoid": (lambda F, x: F.logsigmoid(x), [[0.0, -INF, INF, -800.0, 800.0]], [[0.5, 1, 0, 1, 0]]),
-}
-
-
-@pytest.mark.parametrize("name", sorted(EDGE_GRADIENTS))
-def test_gradient_at_an_edge_is_pytorchs(name, device):
-    function, inputs, expected = EDGE_GRADIENTS[name]
-    tensors = [Tensor(np.array(values), device=device, requires_grad=True) for values in inputs]
-    function(lazygrad_functional, *tensors).sum().backward()
-    for tensor_, gradient in zip(tensors, expected):
-        np.testing.assert_allclose(tensor_.grad.numpy(), gradient, rtol=1e-12)
-
-
-@pytest.mark.parametrize("name", sorted(EDGE_GRADIENTS))
-def test_the_expected_edge_gradients_are_pytorchs(name):
-    torch = pytest.importorskip("torch", reason="torch is not installed: the table is not compared with PyTorch")
-    function, inputs, expected = EDGE_GRADIENTS[name]
-    tensors = [torch.tensor(values, dtype=torch.float64, requires_grad=True) for values in inputs]
-    function(torch.nn.functional, *tensors).sum().backward()
-    for tensor_, gradient in zip(tensors, expected):
-        np.testing.assert_allclose(tensor_.grad.numpy(), gradient, rtol=1e-12)
