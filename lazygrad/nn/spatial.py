@@ -3,7 +3,7 @@
 Front-end layer: the functions compose Tensor methods only and are exported by
 `lazygrad.nn.functional` under PyTorch's names (F.conv2d, F.max_pool2d, F.interpolate, ...).
 
-Convolution and pooling read their input through a windowed view (`_pool_windows`): the padded
+Convolution and pooling read their input through a windowed view (`pool_windows`): the padded
 input seen with shape (..., output positions..., kernel offsets...), where element [o, k] is
 input[o * stride + k * dilation]. Movement ops never copy, so there is no im2col buffer: conv2d of
 realized tensors, bias included, is one kernel whose loads index the input directly. Resampling
@@ -61,7 +61,7 @@ def _interleave(first, second) -> tuple:
 MAX_FOLD_TERMS = 49  # kernels up to 7x7 take their input gradient from _fold_windows
 
 
-def _pool_windows(x: Tensor, kernel, stride, dilation) -> Tensor:
+def pool_windows(x: Tensor, kernel, stride, dilation) -> Tensor:
     """The last len(kernel) dims of x as sliding windows: a view, nothing is copied.
 
     The result has shape x.shape[:-n] + outputs + kernel, where for each windowed dim
@@ -85,7 +85,7 @@ def _pool_windows(x: Tensor, kernel, stride, dilation) -> Tensor:
         return x.permute(tuple(range(first)) + tuple(output_axes) + tuple(kernel_axes))
     if x.requires_grad and Tensor.grad_enabled and math.prod(kernel) <= MAX_FOLD_TERMS:
         with no_grad():
-            windows = _pool_windows(x.detach(), kernel, stride, dilation)
+            windows = pool_windows(x.detach(), kernel, stride, dilation)
         return windows._with_gradient((x,), lambda grad, *_: [_fold_windows(grad, sizes, stride, dilation)])
     # Overlapping windows: lay `repeats` copies of each dim end to end (an expand, then a reshape)
     # and read that as rows of length + dilation. Row k starts k*(length + dilation) into the copies,
@@ -110,10 +110,10 @@ def _pool_windows(x: Tensor, kernel, stride, dilation) -> Tensor:
 
 
 def _fold_windows(grad: Tensor, sizes, stride, dilation) -> Tensor:
-    """The gradient of `_pool_windows` with respect to x: each window element's gradient added back
+    """The gradient of `pool_windows` with respect to x: each window element's gradient added back
     at the position it was read from, x[..., o * stride + k * dilation]. One shifted copy of the
     gradient per kernel offset, summed: plain index math, where differentiating the copies-and-
-    reshapes view of `_pool_windows` op by op reads through divisions and remainders."""
+    reshapes view of `pool_windows` op by op reads through divisions and remainders."""
     n = len(sizes)
     lead = grad.ndim - 2 * n
     outputs, kernel = grad.shape[lead:lead + n], grad.shape[lead + n:]
@@ -155,7 +155,7 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
     dims = weight.ndim - 2
     batch = x.shape[0]
     out_channels, group_channels, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
-    windows = _pool_windows(x, kernel, stride, dilation)
+    windows = pool_windows(x, kernel, stride, dilation)
     outputs = windows.shape[2:2 + dims]
     windows = windows.reshape((batch, groups, group_channels) + outputs + kernel)
     output_axes, kernel_axes = tuple(range(3, 3 + dims)), tuple(range(3 + dims, 3 + 2 * dims))
@@ -359,7 +359,7 @@ def _max_pool(name: str, dims: int, input, kernel_size, stride, padding, dilatio
     kernel, stride, dilation, _, _, pads = _pool_geometry(name, x, dims, kernel_size, stride, padding, dilation,
                                                           ceil_mode)
     lowest = -math.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
-    windows = _pool_windows(x.pad(((0, 0), (0, 0)) + pads, value=lowest), kernel, stride, dilation)
+    windows = pool_windows(x.pad(((0, 0), (0, 0)) + pads, value=lowest), kernel, stride, dilation)
     out = windows.max(tuple(range(2 + dims, 2 + 2 * dims)))
     return out.squeeze(0) if unbatched else out
 
@@ -403,7 +403,7 @@ def _avg_pool(name: str, dims: int, input, kernel_size, stride, padding, ceil_mo
         raise TypeError(f"{name}: expected a floating point input, got {x.dtype.name}")
     kernel, stride, _, padding, outputs, pads = _pool_geometry(name, x, dims, kernel_size, stride, padding, 1,
                                                                ceil_mode)
-    windows = _pool_windows(x.pad(((0, 0), (0, 0)) + pads), kernel, stride, (1,) * dims)
+    windows = pool_windows(x.pad(((0, 0), (0, 0)) + pads), kernel, stride, (1,) * dims)
     total = windows.sum(tuple(range(2 + dims, 2 + 2 * dims)))
     if divisor_override is not None:
         if not _is_int(divisor_override) or divisor_override == 0:
@@ -489,7 +489,7 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
         raise ValueError(f"{name}: output_size must be positive ints (or None), got {output_size!r}")
     kernel = tuple(size // out if size % out == 0 else 1 for size, out in zip(sizes, outputs))
     if kernel != (1, 1):
-        x = _pool_windows(x, kernel, kernel, (1, 1)).mean((4, 5))
+        x = pool_windows(x, kernel, kernel, (1, 1)).mean((4, 5))
     for axis, (size, out) in enumerate(zip(sizes, outputs)):
         if size % out:
             matrix = np.zeros((out, size))

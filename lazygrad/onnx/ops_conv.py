@@ -3,8 +3,8 @@ and the global pools.
 
 Registered in registry.OPERATORS; model.py calls them. ONNX pads may differ before and after a dim
 (and auto_pad chooses them), so the input is padded here and lazygrad's conv1d/2d/3d run unpadded.
-Pools read one strided slice of the padded input per kernel offset and combine them elementwise,
-which fuses into a single kernel for any number of spatial dims.
+Pools reduce the padded input's windows (nn.spatial.pool_windows, the view the nn pools read), so
+a pool is a reduce kernel of its own that gets the same loop choices as F.max_pool2d.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 
 from lazygrad.dtype import dtypes
 from lazygrad.nn import functional as F
+from lazygrad.nn.spatial import pool_windows
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
 
@@ -53,6 +54,19 @@ def padded_input(x: Tensor, pairs, outputs, kernel, strides, dilations, value) -
     return x.pad(((0, 0), (0, 0)) + tuple(full), value=value)
 
 
+def windows(x: Tensor, outputs, kernel, strides, dilations) -> Tensor:
+    """The padded input's windows as a view of shape x.shape[:2] + outputs + kernel: element
+    [n, c, o..., k...] is x[n, c, o * stride + k * dilation]. Pads beyond the last window are cut."""
+    view = pool_windows(x, kernel, strides, dilations)
+    return view[(slice(None), slice(None)) + tuple(slice(0, o) for o in outputs)]
+
+
+def window_axes(x: Tensor) -> tuple[int, ...]:
+    """The kernel dims of `windows(x, ...)`, the ones a pool reduces."""
+    dims = x.ndim - 2
+    return tuple(range(2 + dims, 2 + 2 * dims))
+
+
 def window_slices(x: Tensor, outputs, kernel, strides, dilations):
     """One view per kernel offset: element [n, c, o...] is x[n, c, o * stride + offset * dilation]."""
     for offset in itertools.product(*[range(k) for k in kernel]):
@@ -81,9 +95,7 @@ def max_pool(ctx, x, kernel_shape, strides=None, dilations=None, pads=None, auto
     strides, dilations, pairs, outputs = pool_geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     lowest = lowest_value(x.dtype)
     padded = padded_input(x, pairs, outputs, kernel_shape, strides, dilations, lowest)
-    result = None
-    for window in window_slices(padded, outputs, kernel_shape, strides, dilations):
-        result = window if result is None else result.maximum(window)
+    result = windows(padded, outputs, kernel_shape, strides, dilations).max(window_axes(x))
     if len(ctx.node.output) < 2:
         return result
     return result, max_pool_indices(x, result, kernel_shape, strides, dilations, pairs, outputs, storage_order)
@@ -114,28 +126,30 @@ def average_pool(ctx, x, kernel_shape, strides=None, dilations=None, pads=None, 
                  count_include_pad=0):
     strides, dilations, pairs, outputs = pool_geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     padded = padded_input(x, pairs, outputs, kernel_shape, strides, dilations, 0.0)
-    total = None
-    for window in window_slices(padded, outputs, kernel_shape, strides, dilations):
-        total = window if total is None else total + window
-    ones = Tensor.ones(1, 1, *x.shape[2:], dtype=x.dtype, device=x.device)
-    if count_include_pad:
-        ones = ones.pad(((0, 0), (0, 0)) + tuple(pairs), value=1.0)
-        pairs = [(0, 0)] * len(pairs)
-    counted = padded_input(ones, pairs, outputs, kernel_shape, strides, dilations, 0.0)
-    count = None
-    for window in window_slices(counted, outputs, kernel_shape, strides, dilations):
-        count = window if count is None else count + window
-    return total / count
+    total = windows(padded, outputs, kernel_shape, strides, dilations).sum(window_axes(x))
+    counts = window_counts(x.shape[2:], pairs, outputs, kernel_shape, strides, dilations, count_include_pad)
+    if np.all(counts == counts.flat[0]):
+        return total / float(counts.flat[0])
+    return total / Tensor(counts.astype(x.dtype.np), device=x.device)
+
+
+def window_counts(sizes, pairs, outputs, kernel, strides, dilations, include_pad) -> np.ndarray:
+    """How many elements each window averages: those inside the input, or inside the pads too with
+    include_pad (never the part a ceil_mode window reaches beyond the pads). A window's count is the
+    product of its counts per dim."""
+    counts = np.ones((), dtype=np.int64)
+    for size, (before, after), o, k, s, d in zip(sizes, pairs, outputs, kernel, strides, dilations):
+        low, high = (-before, size + after) if include_pad else (0, size)
+        positions = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - before
+        counts = np.multiply.outer(counts, ((positions >= low) & (positions < high)).sum(1))
+    return counts
 
 
 @onnx_op("LpPool")
 def lp_pool(ctx, x, kernel_shape, strides=None, dilations=None, pads=None, auto_pad="NOTSET", ceil_mode=0, p=2):
     strides, dilations, pairs, outputs = pool_geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     padded = padded_input(x.abs() ** p, pairs, outputs, kernel_shape, strides, dilations, 0.0)
-    total = None
-    for window in window_slices(padded, outputs, kernel_shape, strides, dilations):
-        total = window if total is None else total + window
-    return total ** (1.0 / p)
+    return windows(padded, outputs, kernel_shape, strides, dilations).sum(window_axes(x)) ** (1.0 / p)
 
 
 @onnx_op("GlobalAveragePool")

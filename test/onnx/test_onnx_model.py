@@ -338,3 +338,24 @@ def test_a_padded_conv_and_a_gather_get_the_kernels_of_the_same_ops_written_with
     assert lookup.full_shape == (1, 3, 8) and lookup.reduce_axes == ()
     np.testing.assert_allclose(result["y"].numpy(), conv.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(result["rows"].numpy(), table[ids])
+
+
+@pytest.mark.parametrize("op, nn_pool", [("MaxPool", "max_pool2d"), ("AveragePool", "avg_pool2d")])
+def test_a_pool_gets_the_kernels_of_the_same_pool_written_with_nn(op, nn_pool):
+    """MaxPool and AveragePool reduce the padded input's windows, as nn's pools do: one reduce kernel
+    after the padded input, not a chain of nine shifted elementwise reads fused into the producer."""
+    from lazygrad.nn import functional as F
+    x_value = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                            **({"count_include_pad": 1} if op == "AveragePool" else {}))
+    graph = helper.make_graph([node], "pool", inputs, outputs)
+    model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), device="CPU")
+    x = Tensor(x_value).relu()
+    result = model(x=x)["y"]
+    expected = getattr(F, nn_pool)(x, 3, stride=2, padding=1)
+    kernels = _schedule_of(result)
+    assert [len(k.reduce_axes) for k in kernels if k.reduce_axes] == [2]
+    assert len(kernels) == len(_schedule_of(expected))
+    np.testing.assert_allclose(result.numpy(), expected.numpy(), rtol=1e-6, atol=1e-6)

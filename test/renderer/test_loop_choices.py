@@ -37,6 +37,25 @@ def test_column_sum_accumulates_along_rows(shape):
     np.testing.assert_allclose(result.numpy(), data.sum(0), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("pool, stride, reference", [
+    ("max_pool2d", 2, lambda windows: windows.max((-2, -1))),
+    ("max_pool2d", 1, lambda windows: windows.max((-2, -1))),
+    ("avg_pool2d", 2, lambda windows: windows.mean((-2, -1)))])
+def test_a_pooling_window_runs_its_output_columns_inside_the_window_loops(pool, stride, reference):
+    """A 3x3 window is too short a loop to vectorize: the output columns run inside it instead, each
+    with its accumulator (a strided read for stride 2), and nothing reduces over the window as SIMD."""
+    data = np.random.default_rng(2).standard_normal((2, 3, 14, 14)).astype(np.float32)
+    data[0, 1, 4, 4] = np.nan
+    padded = Tensor(data).pad(((0, 0), (0, 0), (1, 1), (1, 1)), value=-np.inf if pool == "max_pool2d" else 0.0)
+    result = getattr(padded.realize(), pool)(3, stride=stride)
+    program = program_for(result)
+    assert [loop.size for loop in program.inner_loops] == [result.shape[-1]]
+    assert "reduction(" not in CRenderer().render_program(program)
+    source = np.pad(data, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf if pool == "max_pool2d" else 0.0)
+    windows = np.lib.stride_tricks.sliding_window_view(source, (3, 3), axis=(2, 3))[:, :, ::stride, ::stride]
+    np.testing.assert_allclose(result.numpy(), reference(windows), rtol=1e-5, atol=1e-6)
+
+
 def test_matmul_gets_a_register_tile_of_both_output_axes():
     a = Tensor(np.ones((32, 16), dtype=np.float32))
     b = Tensor(np.ones((16, 24), dtype=np.float32))
