@@ -553,9 +553,26 @@ def _small_integer_pow_gradient(exponent: int):
 def _gelu_gate(x, approximate: str):
     """Phi(x), or its tanh approximation 0.5 (1 + tanh(u)) = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)."""
     if approximate == "none":
-        wide = x.double()  # erfc(-x/sqrt 2) needs x/sqrt 2 unrounded in its tail
-        return (0.5 * (wide * -math.sqrt(0.5)).erfc()).cast(x.dtype)
+        if x.dtype == dtypes.float64:
+            return 0.5 * (x * -math.sqrt(0.5)).erfc()
+        return _normal_cdf_float32(x.float()).cast(x.dtype)
     return (2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).sigmoid()
+
+
+def _normal_cdf_float32(x):
+    """Phi(x) = erfc(-x / sqrt 2) / 2 in float32 arithmetic, with erf's polynomials (_ERF_NEAR_ZERO,
+    _ERFC_TAIL). The tail's exp(-x*x/2) is taken from x itself, not from the rounded x / sqrt 2,
+    whose rounding, squared, would cost ~x*x/2 ulp. Within 4 ulp of the exact value for |x| <= 8
+    (test_api_elementwise.py), ~x*x/2 ulp beyond, where Phi(x) < 1e-15 (x rounded to float32 costs as
+    much). In float64 (erf's way) the whole gelu ran 3-4x slower, BERT's FFN 6.7 ms a layer."""
+    z = x * -math.sqrt(0.5)
+    a = z.abs()
+    small = a < 1
+    inner = small.where(z, 0.0)
+    erf_inner = inner * _polynomial(inner * inner, _ERF_NEAR_ZERO)
+    t = (1 + 0.5 * small.where(1.0, a)).reciprocal()
+    tail = small.where(0.0, x * x * -0.5).exp() * t * _polynomial(t, _ERFC_TAIL)
+    return small.where(0.5 - 0.5 * erf_inner, (z < 0).where(1 - 0.5 * tail, 0.5 * tail))
 
 
 def _gelu_slope(x, approximate: str):
