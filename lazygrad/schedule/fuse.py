@@ -77,6 +77,18 @@ class ScheduleItem:
         return f"ScheduleItem({self.kernel.name if self.kernel else 'COPY'}, outputs={self.outputs}, inputs={self.inputs})"
 
 
+def _op_cost(node: LazyBuffer) -> int:
+    """What an elementwise op costs to recompute: EXPENSIVE_OP_COST for EXPENSIVE_OPS and for a
+    cast of a 64-bit integer to a float, which AVX2 has no vector instruction for (each lane is
+    converted alone: BERT's attention mask, recomputed for every score, made its softmax 6x
+    slower); 1 for the others."""
+    if node.op in EXPENSIVE_OPS:
+        return EXPENSIVE_OP_COST
+    if node.op == "CAST" and node.dtype.is_float and node.srcs[0].dtype == dtypes.int64:
+        return EXPENSIVE_OP_COST
+    return 1
+
+
 def _is_reduce(node: LazyBuffer) -> bool:
     return OPS[node.op].kind == REDUCE
 
@@ -135,7 +147,7 @@ class _FusionPlan:
                     return True
                 continue
             if current.op in ELEMENTWISE:
-                cost += EXPENSIVE_OP_COST if current.op in EXPENSIVE_OPS else 1
+                cost += _op_cost(current)
                 if cost > limit:
                     return True
             stack.extend(current.srcs)

@@ -53,6 +53,21 @@ def test_reduce_fuses_with_elementwise_output():
     np.testing.assert_allclose(value, np.maximum((x * 2).sum(1), 0), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mask_dtype, kernels", [(np.int64, 2), (np.int32, 1)])
+def test_an_int64_mask_broadcast_into_a_reduce_is_stored_once(mask_dtype, kernels):
+    """An attention mask cast from int64 to float (no AVX2 vector instruction) and broadcast over
+    every score is stored once, not converted again for every score; an int32 one is cheap to redo."""
+    rng = np.random.default_rng(3)
+    scores = Tensor(rng.standard_normal((4, 3, 16, 16)).astype(np.float32)).realize()
+    mask = np.ones((4, 16), mask_dtype)
+    mask[:, 11:] = 0
+    mask_tensor = Tensor(mask).realize()
+    count, value = kernels_for(lambda: (scores + (1.0 - mask_tensor.reshape(4, 1, 1, 16).float()) * -1e9).max(-1))
+    assert count == kernels
+    expected = (scores.numpy() + (1.0 - mask.reshape(4, 1, 1, 16).astype(np.float32)) * -1e9).max(-1)
+    np.testing.assert_allclose(value, expected, rtol=1e-6)
+
+
 def test_linear_bias_relu_is_one_kernel():
     rng = np.random.default_rng(2)
     x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in [(8, 32), (32, 16), (16,)])
