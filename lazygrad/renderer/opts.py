@@ -314,7 +314,8 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     columns that fits beside them (with operands of LARGE_OPERAND_ELEMENTS or more, the widest
     vector first), else a convolution's width of 16 or more. A convolution
     (several reduce axes) whose loads are plain gets 8 output channels by the widest run of columns
-    up to 32 that divides its rows (28 for 28 or 56 columns, 14 for 14); one reading a padded input
+    up to 32 that divides its rows (28 for 28 or 56 columns, 14 for 14), or, computed with its output
+    channels last (nn/spatial.py), 16 output channels by 8 or 7 columns; one reading a padded input
     through its windows (masked loads) gets 16 columns by 16 output channels, which measured several
     times faster there than 32 x 8. Fewer rows where the accumulators would not fit in the
     renderer's vector registers (`_accumulators_fit`). Empty when the kernel is not like that."""
@@ -338,7 +339,7 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     elif _has_masked_load(source):
         vector_choices, row_choices = (16, 8), (16, 8, 4, 2)
     else:
-        vector_choices, row_choices = CONVOLUTION_VECTOR_CHOICES, (8, 6, 4, 2)
+        vector_choices, row_choices = CONVOLUTION_VECTOR_CHOICES, (8, 7, 6, 4, 2)
     return _vector_and_row_tile(kernel, globals_, strides, vector_choices, row_choices, fits)
 
 

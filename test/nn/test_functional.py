@@ -212,6 +212,9 @@ CONV2D_CASES = [
     ((1, 2, 6, 6), (4, 2, 3, 3), 1, "same", 2, 1, True),
     ((1, 2, 6, 7), (4, 2, 2, 4), 1, "same", 1, 1, False),  # even kernel: the extra padding goes after
     ((1, 2, 5, 5), (3, 2, 3, 3), 1, "valid", 1, 1, True),
+    # 64 channels by 3x3 and whole panels of 16 output channels: output channels last on CPU
+    ((2, 64, 7, 6), (32, 64, 3, 3), 1, 1, 1, 1, True),
+    ((1, 64, 9, 8), (16, 64, 3, 3), 2, (1, 0), (1, 2), 1, False),
 ]
 
 
@@ -231,6 +234,29 @@ def test_conv2d(case, device):
     out = F.conv2d(Tensor(x, device=device), Tensor(w, device=device),
                    Tensor(b, device=device) if with_bias else None, stride, padding, dilation, groups)
     close(out, conv_reference(x, w, b, stride2, pads, dilation2, groups))
+
+
+@pytest.mark.parametrize("w_shape, stride, dims", [((32, 64, 3, 3), 2, 2), ((16, 32, 4, 2, 2), 1, 3)])
+def test_a_convolution_computed_output_channels_last_has_the_gradients_of_the_other_layout(w_shape, stride, dims):
+    """On CPU, a convolution with wide windows computes with its output channels last
+    (nn/spatial.py `_output_channels_last_product`); NPY keeps them in the middle, whose gradients the
+    finite-difference tests check. Both give the same values and gradients, in float64."""
+    rng = np.random.default_rng(4)
+    x_value = rng.standard_normal((2, w_shape[1]) + (5,) * dims)
+    w_value, b_value = rng.standard_normal(w_shape), rng.standard_normal(w_shape[0])
+    projection = rng.standard_normal((2, w_shape[0]) + tuple((5 + 2 - k) // stride + 1 for k in w_shape[2:]))
+    results = {}
+    for device in ("CPU", "NPY"):
+        x, w, b = (Tensor(value, device=device, requires_grad=True) for value in (x_value, w_value, b_value))
+        convolution = F.conv2d if dims == 2 else F.conv3d
+        out = convolution(x, w, b, stride=stride, padding=1)
+        (out * Tensor(projection, device=device)).sum().backward()
+        results[device] = [out.numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy()]
+    for cpu, npy in zip(results["CPU"], results["NPY"]):
+        np.testing.assert_allclose(cpu, npy, rtol=1e-10, atol=1e-10)
+    pads = [(1, 1)] * dims
+    np.testing.assert_allclose(results["CPU"][0], conv_reference(x_value, w_value, b_value, (stride,) * dims, pads,
+                                                                 (1,) * dims, 1), rtol=1e-10, atol=1e-10)
 
 
 def test_conv2d_unbatched_input(device):

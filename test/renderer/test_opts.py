@@ -70,6 +70,13 @@ def last_kernel_of(tensor: Tensor):
     return merge_dims(items[-1].kernel), len(items)
 
 
+def product_kernel_of(tensor: Tensor):
+    """The one reduce kernel of a schedule (dim-merged) and how many kernels there are."""
+    items = [item for item in create_schedule([tensor.lazydata]) if item.kernel is not None]
+    (kernel,) = [item.kernel for item in items if item.kernel.reduce_axes]
+    return merge_dims(kernel), len(items)
+
+
 AVX2 = CRenderer(simd_lanes=8, simd_registers=16)
 
 
@@ -140,14 +147,29 @@ def test_conv2d_of_a_large_padded_input_copies_it_and_tiles_32_by_8():
 
 def test_a_convolution_of_a_padded_view_gets_the_same_kernel_as_one_given_padding():
     """lazygrad.onnx pads the input itself, then convolves without padding; nn.Conv2d passes the
-    padding. Both reach the same schedule: the padded input stored, the same tiled product."""
+    padding. Both reach the same schedule: the padded input stored, the weight copied into panels,
+    the same tiled product."""
     x = Tensor(np.ones((1, 64, 14, 14), np.float32))
     w = Tensor(np.ones((64, 64, 3, 3), np.float32))
-    given, given_count = last_kernel_of(x.conv2d(w, padding=1))
-    viewed, viewed_count = last_kernel_of(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))).conv2d(w))
-    assert given_count == viewed_count == 2
+    given, given_count = product_kernel_of(x.conv2d(w, padding=1))
+    viewed, viewed_count = product_kernel_of(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))).conv2d(w))
+    assert given_count == viewed_count
     assert given.ast is viewed.ast and given.full_shape == viewed.full_shape
     assert heuristic_opts(given, CRenderer()) == heuristic_opts(viewed, CRenderer()) != []
+
+
+@pytest.mark.parametrize("size, columns", [(7, 7), (14, 7), (28, 7), (56, 8)])
+def test_a_convolution_with_wide_windows_tiles_output_channels_by_columns(size, columns):
+    """64 channels by 3x3 or more computes with the output channels last, from the weight copied
+    into panels of 16 (nn/spatial.py `_output_channels_last_product`): the tile is those 16 channels
+    by a run of columns, 7 where 8 does not divide them (ResNet-18's 512x512x3x3 at 7x7, AVX2, 2
+    threads: 7.5 ms with 7 columns by 4 channels, 3.0 ms)."""
+    x = Tensor(np.ones((1, 64, size, size), np.float32))
+    w = Tensor(np.ones((32, 64, 3, 3), np.float32))
+    kernel, count = product_kernel_of(x.conv2d(w, padding=1))
+    assert kernel.full_shape[:4] == (size, size, 2, 16)
+    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, columns)]
+    assert count == 4  # the padded input, the weight's panels, the product, its (N, C, H, W) copy
 
 
 def test_conv2d_rows_that_no_power_of_two_divides_still_get_a_tile():
