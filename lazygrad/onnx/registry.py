@@ -55,6 +55,13 @@ class OpContext:
             return default
         return self.numpy(tensor).reshape(-1)[0].item()
 
+    def known_scalar(self, tensor: Tensor | None):
+        """The value of a known one-element constant (an initializer, a folded value) as a Python
+        number, else None: an operator can then use it as a constant in the kernel instead of a load."""
+        if tensor is None or not self.runner.is_known(tensor) or tensor.numel() != 1:
+            return None
+        return self.numpy(tensor).reshape(-1)[0].item()
+
     def declared_type(self, index: int) -> int | None:
         """The ONNX element type the model declares for the node's index-th input, if it does."""
         if index >= len(self.node.input):

@@ -359,3 +359,18 @@ def test_a_pool_gets_the_kernels_of_the_same_pool_written_with_nn(op, nn_pool):
     assert [len(k.reduce_axes) for k in kernels if k.reduce_axes] == [2]
     assert len(kernels) == len(_schedule_of(expected))
     np.testing.assert_allclose(result.numpy(), expected.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_clip_bounds_given_as_initializers_are_constants_of_the_kernel():
+    """ReLU6 exported as Clip(x, 0, 6) with initializer bounds: the bounds are numbers in the kernel,
+    not buffers it loads (with loads, gcc left MobileNetV2's padded ReLU6 kernels scalar)."""
+    x_value = np.linspace(-3, 9, 24, dtype=np.float32).reshape(2, 12)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 12])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    bounds = [numpy_helper.from_array(np.array(0, np.float32), "low"), numpy_helper.from_array(np.array(6, np.float32), "high")]
+    graph = helper.make_graph([helper.make_node("Clip", ["x", "low", "high"], ["y"])], "clip", inputs, outputs, bounds)
+    model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), device="CPU")
+    result = model(x=Tensor(x_value))["y"]
+    (kernel,) = _schedule_of(result)
+    assert len(kernel.buffer_dtypes) == 2  # the output and x
+    np.testing.assert_array_equal(result.numpy(), np.clip(x_value, 0, 6))
