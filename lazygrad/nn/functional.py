@@ -222,7 +222,7 @@ def _vector_norm(x: Tensor, p: float, dim, name: str) -> Tensor:
         raise ValueError(f"{name}: p must be a positive number or math.inf, got {p!r}")
     x = x._to_float()
     if p == math.inf:
-        return x.abs().max(dim, keepdim=True)
+        return x.abs().max(axis=dim, keepdim=True)
     if p == 1:
         return x.abs().sum(dim, keepdim=True)
     total = (x * x if p == 2 else x.abs() ** p).sum(dim, keepdim=True)

@@ -68,7 +68,7 @@ def scatter_reduce(x: Tensor, axis: int, indices: Tensor, updates: Tensor, reduc
         info = np.iinfo(x.dtype.np)
         fill = int(info.min if reduction == "max" else info.max)
     chosen = hit.where(moved_updates, Tensor.full((), fill, dtype=x.dtype, device=x.device))
-    combined = chosen.max(-1) if reduction == "max" else chosen.min(-1)
+    combined = chosen.amax(-1) if reduction == "max" else chosen.amin(-1)
     written = hit.any(-1).pad(padding)
     combined = combined.pad(padding)
     return written.where(combined.maximum(x) if reduction == "max" else combined.minimum(x), x)

@@ -37,8 +37,8 @@ def empty_reduce_value(name: str, dtype):
 REDUCERS = {
     "ReduceSum": lambda x, axes: x.sum(axes, keepdim=True),
     "ReduceMean": lambda x, axes: (x if x.dtype.is_float else x.float()).mean(axes, keepdim=True),
-    "ReduceMax": lambda x, axes: x.max(axes, keepdim=True),
-    "ReduceMin": lambda x, axes: x.min(axes, keepdim=True),
+    "ReduceMax": lambda x, axes: x.max(axis=axes, keepdim=True),
+    "ReduceMin": lambda x, axes: x.min(axis=axes, keepdim=True),
     "ReduceProd": lambda x, axes: x.prod(axes, keepdim=True),
     "ReduceL1": lambda x, axes: x.abs().sum(axes, keepdim=True),
     "ReduceL2": lambda x, axes: (x * x).sum(axes, keepdim=True).sqrt(),
@@ -96,7 +96,7 @@ def softmax(x: Tensor, axis: int) -> Tensor:
     if x.dtype != dtypes.float16:
         return x.softmax(axis)
     # as numpy computes it for half: exp rounded once from float32, sums accumulated in float32
-    exponentials = (x - x.max(axis, keepdim=True)).float().exp().half()
+    exponentials = (x - x.max(axis=axis, keepdim=True)).float().exp().half()
     return exponentials / exponentials.float().sum(axis, keepdim=True).half()
 
 

@@ -77,7 +77,7 @@ def roi_align(ctx, x, rois, batch_indices, coordinate_transformation_mode="half_
         features = x[image].reshape(channels, height * width)
         taps = features @ Tensor(matrix.T.astype(x.dtype.np), device=ctx.device)
         taps = taps.reshape(channels, output_height, output_width, samples, 4)
-        pooled = taps.sum((3, 4)) / samples if mode == "avg" else taps.max(4).max(3)
+        pooled = taps.sum((3, 4)) / samples if mode == "avg" else taps.amax((3, 4))
         outputs.append(pooled)
     return Tensor.stack(*outputs, dim=0).cast(x.dtype)
 

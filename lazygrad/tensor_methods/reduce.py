@@ -6,7 +6,7 @@ Front-end layer, a mixin of lazygrad.tensor.Tensor.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -16,6 +16,13 @@ from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
+
+
+class ValuesIndices(NamedTuple):
+    """What max(dim) and min(dim) return, as PyTorch's torch.return_types.max: a tuple of the values
+    and the int64 indices, also readable as `.values` and `.indices`."""
+    values: "Tensor"
+    indices: "Tensor"
 
 
 def _all_dims_if_empty(dim):
@@ -66,11 +73,45 @@ class ReduceMethods:
         if any(self.shape[a] == 0 for a in axes) or (axis is None and self.numel() == 0):
             raise ValueError(f"{name}: cannot reduce over an empty dimension of a tensor of shape {self.shape}")
 
-    def max(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
-        return self._largest(dim if dim is not None else axis, keepdim, "max")
+    def max(self, dim=None, keepdim: bool = False, *, axis=None):
+        """As in PyTorch: max() is the largest element; max(dim) (one int) is ValuesIndices(values,
+        indices) along dim, the index of the first maximum (NaN counts as the maximum), the values'
+        gradient going to that element alone; max(other_tensor) is the elementwise maximum. tinygrad's
+        spelling, max(axis=...) or a tuple of dims, gives the values alone, ties sharing the gradient
+        (as amax)."""
+        return self._extreme(dim, keepdim, axis, "max")
 
-    def min(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
-        return self._smallest(dim if dim is not None else axis, keepdim, "min")
+    def min(self, dim=None, keepdim: bool = False, *, axis=None):
+        """max's counterpart (see max)."""
+        return self._extreme(dim, keepdim, axis, "min")
+
+    def _extreme(self, dim, keepdim: bool, axis, name: str):
+        from lazygrad.tensor import Tensor
+        largest = name == "max"
+        if isinstance(dim, Tensor):
+            return self.maximum(dim) if largest else self.minimum(dim)
+        if axis is not None or dim is None or isinstance(dim, (tuple, list)):
+            return (self._largest if largest else self._smallest)(axis if axis is not None else dim, keepdim, name)
+        return self._extreme_with_index(dim, keepdim, largest, name)
+
+    def _extreme_with_index(self, dim: int, keepdim: bool, largest: bool, name: str) -> ValuesIndices:
+        from lazygrad.tensor import Tensor, no_grad
+        self._check_not_empty(dim, name)
+        dim = _normalize_axis(dim, self.ndim, name)
+        kept_indices = (self.argmax if largest else self.argmin)(dim, keepdim=True)
+        with no_grad():
+            values = (self._largest if largest else self._smallest)(dim, True, name)
+
+        def to_the_index(grad, out, sources, rule):
+            if self.ndim == 0:
+                return [grad]
+            positions = Tensor.arange(self.shape[dim], device=self.device).reshape(
+                tuple(size if axis == dim else 1 for axis, size in enumerate(self.shape)))
+            return [(positions == kept_indices).where(grad, 0.0)]
+        values = values._with_gradient((self,), to_the_index)
+        if keepdim or self.ndim == 0:
+            return ValuesIndices(values, kept_indices)
+        return ValuesIndices(values.squeeze(dim), kept_indices.squeeze(dim))
 
     def amax(self, dim=None, keepdim: bool = False, *, axis=None) -> "Tensor":
         """max over dim (an int or a tuple; None or () for all dims), ties sharing the gradient, as in
@@ -150,7 +191,7 @@ class ReduceMethods:
         if self.ndim == 0:
             return Tensor.zeros((), dtype=dtypes.int64, device=self.device)
         size = self.shape[axis]
-        is_max = self == self.max(axis, keepdim=True)
+        is_max = self == self._largest(axis, True, name)
         if self.dtype.is_float:
             is_max = is_max.logical_or(self != self)
         # the largest of (size - index) over the maxima is the first maximum
@@ -165,7 +206,7 @@ class ReduceMethods:
         axes = x._reduce_axes(axis, "logsumexp")
         if any(x.shape[a] == 0 for a in axes):
             return x.sum(axis, keepdim).log()  # -inf, as in PyTorch
-        top = x.detach().max(axis, keepdim=True)  # any shift gives the same value and gradient
+        top = x.detach()._largest(axis, True, "logsumexp")  # any shift gives the same value and gradient
         top = top.isinf().where(0.0, top)
         total = (x - top).exp().sum(axis, keepdim=True).log() + top
         return total if keepdim else total.reshape(tuple(s for a, s in enumerate(x.shape) if a not in axes))
@@ -180,7 +221,7 @@ class ReduceMethods:
         axis = _normalize_axis(axis, x.ndim, name)
         if x.numel() == 0:
             return x, axis
-        return x - x.detach().max(axis, keepdim=True), axis
+        return x - x.detach()._largest(axis, True, name), axis
 
     def softmax(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
         """exp(x) / sum(exp(x)) along axis (default the last, as in tinygrad): 2 kernels (the row max and

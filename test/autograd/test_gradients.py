@@ -36,7 +36,7 @@ CASES = {
     "minimum": (lambda x, y: x.minimum(y).sum(), [signed(5), signed(5)]),
     "where": (lambda x, y: (x > 0).where(x * 2, y * y).sum(), [signed(6), signed(6)]),
     "sum_axis": (lambda x: (x.sum(1) ** 2).sum(), [signed(3, 4)]),
-    "max_axis": (lambda x: (x.max(0) * 3).sum(), [signed(3, 4)]),
+    "max_axis": (lambda x: (x.amax(0) * 3).sum(), [signed(3, 4)]),
     "prod_axis": (lambda x: x.prod(1).sum(), [positive(2, 3)]),
     "mean_keepdim": (lambda x: (x - x.mean(1, keepdim=True)).square().sum(), [signed(3, 4)]),
     "reshape_permute": (lambda x: (x.reshape(3, 4).permute(1, 0) * Tensor(np.arange(12.0).reshape(4, 3), device=x.device)).sum(), [signed(2, 6)]),
@@ -48,7 +48,7 @@ CASES = {
     "matmul_transposed": (lambda x, w: (x @ w.T).relu().sum(), [signed(9, 4), signed(2, 4)]),  # nn.Linear's
     "matmul_vector": (lambda x, w: (x @ w).square().sum(), [signed(4), signed(4, 3)]),
     "batched_matmul": (lambda x, w: (x @ w).square().sum(), [signed(2, 2, 3), signed(3, 2)]),
-    "softmax": (lambda x: ((x - x.max(1, keepdim=True)).exp() / (x - x.max(1, keepdim=True)).exp().sum(1, keepdim=True) * Tensor(np.arange(8.0).reshape(2, 4), device=x.device)).sum(), [signed(2, 4)]),
+    "softmax": (lambda x: ((x - x.amax(1, keepdim=True)).exp() / (x - x.amax(1, keepdim=True)).exp().sum(1, keepdim=True) * Tensor(np.arange(8.0).reshape(2, 4), device=x.device)).sum(), [signed(2, 4)]),
     "sigmoid_tanh": (lambda x: (x.sigmoid() + x.tanh()).sum(), [signed(5)]),
     "pow_float": (lambda x: (x ** 1.5).sum(), [positive(4)]),
     "contiguous": (lambda x: (x.T.contiguous() * Tensor(np.arange(6.0).reshape(3, 2), device=x.device)).sum(), [signed(2, 3)]),

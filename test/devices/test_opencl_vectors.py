@@ -131,7 +131,7 @@ def test_vector_column_sums_and_maxima():
     total, used = run_kernel(on_opencl(x).sum(0), 16, [Opt("UPCAST", 1, 16)])
     assert used == 16
     np.testing.assert_allclose(total, x.sum(0), rtol=1e-5, atol=1e-5)
-    maximum, used = run_kernel(on_opencl(x).max(0), 16, [Opt("UPCAST", 1, 16)])
+    maximum, used = run_kernel(on_opencl(x).amax(0), 16, [Opt("UPCAST", 1, 16)])
     assert used == 16
     np.testing.assert_array_equal(maximum, x.max(0))
 

@@ -56,6 +56,55 @@ def test_argmax_of_0d_and_errors(device):
         tensor(np.zeros((2, 3), np.float32), device).argmax(2)
 
 
+# ---- max(dim), min(dim) -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("dtype", [F32, I32, U8, BOOL], ids=["float32", "int32", "uint8", "bool"])
+@pytest.mark.parametrize("dim, keepdim", [(0, False), (-1, True), (1, False)])
+def test_max_min_with_a_dim_give_values_and_first_indices(name, dtype, dim, keepdim, device):
+    a = small_sample(dtype, shape=SHAPE3, low=-2, high=3)  # many ties: the first one's index
+    result = getattr(tensor(a, device), name)(dim, keepdim)
+    values, indices = result
+    assert result.values is values and result.indices is indices
+    expected = getattr(np, name)(a, axis=dim, keepdims=keepdim)
+    check(values, expected, dtype)
+    check(indices, np_arg("arg" + name, a, dim, keepdim), I64)
+
+
+def test_max_min_with_a_dim_keep_nan_and_take_other_spellings(device):
+    a = np.array([[1.0, np.nan, 3.0, np.nan], [-np.inf, 2.0, 2.0, -1.0]], dtype=np.float32)
+    x = tensor(a, device)
+    values, indices = x.max(dim=1)
+    check(values, np.array([np.nan, 2.0], np.float32), F32)
+    check(indices, np.array([1, 1]), I64)
+    check(x.min(1).indices, np.array([1, 0]), I64)  # NaN is the minimum too, as in PyTorch
+    check(x.max(axis=1), np.max(a, axis=1), F32)      # tinygrad's keyword: the values alone
+    check(x.max((0, 1)), np.max(a, axis=(0, 1)), F32)
+    check(x.max(), np.max(a), F32)
+    other = np.zeros_like(a)
+    check(x.max(tensor(other, device)), np.maximum(a, other), F32)
+    check(x.min(tensor(other, device)), np.minimum(a, other), F32)
+    scalar_values, scalar_index = tensor(np.array(2.5, np.float32), device).max(0)
+    check(scalar_values, np.array(2.5, np.float32), F32)
+    check(scalar_index, np.array(0), I64)
+    with pytest.raises(ValueError, match="empty"):
+        tensor(np.zeros((2, 0), np.float32), device).max(1)
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_min_with_a_dim_give_a_tie_s_gradient_to_the_index_they_return(name, device):
+    """PyTorch's rule (amax and max() share a tie's gradient instead)."""
+    a = np.array([[1.0, 3.0, 3.0], [-2.0, -2.0, 0.5]], dtype=np.float64)
+    x = Tensor(a, device=device, requires_grad=True)
+    values, indices = getattr(x, name)(1)
+    (values * Tensor(np.array([2.0, 5.0]), device=device)).sum().backward()
+    expected = np.zeros_like(a)
+    for row, column in enumerate(indices.numpy()):
+        expected[row, column] = (2.0, 5.0)[row]
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
+    assert list(indices.numpy()) == ([1, 2] if name == "max" else [0, 0])
+
+
 # ---- var, std -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["var", "std"])

@@ -156,7 +156,7 @@ def reduction(draw, pair: Pair):
         axis = draw(st.integers(-ndim, ndim - 1))
     else:
         axis = tuple(draw(st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim, unique=True)))
-    return pair.apply(lambda t: getattr(t, name)(axis, keepdim), f"{name}(axis={axis}, keepdim={keepdim})")
+    return pair.apply(lambda t: getattr(t, name)(axis=axis, keepdim=keepdim), f"{name}(axis={axis}, keepdim={keepdim})")
 
 
 @st.composite

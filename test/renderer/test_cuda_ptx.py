@@ -43,7 +43,7 @@ def tensor(shape, dtype=np.float32) -> Tensor:
 
 
 def softmax(x: Tensor) -> Tensor:
-    exponentials = (x - x.max(-1, keepdim=True)).exp()
+    exponentials = (x - x.amax(-1, keepdim=True)).exp()
     return exponentials / exponentials.sum(-1, keepdim=True)
 
 
@@ -73,9 +73,9 @@ def _cast_graphs():
 def _other_graphs():
     for dtype in (np.float16, np.float32, np.float64, np.int32):
         yield f"sum-{np.dtype(dtype).name}", tensor((4, 6), dtype).sum(1, keepdim=True)
-        yield f"max-{np.dtype(dtype).name}", tensor((4, 6), dtype).max(0)
+        yield f"max-{np.dtype(dtype).name}", tensor((4, 6), dtype).amax(0)
         yield f"prod-{np.dtype(dtype).name}", tensor((4, 6), dtype).prod()
-    yield "any", tensor((4, 6), np.bool_).max(1)
+    yield "any", tensor((4, 6), np.bool_).amax(1)
     yield "column-sum", tensor((64, 32)).sum(0)
     yield "views", tensor((4, 6)).pad(((1, 2), (0, 3))).flip(0).permute(1, 0).shrink(((1, 8), (0, 5))) + 1
     yield "padded-exp", tensor((4, 6)).pad(((2, 0), (1, 1))).exp()
@@ -148,9 +148,9 @@ def _work_group_programs():
     renderer = CUDARenderer()
     graphs = [
         ("group-sum", tensor((4, 64)).sum(1), [Opt("GROUP", 1, 16)]),
-        ("group-max", tensor((4, 64)).max(1), [Opt("GROUP", 1, 8), Opt("UNROLL", 1, 4)]),
+        ("group-max", tensor((4, 64)).amax(1), [Opt("GROUP", 1, 8), Opt("UNROLL", 1, 4)]),
         ("group-half", tensor((4, 64), np.float16).sum(1), [Opt("GROUP", 1, 32)]),
-        ("group-any", tensor((4, 64), np.bool_).max(1), [Opt("GROUP", 1, 16)]),
+        ("group-any", tensor((4, 64), np.bool_).amax(1), [Opt("GROUP", 1, 16)]),
         ("group-all", tensor((256,)).sum(), [Opt("GROUP", 0, 64)]),
         ("local-group-upcast", tensor((8, 64)).sum(1), [Opt("UPCAST", 0, 2), Opt("LOCAL", 0, 4), Opt("GROUP", 3, 8)]),
         ("local-matmul", tensor((8, 16)) @ tensor((16, 32)), [Opt("LOCAL", 1, 32), Opt("LOCAL", 0, 4)]),

@@ -32,7 +32,7 @@ def tensor(shape, dtype=np.float32) -> Tensor:
 
 
 def softmax(x: Tensor) -> Tensor:
-    exponentials = (x - x.max(-1, keepdim=True)).exp()
+    exponentials = (x - x.amax(-1, keepdim=True)).exp()
     return exponentials / exponentials.sum(-1, keepdim=True)
 
 
