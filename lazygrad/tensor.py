@@ -29,6 +29,7 @@ from lazygrad.tensor_methods.math_functions import MathFunctionMethods
 from lazygrad.tensor_methods.movement import MovementMethods
 from lazygrad.tensor_methods.nn import NNMethods
 from lazygrad.tensor_methods.reduce import ReduceMethods
+from lazygrad.tensor_methods.sorting import SortingMethods
 
 _SCALAR_RESULT_TYPES: dict[tuple, DType] = {}  # (tensor dtype, has dims, scalar's type) -> result dtype
 
@@ -62,8 +63,8 @@ class no_grad:
         return wrapper
 
 
-class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMethods, MovementMethods,
-             IndexingMethods, LinalgMethods, NNMethods):
+class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMethods, SortingMethods,
+             MovementMethods, IndexingMethods, LinalgMethods, NNMethods):
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
     __hash__ = object.__hash__  # == builds a comparison, so hashing stays by identity
     grad_enabled = True         # False inside `with no_grad():`

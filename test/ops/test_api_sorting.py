@@ -1,0 +1,104 @@
+"""sort, argsort and topk against numpy's stable sort, on every device: NaN the largest value, ties in
+their original order, every dtype, any dim, non-contiguous input, 0-d and empty tensors, and the
+values' gradient going back to where each value came from."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lazygrad import Tensor, dtypes
+from ops_helpers import check, small_sample, tensor
+
+F32, F64, I32, U8, BOOL, I64 = dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint8, dtypes.bool, dtypes.int64
+
+
+def np_order(a, axis, descending):
+    """numpy's stable order, descending with ties still in their original order and NaN first."""
+    if not descending:
+        return np.argsort(a, axis=axis, kind="stable")
+    if a.dtype == np.bool_:
+        key = ~a
+    elif a.dtype.kind == "f":
+        key = np.where(np.isnan(a), -np.inf, -a)
+        key = np.where(np.isnan(a), np.nan, key)  # NaN sorts last in numpy: keep it, then move it first below
+        order = np.argsort(key, axis=axis, kind="stable")
+        nan_first = np.argsort(~np.isnan(np.take_along_axis(a, order, axis)), axis=axis, kind="stable")
+        return np.take_along_axis(order, nan_first, axis)
+    else:
+        key = -a.astype(np.int64)
+    return np.argsort(key, axis=axis, kind="stable")
+
+
+def sample_with_ties(dtype, shape=(3, 4, 5), seed=0):
+    a = small_sample(dtype, shape=shape, low=-3, high=4, seed=seed)
+    if dtype.is_float:
+        a = a.copy()
+        a.flat[[1, 7, 22]] = [np.nan, np.inf, -np.inf]
+        a.flat[9] = -0.0
+    return a
+
+
+def check_sorted(a, dtype, dim, descending, device):
+    order = np_order(a, dim, descending)
+    values, indices = tensor(a, device).sort(dim, descending=descending)
+    check(values, np.take_along_axis(a, order, dim), dtype)
+    check(indices, order, I64)
+    check(tensor(a, device).argsort(dim, descending), order, I64)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_sort_and_argsort_match_a_stable_sort(dim, device):
+    for descending in (False, True):
+        check_sorted(sample_with_ties(F32), F32, dim, descending, device)
+
+
+@pytest.mark.parametrize("dtype", [F64, I32, U8, BOOL], ids=["float64", "int32", "uint8", "bool"])
+def test_sort_every_dtype(dtype, device):
+    for descending in (False, True):
+        check_sorted(sample_with_ties(dtype), dtype, -1, descending, device)
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_gives_the_first_k_of_the_order(largest, device):
+    a = sample_with_ties(F32)
+    for k, dim in ((1, -1), (3, -1), (5, -1), (2, 0)):
+        order = np.take(np_order(a, dim, largest), range(k), axis=dim)
+        values, indices = tensor(a, device).topk(k, dim=dim, largest=largest)
+        check(values, np.take_along_axis(a, order, dim), F32)
+        check(indices, order, I64)
+
+
+def test_sorting_non_contiguous_0d_and_empty(device):
+    a = sample_with_ties(F32, shape=(4, 6), seed=3)
+    view = a.T[::2]
+    check(tensor(a, device).T[::2].sort(1).values, np.sort(view, axis=1, kind="stable"), F32)
+    scalar = tensor(np.array(2.5, np.float32), device)
+    values, indices = scalar.sort()
+    check(values, np.array(2.5, np.float32), F32)
+    check(indices, np.array(0), I64)
+    check(scalar.topk(1).values, np.array(2.5, np.float32), F32)
+    empty = tensor(np.zeros((3, 0), np.float32), device)
+    check(empty.sort(1).values, np.zeros((3, 0), np.float32), F32)
+    check(empty.argsort(1), np.zeros((3, 0), np.int64), I64)
+    check(tensor(a, device).topk(0, dim=0).indices, np.zeros((0, 6), np.int64), I64)
+
+
+def test_topk_checks_k(device):
+    x = tensor(np.zeros((2, 3), np.float32), device)
+    with pytest.raises(ValueError, match="k=4 is out of range"):
+        x.topk(4)
+    with pytest.raises(TypeError, match="k must be an int"):
+        x.topk(1.5)
+
+
+@pytest.mark.parametrize("name", ["sort", "topk"])
+def test_the_sorted_values_gradient_goes_back_to_their_elements(name, device):
+    a = np.array([[0.5, -1.0, 0.5, 2.0], [3.0, 3.0, -2.0, 1.0]])
+    x = Tensor(a, device=device, requires_grad=True)
+    values, indices = x.sort(1, descending=True) if name == "sort" else x.topk(2, dim=1)
+    weights = np.arange(1.0, 1.0 + values.shape[1])
+    (values * Tensor(weights, device=device)).sum().backward()
+    expected = np.zeros_like(a)
+    for row in range(2):
+        expected[row, indices.numpy()[row]] = weights
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
