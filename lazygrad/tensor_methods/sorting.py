@@ -1,4 +1,4 @@
-"""sort, argsort and topk of Tensor, composed from comparisons and reduces.
+"""sort, argsort, topk, kthvalue and median of Tensor, composed from comparisons and reduces.
 
 Front-end layer, a mixin of lazygrad.tensor.Tensor. Sorting has no primitive of its own: each
 element's rank along the dim is the number of elements that come before it (smaller, or equal and at
@@ -45,7 +45,7 @@ def _lowest(dtype):
 
 
 class SortingMethods:
-    """sort, argsort and topk along one dim."""
+    """sort, argsort, topk, kthvalue and median along one dim."""
     __slots__ = ()
 
     def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> ValuesIndices:
@@ -64,14 +64,60 @@ class SortingMethods:
         choice open)."""
         if isinstance(k, bool) or not isinstance(k, int):
             raise TypeError(f"topk: k must be an int, got {type(k).__name__}")
-        size = self.shape[_normalize_axis(dim, self.ndim, "topk")] if self.ndim else 1
+        size = self._sorted_dim_size(dim, "topk")
         if not 0 <= k <= size:
             raise ValueError(f"topk: k={k} is out of range for dim {dim} of size {size} (shape {self.shape})")
         return self._ordered(dim, largest, k, "topk")
 
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
+        """ValuesIndices of the k-th smallest element along dim (k from 1), as PyTorch."""
+        size = self._sorted_dim_size(dim, "kthvalue")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= size:
+            raise ValueError(f"kthvalue: k must be an int from 1 to {size} (dim {dim} of shape {self.shape}), got {k!r}")
+        return self._at_rank(lambda x: _rank_per_row(x, k - 1), dim, keepdim, "kthvalue")
+
+    def median(self, dim: int | None = None, keepdim: bool = False):
+        """The lower median, as PyTorch: of all elements when dim is None (a Tensor), else
+        ValuesIndices along dim; NaN where a row holds NaN (the first NaN's index)."""
+        if dim is None:
+            return self.reshape(-1).median(0).values.reshape((1,) * self.ndim if keepdim else ())
+        size = self._sorted_dim_size(dim, "median")
+        if size == 0:
+            raise ValueError(f"median: dim {dim} of shape {self.shape} is empty")
+
+        def rank(x):
+            lower = _rank_per_row(x, (size - 1) // 2)
+            if not x.dtype.is_float:
+                return lower
+            nans = (x != x).detach().cast(dtypes.int64).sum(-1, keepdim=True)
+            return (nans > 0).where(size - nans, lower)  # NaN sorts last: the first NaN
+        return self._at_rank(rank, dim, keepdim, "median")
+
+    def _sorted_dim_size(self, dim: int, name: str) -> int:
+        if self.ndim == 0:  # one element along dim 0 or -1, as in PyTorch
+            _normalize_axis(dim, 1, name)
+            return 1
+        return self.shape[_normalize_axis(dim, self.ndim, name)]
+
+    def _at_rank(self, rank, dim: int, keepdim: bool, name: str) -> ValuesIndices:
+        """The element whose ascending rank along dim is rank(x) (x with dim moved last; one int64
+        per row, shape (..., 1)), with its index."""
+        if self.ndim == 0:
+            _normalize_axis(dim, 1, name)
+            values, indices = self.reshape(1)._at_rank(rank, 0, False, name)
+            return ValuesIndices(values.reshape(()), indices.reshape(()))
+        dim = _normalize_axis(dim, self.ndim, name)
+        x = self.transpose(dim, -1) if dim != self.ndim - 1 else self
+        values, indices = _gathered(x, _ranks(x, False), rank(x))
+        if dim != self.ndim - 1:
+            values, indices = values.transpose(dim, -1), indices.transpose(dim, -1)
+        if keepdim:
+            return ValuesIndices(values, indices)
+        return ValuesIndices(values.squeeze(dim), indices.squeeze(dim))
+
     def _ordered(self, dim: int, descending: bool, count: int | None, name: str) -> ValuesIndices:
         """The first `count` (all when None) elements along dim in order, with their indices."""
-        from lazygrad.tensor import Tensor, no_grad
+        from lazygrad.tensor import Tensor
         if self.ndim == 0:  # one element along dim 0 or -1, as in PyTorch
             _normalize_axis(dim, 1, name)
             values, indices = self.reshape(1)._ordered(0, descending, count, name)
@@ -84,19 +130,38 @@ class SortingMethods:
             values = x[..., :count]
             indices = Tensor.zeros(values.shape, dtype=dtypes.int64, device=self.device)
             return ValuesIndices(values.transpose(dim, -1), indices.transpose(dim, -1))
-        key = x.detach().cast(dtypes.int8) if x.dtype.is_bool else x.detach()
-        positions = Tensor.arange(size, device=self.device)
-        # rank of element i: the elements j that come before it, or tie with it at a lower index
-        row, column = key.unsqueeze(-1), key.unsqueeze(-2)   # element i along dim -2, element j along -1
-        earlier = positions.reshape(1, size) < positions.reshape(size, 1)
-        before = _comes_before(column, row, descending).logical_or(_ties(column, row).logical_and(earlier))
-        ranks = before.cast(dtypes.int64).sum(-1)            # (..., size)
-        # slot r of the result holds the element whose rank is r
-        hit = ranks.unsqueeze(-2) == Tensor.arange(count, device=self.device).reshape(count, 1)  # (..., r, i)
-        indices = hit.where(positions, 0).sum(-1)
-        with no_grad():
-            values = hit.where(x.unsqueeze(-2), _lowest(x.dtype)).max(axis=-1)
-        values = values._with_gradient((x,), lambda grad, out, sources, rule: [hit.where(grad.unsqueeze(-1), 0).sum(-2)])
+        values, indices = _gathered(x, _ranks(x, descending), Tensor.arange(count, device=self.device))
         if dim != self.ndim - 1:
             values, indices = values.transpose(dim, -1), indices.transpose(dim, -1)
         return ValuesIndices(values, indices)
+
+
+def _rank_per_row(x: "Tensor", rank: int) -> "Tensor":
+    """The same rank for every row of x along its last dim, shape (..., 1)."""
+    from lazygrad.tensor import Tensor
+    return Tensor.full(x.shape[:-1] + (1,), rank, dtype=dtypes.int64, device=x.device)
+
+
+def _ranks(x: "Tensor", descending: bool) -> "Tensor":
+    """Each element's place along the last dim in order: the elements that come before it, or tie
+    with it at a lower index (int64, x's shape)."""
+    from lazygrad.tensor import Tensor
+    size = x.shape[-1]
+    key = x.detach().cast(dtypes.int8) if x.dtype.is_bool else x.detach()
+    positions = Tensor.arange(size, device=x.device)
+    row, column = key.unsqueeze(-1), key.unsqueeze(-2)   # element i along dim -2, element j along -1
+    earlier = positions.reshape(1, size) < positions.reshape(size, 1)
+    before = _comes_before(column, row, descending).logical_or(_ties(column, row).logical_and(earlier))
+    return before.cast(dtypes.int64).sum(-1)
+
+
+def _gathered(x: "Tensor", ranks: "Tensor", wanted: "Tensor") -> ValuesIndices:
+    """The elements of x whose rank along the last dim is each of `wanted` (the last dim of its
+    shape, broadcast against x's others), with their indices; the values' gradient goes back to them."""
+    from lazygrad.tensor import Tensor, no_grad
+    hit = ranks.unsqueeze(-2) == wanted.unsqueeze(-1)     # (..., wanted, element)
+    indices = hit.where(Tensor.arange(x.shape[-1], device=x.device), 0).sum(-1)
+    with no_grad():
+        values = hit.where(x.unsqueeze(-2), _lowest(x.dtype)).max(axis=-1)
+    values = values._with_gradient((x,), lambda grad, out, sources, rule: [hit.where(grad.unsqueeze(-1), 0).sum(-2)])
+    return ValuesIndices(values, indices)

@@ -102,3 +102,32 @@ def test_the_sorted_values_gradient_goes_back_to_their_elements(name, device):
     for row in range(2):
         expected[row, indices.numpy()[row]] = weights
     np.testing.assert_array_equal(x.grad.numpy(), expected)
+
+
+def np_lower_median(a, axis):
+    """PyTorch's median along axis: the lower middle of the stable order, or the first NaN."""
+    order = np.argsort(a, axis=axis, kind="stable")
+    n = a.shape[axis]
+    nans = np.isnan(a).sum(axis=axis, keepdims=True) if a.dtype.kind == "f" else np.zeros_like(np.take(a, [0], axis))
+    rank = np.where(nans > 0, n - nans, (n - 1) // 2).astype(np.int64)
+    index = np.take_along_axis(order, rank, axis)
+    return np.take_along_axis(a, index, axis), index
+
+
+@pytest.mark.parametrize("dtype", [F32, I32], ids=["float32", "int32"])
+def test_median_and_kthvalue(dtype, device):
+    a = sample_with_ties(dtype, shape=(4, 6), seed=5)  # float32: a NaN in row 0, infinities in row 1
+    for dim, keepdim in ((1, False), (0, True)):
+        values, indices = tensor(a, device).median(dim, keepdim)
+        expected_values, expected_indices = np_lower_median(a, dim)
+        check(values, expected_values if keepdim else expected_values.squeeze(dim), dtype)
+        check(indices, expected_indices if keepdim else expected_indices.squeeze(dim), I64)
+    flat = np.sort(a.reshape(-1), kind="stable")
+    expected = flat[-np.isnan(flat).sum()] if np.isnan(flat).any() else flat[(flat.size - 1) // 2]
+    check(tensor(a, device).median(), np.array(expected, dtype.np), dtype)
+    order = np.argsort(a, axis=1, kind="stable")
+    values, indices = tensor(a, device).kthvalue(3, 1)
+    check(values, np.take_along_axis(a, order[:, 2:3], 1)[:, 0], dtype)
+    check(indices, order[:, 2], I64)
+    with pytest.raises(ValueError, match="k must be an int from 1 to 6"):
+        tensor(a, device).kthvalue(7, 1)
