@@ -32,6 +32,10 @@ What a replay reproduces, and what it checks:
     value built before the replay from the old contents (`old = w * 1`, not yet realized) raises
     StaleValueError when realized, never silently reading the new contents. The tensors that held
     those buffers when the capture ended (parameters, their state and gradients) stay current.
+  * A launch that reads only state the function does not write (a parameter, never an argument)
+    into a buffer nothing else writes (a convolution's weight copied into panels, a linear layer's
+    transposed weight) is skipped while the versions of what it read are those of its last run:
+    assigning the parameter, in a plain step or another replay, makes the next replay compute it again.
   * Python code in the function does not run on a replay: values computed in Python from
     arguments or globals (`x.numpy()`, `time.time()`) are frozen at the capture. Pass what varies
     as a Tensor argument.
@@ -150,7 +154,8 @@ class _Replay:
         # an argument or 1 for an output, number, whether the function takes pointers)] to substitute
         # on every call). A program that offers `call_with_pointers` (CPU) gets its buffers' pointers,
         # looked up here once instead of on every replay.
-        self.steps: list[tuple[object, list, list[tuple[int, int, int, bool]]]] = []
+        self.steps: list[tuple[object, list, list[tuple[int, int, int, bool]], list | None]] = []
+        derived = self._derived_launches(recording, input_buffers, output_buffers)
         for launch in recording.launches:
             if launch.program is None and not launch.inputs:
                 continue  # empty outputs: nothing to compute
@@ -165,11 +170,38 @@ class _Replay:
                     substitutions.append((position, 0, input_buffers[id(buffer)], by_pointer))
                 elif id(buffer) in output_buffers:
                     substitutions.append((position, 1, output_buffers[id(buffer)], by_pointer))
-            self.steps.append((function, arguments, substitutions))
+            # a launch computed from state alone: [its source buffers, their versions when it last ran]
+            sources = [launch.inputs, None] if id(launch) in derived else None
+            self.steps.append((function, arguments, substitutions, sources))
         # the captured buffers, held so the memory that the pointers above point into stays theirs
         self.captured_buffers = [launch.buffers for launch in recording.launches]
         self.kernel_count = sum(1 for launch in recording.launches if launch.program is not None)
         self.rewritten = self._rewritten_buffers(recording, output_buffers)
+
+    @staticmethod
+    def _derived_launches(recording: engine.Recording, input_buffers: dict[int, int],
+                          output_buffers: dict[int, int]) -> set[int]:
+        """The launches (by id) that read only buffers the capture does not write, nor receives as
+        arguments or refills (parameters: a convolution's weight copied into panels, a transposed
+        linear weight), into buffers no other launch writes. What they compute changes only when one
+        of their sources does, and every write bumps a buffer's version (lazy.py; replays too): a
+        replay skips such a launch while its sources' versions are those of its last run."""
+        writes: dict[int, int] = {}
+        for launch in recording.launches:
+            for buffer in launch.buffers[:len(launch.in_place)]:
+                writes[id(buffer)] = writes.get(id(buffer), 0) + 1
+        changing = set(writes) | set(input_buffers) | {id(buffer) for buffer, _ in recording.refills}
+        derived = set()
+        for launch in recording.launches:
+            targets = launch.buffers[:len(launch.in_place)]
+            if launch.program is None or not launch.inputs or any(launch.in_place):
+                continue
+            if any(id(buffer) in changing for buffer in launch.inputs):
+                continue
+            if any(writes[id(buffer)] > 1 or id(buffer) in output_buffers for buffer in targets):
+                continue
+            derived.add(id(launch))
+        return derived
 
     @staticmethod
     def _rewritten_buffers(recording: engine.Recording, output_buffers: dict[int, int]) -> list[tuple[object, list]]:
@@ -231,7 +263,14 @@ class _Replay:
         if self.refills:  # the checks of empty lists are cheaper than entering loops over them
             for buffer, draw in self.refills:
                 buffer.copyin(draw())
-        for function, arguments, substitutions in self.steps:
+        skipped = 0
+        for function, arguments, substitutions, derived in self.steps:
+            if derived is not None:
+                versions = [buffer.version for buffer in derived[0]]
+                if versions == derived[1]:
+                    skipped += 1
+                    continue
+                derived[1] = versions
             if substitutions:
                 arguments = arguments.copy()
                 for position, source, number, by_pointer in substitutions:
@@ -245,7 +284,7 @@ class _Replay:
                     tensor = reference()
                     if tensor is not None and tensor.lazydata.buffer is buffer:
                         tensor.lazydata = LazyBuffer.from_buffer(buffer, tensor.lazydata.shape)
-        stats.kernels += self.kernel_count
+        stats.kernels += self.kernel_count - skipped
         results = []
         for buffer, (shape, _, _, _) in zip(output_buffers, self.output_allocations):
             results.append(Tensor(LazyBuffer.from_buffer(buffer, shape)))

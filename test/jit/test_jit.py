@@ -94,6 +94,29 @@ def test_assigned_state_is_updated_by_every_replay(compiled_device):
     assert total.item() == 18.0
 
 
+def test_a_launch_computed_from_state_alone_runs_again_only_when_the_state_changes(compiled_device):
+    """A copy of a parameter (here a transposed weight, as nn.Linear reads it) does not change
+    between replays: a replay skips it until the parameter is written, then computes it again."""
+    weight = Tensor(rng.standard_normal((16, 12)).astype(np.float32), device=compiled_device).realize()
+
+    @jit
+    def f(x):
+        return x @ weight.T.contiguous() + 1
+    x = Tensor(rng.standard_normal((8, 12)).astype(np.float32), device=compiled_device).realize()
+    for _ in range(3):
+        f(x).realize()
+    stats.reset()
+    np.testing.assert_allclose(f(x).numpy(), x.numpy() @ weight.numpy().T + 1, rtol=1e-5, atol=1e-5)
+    assert stats.kernels == 1  # the matmul; the copy of the weight was skipped
+    weight.assign(weight * 2).realize()
+    stats.reset()
+    np.testing.assert_allclose(f(x).numpy(), x.numpy() @ weight.numpy().T + 1, rtol=1e-5, atol=1e-5)
+    assert stats.kernels == 2  # the weight changed: copied again
+    stats.reset()
+    f(x).realize()
+    assert stats.kernels == 1
+
+
 def test_a_value_built_before_a_replay_from_state_it_rewrites_raises(compiled_device):
     """As after an eager step: the replay's in-place write makes older lazy values stale, while the
     state tensor itself (and one read after the replay) sees the new contents."""
