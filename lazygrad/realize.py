@@ -108,6 +108,13 @@ def record_host_buffer(buffer) -> None:
         recording.host_made.add(id(buffer))
 
 
+def record_data_dependent_shape(what: str) -> None:
+    """A result whose shape its data decides (a boolean mask index, nonzero) calls this: a replay
+    would repeat the capture's shape, so the jit runs such a function plainly on every call."""
+    if recording is not None and recording.not_replayable is None:
+        recording.not_replayable = f"{what} has a shape that its data decides"
+
+
 def record_refill(buffer, make_values) -> None:
     """Random creation calls this: a replay refills `buffer` with `make_values()`."""
     if recording is not None:

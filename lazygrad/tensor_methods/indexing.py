@@ -1,4 +1,5 @@
-"""Indexing of Tensor: x[...], x[...] = value, gather, index_select, scatter, masked_fill, tril, triu and one_hot.
+"""Indexing of Tensor: x[...], x[...] = value, gather, index_select, take, nonzero, masked_select, scatter,
+masked_fill, tril, triu and one_hot.
 
 Front-end layer, a mixin of lazygrad.tensor.Tensor. Built from movement ops, and from a one-hot
 comparison and a sum where integer Tensors index, so indexing stays lazy, fuses and differentiates.
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.dtype import dtypes
+from lazygrad.realize import record_data_dependent_shape
 from lazygrad.tensor_methods.helpers import _normalize_axis, _zero_of, broadcast_shapes
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
@@ -46,32 +48,58 @@ class IndexingMethods:
         return result
 
     def _normalized_indices(self, indices, op: str) -> tuple:
-        """The index as a tuple with one entry per dim of self (plus the Nones), Ellipsis expanded."""
+        """The index as a tuple with one entry per dim of self (plus the Nones), Ellipsis expanded.
+        Python lists and numpy arrays become Tensors; a boolean mask Tensor of k dims becomes the k
+        integer Tensors of its True positions (its data decides the shape, so it is realized first,
+        as PyTorch does)."""
         from lazygrad.tensor import Tensor
         if not isinstance(indices, tuple):
             indices = (indices,)
+        indices = tuple(Tensor(np.asarray(index), device=self.device) if isinstance(index, (list, np.ndarray)) else index
+                        for index in indices)
         for index in indices:
             if isinstance(index, Tensor):
-                if index.dtype.is_bool:
-                    raise TypeError(f"{op}: boolean mask indices need data-dependent shapes and are not supported; "
-                                    "use where() or masked_fill()")
                 continue
             if not (index is None or index is Ellipsis or isinstance(index, (int, slice, np.integer))) \
                     or isinstance(index, bool):
-                raise TypeError(f"{op}: index {index!r}: only ints, slices, None, ... and integer Tensors "
+                raise TypeError(f"{op}: index {index!r}: only ints, slices, None, ..., lists and Tensors "
                                 "are supported here")
         if sum(index is Ellipsis for index in indices) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
-        consuming = [index for index in indices if index is not None and index is not Ellipsis]
-        if len(consuming) > self.ndim:
+        consumed = sum(index.ndim if isinstance(index, Tensor) and index.dtype.is_bool else 1
+                       for index in indices if index is not None and index is not Ellipsis)
+        if consumed > self.ndim:
             raise IndexError(f"too many indices for tensor of dimension {self.ndim}")
         if any(index is Ellipsis for index in indices):  # not `in`: == on a Tensor index compares elements
             at = next(i for i, index in enumerate(indices) if index is Ellipsis)
-            return indices[:at] + (slice(None),) * (self.ndim - len(consuming)) + indices[at + 1:]
-        return indices + (slice(None),) * (self.ndim - len(consuming))
+            indices = indices[:at] + (slice(None),) * (self.ndim - consumed) + indices[at + 1:]
+        else:
+            indices = indices + (slice(None),) * (self.ndim - consumed)
+        return self._masks_as_positions(indices)
+
+    def _masks_as_positions(self, indices: tuple) -> tuple:
+        """Each boolean mask index replaced by one int64 Tensor per dim it covers: its True positions."""
+        from lazygrad.tensor import Tensor
+        result, dim = [], 0
+        for index in indices:
+            if isinstance(index, Tensor) and index.dtype.is_bool:
+                record_data_dependent_shape("a boolean mask index")
+                if index.ndim == 0:
+                    raise IndexError("index: a 0-d boolean index is not supported; write x[None] for x[True]")
+                covered = self.shape[dim:dim + index.ndim]
+                if index.shape != covered:
+                    raise IndexError(f"index: a boolean mask of shape {index.shape} does not match the dims "
+                                     f"{dim}..{dim + index.ndim - 1} of shape {self.shape} it indexes ({covered})")
+                result += [Tensor(p.astype(np.int64), device=self.device) for p in np.nonzero(index.numpy())]
+                dim += index.ndim
+                continue
+            result.append(index)
+            dim += index is not None
+        return tuple(result)
 
     def __getitem__(self, indices) -> "Tensor":
-        """Indexing as in PyTorch: ints, slices (any step), None, Ellipsis and integer Tensors.
+        """Indexing as in PyTorch: ints, slices (any step), None, Ellipsis, integer Tensors, Python
+        lists and numpy arrays, and boolean masks (realized first: their data decides the shape).
 
         Integer Tensor indices gather: several broadcast together like numpy's advanced indexing, and
         their broadcast dims replace the indexed dims when those are adjacent, else come first. As in
@@ -172,6 +200,40 @@ class IndexingMethods:
                 raise ValueError(f"index_select: a 0-d tensor takes one index, got shape {index.shape}")
             return self.reshape(1).index_select(0, index).reshape(())
         return self._gather_dims([(dim, index.reshape(-1))])
+
+    def take(self, index: "Tensor") -> "Tensor":
+        """self read as 1-d at the positions in index, in index's shape (torch.take). As for x[index],
+        negative values count from the end and out-of-range ones read 0 (PyTorch raises)."""
+        from lazygrad.tensor import Tensor
+        if not isinstance(index, Tensor) or not index.dtype.is_int:
+            raise TypeError(f"take: index must be an integer Tensor, got "
+                            f"{index.dtype.name if isinstance(index, Tensor) else type(index).__name__}")
+        return self.reshape(-1)._gather_dims([(0, index)])
+
+    def nonzero(self, *, as_tuple: bool = False):
+        """The int64 indices of the nonzero elements, (count, ndim) in row-major order, or with
+        as_tuple one 1-d Tensor per dim (torch.nonzero). Their number depends on the data: self is
+        realized first, as PyTorch does."""
+        from lazygrad.tensor import Tensor
+        record_data_dependent_shape("nonzero")
+        positions = np.nonzero(self.numpy().reshape(self.shape) if self.ndim else self.numpy().reshape(1))
+        if as_tuple:
+            return tuple(Tensor(p.astype(np.int64), device=self.device) for p in positions[:max(self.ndim, 1)])
+        stacked = np.stack(positions, axis=1).astype(np.int64) if self.ndim else np.zeros((len(positions[0]), 0), np.int64)
+        return Tensor(stacked, device=self.device)
+
+    def masked_select(self, mask: "Tensor") -> "Tensor":
+        """The elements where mask (broadcast with self) is True, as a 1-d Tensor in row-major order
+        (torch.masked_select); differentiable in self. The mask is realized first: its data decides the
+        length."""
+        from lazygrad.tensor import Tensor
+        if not isinstance(mask, Tensor) or not mask.dtype.is_bool:
+            raise TypeError(f"masked_select: mask must be a bool Tensor, got "
+                            f"{mask.dtype.name if isinstance(mask, Tensor) else type(mask).__name__}")
+        record_data_dependent_shape("masked_select")
+        shape = broadcast_shapes("masked_select", self.shape, mask.shape)
+        flat = np.flatnonzero(np.broadcast_to(mask.numpy(), shape)).astype(np.int64)
+        return self._broadcast_to(shape).reshape(-1)._gather_dims([(0, Tensor(flat, device=self.device))])
 
     def _take(self, index: "Tensor", shape: tuple[int, ...]) -> "Tensor":
         """self[..., index[...]] along the last axis, of the given shape: TAKE, an indexed load, 0 for
@@ -290,7 +352,9 @@ class IndexingMethods:
         return pad_dim(result, low, size - low - result.shape[dim])
 
     def __setitem__(self, indices, value) -> None:
-        """`x[indices] = value` for basic indexing (ints, slices, None, ...); value broadcasts to x[indices].
+        """`x[indices] = value` for basic indexing (ints, slices, None, ...), value broadcasting to
+        x[indices]; or for a boolean mask of x's leading dims, one value (a scalar or x's trailing
+        dims) for every True position.
 
         Functional underneath: x's node becomes `where(indexed region, value, old x)`, so it stays lazy
         and fuses. Differences from PyTorch: tensors made by indexing are not views, so `x[0][1] = 5`
@@ -298,9 +362,17 @@ class IndexingMethods:
         to under no_grad (earlier uses of it would otherwise get wrong gradients).
         """
         from lazygrad.tensor import Tensor
+        if isinstance(indices, Tensor) and indices.dtype.is_bool and indices.shape == self.shape[:indices.ndim] \
+                and not (isinstance(value, Tensor) and value.ndim > self.ndim - indices.ndim):
+            # x[mask] = value, the value one for every True position (a scalar, or the trailing dims):
+            # no data-dependent shape, a where() over x
+            mask = indices.reshape(indices.shape + (1,) * (self.ndim - indices.ndim))
+            return self.__setitem__(Ellipsis, mask.where(value if isinstance(value, Tensor) else
+                                                         self._filled(self.shape, value, "setitem"), Tensor(self.lazydata)))
         indices = self._normalized_indices(indices, "setitem")
         if any(isinstance(index, Tensor) for index in indices):
-            raise TypeError("setitem: integer Tensor indices are not supported here; use scatter()")
+            raise TypeError("setitem: Tensor and list indices are not supported here (a boolean mask of x's "
+                            "leading dims is, with one value for all its positions); use scatter()")
         if Tensor.grad_enabled and self.requires_grad:
             raise RuntimeError("setitem: cannot assign into a tensor that requires grad; do it under "
                                "`with no_grad():` or build the new value with where() or masked_fill()")

@@ -117,6 +117,16 @@ def test_a_launch_computed_from_state_alone_runs_again_only_when_the_state_chang
     assert stats.kernels == 1
 
 
+def test_a_function_indexing_with_a_boolean_mask_runs_plainly_on_every_call(compiled_device):
+    """The mask's data decides the result's shape: a replay would repeat the capture's positions."""
+    @jit
+    def f(x):
+        return x[x > 0] * 2
+    for values in arrays(4, (6,)):
+        np.testing.assert_allclose(f(Tensor(values, device=compiled_device)).numpy(), values[values > 0] * 2)
+    assert f.replay is None and "boolean mask index" in f.not_replayable
+
+
 def test_a_value_built_before_a_replay_from_state_it_rewrites_raises(compiled_device):
     """As after an eager step: the replay's in-place write makes older lazy values stale, while the
     state tensor itself (and one read after the replay) sees the new contents."""

@@ -1,5 +1,5 @@
-"""Integer Tensor indices, gather, scatter, masked_fill, tril/triu, one_hot and __setitem__ against numpy
-formulations of PyTorch's semantics, on every device.
+"""Integer Tensor, list and boolean mask indices, gather, take, nonzero, masked_select, scatter, masked_fill,
+tril/triu, one_hot and __setitem__ against numpy formulations of PyTorch's semantics, on every device.
 """
 from __future__ import annotations
 
@@ -55,12 +55,64 @@ def test_getitem_tensor_index_errors(device):
     x = tensor(A4, device)
     with pytest.raises(IndexError, match="float32"):
         x[tensor(np.array([0.0, 1.0], np.float32), device)]
-    with pytest.raises(TypeError, match="boolean"):
+    with pytest.raises(IndexError, match=r"mask of shape \(2,\) does not match"):
         x[tensor(np.array([True, False]), device)]
     with pytest.raises(IndexError, match=r"\(2,\).*\(3,\)"):
         x[idx([0, 1], device), idx([0, 1, 2], device)]
-    with pytest.raises(TypeError):
-        x[[0, 1]]  # lists are not indices here; use Tensor([0, 1])
+    with pytest.raises(IndexError, match="0-d boolean"):
+        x[tensor(np.array(True), device)]
+
+
+MASK = A4[:, :, 0, 0] > -100  # (3, 4): covers x's first two dims
+
+
+@pytest.mark.parametrize("name, build, expected", [
+    ("list", lambda x: x[[2, 0, -1]], A4[[2, 0, -1]]),
+    ("lists-broadcast", lambda x: x[:, [[1], [3]], [0, 4]], A4[:, [[1], [3]], [0, 4]]),
+    ("numpy-array", lambda x: x[np.array([1, 1])], A4[np.array([1, 1])]),
+    ("bool-list", lambda x: x[:, [True, False, True, True]], A4[:, [True, False, True, True]]),
+    ("mask-of-two-dims", lambda x: x[Tensor(MASK, device=x.device)], A4[MASK]),
+    ("full-mask", lambda x: x[Tensor(A4 > 0, device=x.device)], A4[A4 > 0]),
+    ("mask-after-slice", lambda x: x[1:, Tensor(A4[0, :, :, 0] > 0, device=x.device)], A4[1:, A4[0, :, :, 0] > 0]),
+])
+def test_getitem_with_lists_arrays_and_boolean_masks(name, build, expected, device):
+    check(build(tensor(A4, device)), expected, F32)
+
+
+def test_setitem_with_a_boolean_mask(device):
+    x, expected = tensor(A4, device), A4.copy()
+    x[Tensor(A4 > 100, device=device)] = 0.5
+    expected[A4 > 100] = 0.5
+    check(x, expected, F32)
+    row_values = np.arange(30, dtype=np.float32).reshape(5, 6)
+    x[Tensor(MASK, device=device)] = tensor(row_values, device)  # one (5, 6) value for every True position
+    expected[MASK] = row_values
+    check(x, expected, F32)
+
+
+def test_take_nonzero_and_masked_select(device):
+    a = np.array([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]], np.float32)
+    x = tensor(a, device)
+    check(x.take(idx([[0, 5], [-1, 1]], device)), a.reshape(-1)[[[0, 5], [-1, 1]]], F32)
+    check(x.nonzero(), np.argwhere(a), I64)
+    for got, want in zip(x.nonzero(as_tuple=True), np.nonzero(a)):
+        check(got, want, I64)
+    check(tensor(np.array(3.0, np.float32), device).nonzero(), np.zeros((1, 0), np.int64), I64)
+    check(tensor(np.zeros((2, 0), np.float32), device).nonzero(), np.zeros((0, 2), np.int64), I64)
+    mask = np.array([True, False, True])
+    check(x.masked_select(tensor(mask, device)), a[np.broadcast_to(mask, a.shape)], F32)
+    with pytest.raises(TypeError, match="bool Tensor"):
+        x.masked_select(tensor(a, device))
+
+
+def test_masked_select_and_mask_indexing_differentiate(device):
+    a = np.array([[0.5, -1.0, 2.0], [3.0, 0.25, -2.0]])
+    x = Tensor(a, device=device, requires_grad=True)
+    (x.masked_select(Tensor(a > 0, device=device)) * 2).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.where(a > 0, 2.0, 0.0))
+    y = Tensor(a, device=device, requires_grad=True)
+    y[Tensor(a < 1, device=device)].sum().backward()
+    np.testing.assert_array_equal(y.grad.numpy(), (a < 1).astype(np.float64))
 
 
 # ---- gather, scatter -----------------------------------------------------------------------------------
