@@ -6,7 +6,10 @@ Front-end layer: the functions compose Tensor methods only and are exported by
 Convolution and pooling read their input through a windowed view (`pool_windows`): the padded
 input seen with shape (..., output positions..., kernel offsets...), where element [o, k] is
 input[o * stride + k * dilation]. Movement ops never copy, so there is no im2col buffer: conv2d of
-realized tensors, bias included, is one kernel whose loads index the input directly. Resampling
+realized tensors, bias included, is one kernel whose loads index the input directly, except where a
+convolution with wide windows computes with its output channels last on CPU
+(`_output_channels_last_product`: its weight copied into panels first, its epilogue a kernel of its
+own). Resampling
 (adaptive pooling, interpolation) applies a host-computed (out, in) matrix along one dim at a time.
 """
 from __future__ import annotations
@@ -206,7 +209,8 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
     stores are contiguous too, which gcc's SLP vectorizer needs to pack the tile into vector fmas.
     Channels in the middle instead, the columns are the vector: 7 or 14 columns (ResNet's last
     stages) fill vectors poorly, and every output row reads the whole weight again. The copy is
-    O*C*kernel elements per call (ResNet-18: 11M, 5 ms of its 50 at batch 1). The gradient is
+    O*C*kernel elements per call (ResNet-18: 11M, 5 ms at batch 1; a jit replay skips it while the
+    weight is unchanged). The gradient is
     `_windowed_product_gradient`'s, of the same product laid out channels in the middle."""
     dims = weight.ndim - 2
     batch, channels, outputs = windows.shape[0], windows.shape[1], windows.shape[2:2 + dims]
@@ -316,7 +320,8 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     """2-D convolution (cross-correlation) of input (N, C_in, H, W) or (C_in, H, W) with weight
     (C_out, C_in/groups, kH, kW). stride, padding and dilation are ints or pairs; padding may also be
     'valid' or 'same' (stride 1 only; an odd total puts the extra row and column after, as PyTorch).
-    With realized input and weight the whole forward, bias included, is one kernel."""
+    With realized input and weight the whole forward, bias included, is one kernel (but see
+    `_output_channels_last_product`)."""
     return _convolution("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
 
 
