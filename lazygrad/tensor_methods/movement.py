@@ -1,5 +1,5 @@
 """Movement of Tensor: reshape, permute, expand, pad, shrink, flip and what is built from them (squeeze,
-flatten, narrow, movedim, diagonal, roll, repeat, ...), plus joining and splitting (cat, stack, split, chunk,
+flatten, narrow, movedim, unfold, diagonal, roll, repeat, ...), plus joining and splitting (cat, stack, split, chunk,
 unbind).
 
 Front-end layer, a mixin of lazygrad.tensor.Tensor. Composed from the RESHAPE/PERMUTE/EXPAND/PAD/SHRINK/FLIP
@@ -142,6 +142,29 @@ class MovementMethods:
 
     def moveaxis(self, source, destination) -> "Tensor":
         return self.movedim(source, destination)
+
+    def unfold(self, dimension: int, size: int, step: int) -> "Tensor":
+        """Every slice of `size` elements along dimension, `step` apart, as torch.Tensor.unfold: that
+        dim becomes the number of slices and a new last dim of `size` holds each one. A view (the
+        windows convolutions read, nn/spatial.py pool_windows)."""
+        from lazygrad.nn.spatial import pool_windows
+        if self.ndim == 0:  # PyTorch: the one slice of a 0-d tensor, shape (size,)
+            _normalize_axis(dimension, 1, "unfold")
+            return self.reshape(1).unfold(0, size, step).reshape(size)
+        dim = _normalize_axis(dimension, self.ndim, "unfold")
+        length = self.shape[dim]
+        for name, value in (("size", size), ("step", step)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"unfold: {name} must be an int, got {type(value).__name__}")
+        if step < 1:
+            raise ValueError(f"unfold: step must be positive, got {step}")
+        if not 0 <= size <= length:
+            raise ValueError(f"unfold: size {size} does not fit dim {dim} of shape {self.shape} (length {length})")
+        if size == 0:  # length // step + 1 empty slices
+            moved = self.movedim(dim, -1)
+            return moved[..., :0].reshape(moved.shape[:-1] + (length // step + 1, 0)).movedim(-2, dim)
+        windows = pool_windows(self.movedim(dim, -1), (size,), (step,), (1,))  # (..., count, size)
+        return windows.movedim(-2, dim)
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> "Tensor":
         """Elements [i, i + offset] of dims dim1 and dim2 (below the main diagonal for a negative offset),

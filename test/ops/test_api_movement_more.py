@@ -1,4 +1,4 @@
-"""mm, bmm, mT, swapaxes, movedim/moveaxis, reshape_as, view_as, amax, amin, diagonal, index_select,
+"""mm, bmm, mT, swapaxes, movedim/moveaxis, reshape_as, view_as, amax, amin, unfold, diagonal, index_select,
 finfo and iinfo against numpy (torch for finfo and iinfo when installed), on every device; with the errors
 PyTorch raises.
 """
@@ -164,6 +164,32 @@ DIAGONALS = [(0, 0, 1), (1, 0, 1), (-1, 0, 1), (2, 1, 2), (-2, 2, 0), (1, -1, -3
 def test_diagonal(offset, dim1, dim2, device):
     a = base((2, 3, 4), I32)
     check(tensor(a, device).diagonal(offset, dim1, dim2), np.diagonal(a, offset, dim1, dim2), I32)
+
+
+def np_unfold(a, dim, size, step):
+    """torch.Tensor.unfold in numpy: the windows of dim, each a new last dim."""
+    windows = np.lib.stride_tricks.sliding_window_view(a, size, axis=dim)  # window count at dim, size last
+    return np.take(windows, range(0, a.shape[dim] - size + 1, step), axis=dim)
+
+
+@pytest.mark.parametrize("dim, size, step", [(1, 3, 2), (1, 7, 1), (0, 1, 1), (-1, 2, 1), (1, 2, 5)])
+def test_unfold(dim, size, step, device):
+    a = base((2, 7, 3))
+    check(tensor(a, device).unfold(dim, size, step), np_unfold(a, dim, size, step), F32)
+
+
+def test_unfold_views_gradient_0d_and_errors(device):
+    a = base((5, 4))
+    check(tensor(a, device).T[::-1].unfold(1, 2, 2), np_unfold(a.T[::-1], 1, 2, 2), F32)
+    check(tensor(np.array(2.5, np.float32), device).unfold(0, 1, 1), np.array([2.5], np.float32), F32)
+    check(tensor(a, device).unfold(0, 0, 2), np.zeros((3, 4, 0), np.float32), F32)
+    x = Tensor(a.astype(np.float64), device=device, requires_grad=True)
+    x.unfold(0, 3, 1).sum().backward()  # the middle rows are in three windows, the ends in fewer
+    np.testing.assert_array_equal(x.grad.numpy(), np.repeat([[1.0], [2.0], [3.0], [2.0], [1.0]], 4, axis=1))
+    with pytest.raises(ValueError, match="unfold: size 6 does not fit dim 0"):
+        tensor(a, device).unfold(0, 6, 1)
+    with pytest.raises(ValueError, match="step must be positive"):
+        tensor(a, device).unfold(0, 2, 0)
 
 
 def test_diagonal_defaults_non_contiguous_empty_and_errors(device):
