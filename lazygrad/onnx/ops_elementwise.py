@@ -97,13 +97,18 @@ def reciprocal(ctx, x):
     return x.reciprocal()
 
 
+def _known_or_tensor(ctx, bound):
+    value = ctx.known_scalar(bound)
+    return bound if value is None else value
+
+
 @onnx_op("Clip")
 def clip(ctx, x, low=None, high=None, min=None, max=None):
     low = min if low is None and min is not None else low
     high = max if high is None and max is not None else high
     # known bounds (ReLU6's 0 and 6 as initializers) become constants of the kernel: loaded from
     # their buffers, gcc left MobileNetV2's padded ReLU6 kernels unvectorized (3.7 ms against 0.3)
-    low, high = (bound if ctx.known_scalar(bound) is None else ctx.known_scalar(bound) for bound in (low, high))
+    low, high = (_known_or_tensor(ctx, bound) for bound in (low, high))
     if low is not None:
         x = x.maximum(low if isinstance(low, Tensor) else x._const_like(low))
     if high is not None:

@@ -55,8 +55,9 @@ class IndexingMethods:
         from lazygrad.tensor import Tensor
         if not isinstance(indices, tuple):
             indices = (indices,)
-        indices = tuple(Tensor(np.asarray(index), device=self.device) if isinstance(index, (list, np.ndarray)) else index
-                        for index in indices)
+        if any(isinstance(index, (list, np.ndarray)) for index in indices):
+            indices = tuple(Tensor(np.asarray(index), device=self.device) if isinstance(index, (list, np.ndarray))
+                            else index for index in indices)
         for index in indices:
             if isinstance(index, Tensor):
                 continue
@@ -75,7 +76,9 @@ class IndexingMethods:
             indices = indices[:at] + (slice(None),) * (self.ndim - consumed) + indices[at + 1:]
         else:
             indices = indices + (slice(None),) * (self.ndim - consumed)
-        return self._masks_as_positions(indices)
+        if any(isinstance(index, Tensor) and index.dtype.is_bool for index in indices):
+            return self._masks_as_positions(indices)
+        return indices
 
     def _masks_as_positions(self, indices: tuple) -> tuple:
         """Each boolean mask index replaced by one int64 Tensor per dim it covers: its True positions."""
