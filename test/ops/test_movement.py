@@ -296,10 +296,12 @@ def test_matmul_shapes_that_tile(left, right, dtype, device):
         check(tensor(b, device).T @ tensor(a, device).T, b.T @ a.T, dtype, atol=1e-4)
 
 
-# Shapes past linalg's panel thresholds (at least 64 rows, a multiple of 8; a right operand of at
-# least 2^18 elements, n a multiple of 32 or 16): both operands are copied into panels first.
-PANEL_MATMULS = [((64, 512), (512, 512), F32), ((2, 64, 256), (256, 1024), F32), ((3, 64, 512), (3, 512, 528), F16),
-                 ((128, 512), (512, 512), I32)]
+# Shapes past linalg's panel thresholds on the CPU device (at least 64 rows; a right operand of at
+# least 2^17 elements, n a multiple of 16): both operands are copied into panels first, the rows
+# padded to whole panels of 6 and cut off again (64, 67, 130 rows; 2 x 65 rows of a batch that joins
+# them against a 2-D right operand); on the other devices the same products read them in place.
+PANEL_MATMULS = [((64, 512), (512, 512), F32), ((2, 65, 256), (256, 1024), F32), ((3, 64, 512), (3, 512, 528), F16),
+                 ((130, 512), (512, 512), I32), ((67, 384), (384, 384), F32)]
 
 
 @pytest.mark.parametrize("left,right,dtype", PANEL_MATMULS, ids=[f"{l}@{r}-{d.name}" for l, r, d in PANEL_MATMULS])
