@@ -218,11 +218,14 @@ CONV2D_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CONV2D_CASES, ids=range(len(CONV2D_CASES)))
-def test_conv2d(case, device):
-    x_shape, w_shape, stride, padding, dilation, groups, with_bias = case
-    x, w = randn(*x_shape), randn(*w_shape)
-    b = randn(w_shape[0]) if with_bias else None
+@pytest.mark.parametrize("number", range(len(CONV2D_CASES)))
+def test_conv2d(number, device):
+    x_shape, w_shape, stride, padding, dilation, groups, with_bias = CONV2D_CASES[number]
+    # each case draws its own values: from the shared generator they would depend on which tests
+    # ran before it in the same worker
+    draw = np.random.default_rng(number)
+    x, w = draw.standard_normal(x_shape, np.float32), draw.standard_normal(w_shape, np.float32)
+    b = draw.standard_normal(w_shape[0], np.float32) if with_bias else None
     stride2 = (stride,) * 2 if isinstance(stride, int) else stride
     dilation2 = (dilation,) * 2 if isinstance(dilation, int) else dilation
     if padding == "same":
@@ -234,6 +237,15 @@ def test_conv2d(case, device):
     out = F.conv2d(Tensor(x, device=device), Tensor(w, device=device),
                    Tensor(b, device=device) if with_bias else None, stride, padding, dilation, groups)
     close(out, conv_reference(x, w, b, stride2, pads, dilation2, groups))
+
+
+def test_conv2d_with_a_weight_beyond_l2(device):
+    """2^18 weight elements or more: on CPU each panel of output channels runs over all the output
+    rows (renderer/opts.py convolution_panel). Sums of 2304 float32 terms: atol 1e-3 for values ~50."""
+    draw = np.random.default_rng(0)
+    x, w, b = (draw.standard_normal(shape, np.float32) for shape in ((1, 256, 5, 5), (256, 256, 3, 3), (256,)))
+    out = F.conv2d(Tensor(x, device=device), Tensor(w, device=device), Tensor(b, device=device), padding=1)
+    close(out, conv_reference(x, w, b, (1, 1), [(1, 1)] * 2, (1, 1), 1), atol=1e-3)
 
 
 @pytest.mark.parametrize("w_shape, stride, dims", [((32, 64, 3, 3), 2, 2), ((16, 32, 4, 2, 2), 1, 3)])

@@ -158,18 +158,35 @@ def test_a_convolution_of_a_padded_view_gets_the_same_kernel_as_one_given_paddin
     assert heuristic_opts(given, CRenderer()) == heuristic_opts(viewed, CRenderer()) != []
 
 
-@pytest.mark.parametrize("size, columns", [(7, 7), (14, 7), (28, 7), (56, 8)])
+@pytest.mark.parametrize("size, columns", [(7, 7), (14, 7), (28, 7), (56, 7), (16, 8)])
 def test_a_convolution_with_wide_windows_tiles_output_channels_by_columns(size, columns):
     """64 channels by 3x3 or more computes with the output channels last, from the weight copied
     into panels of 16 (nn/spatial.py `_output_channels_last_product`): the tile is those 16 channels
-    by a run of columns, 7 where 8 does not divide them (ResNet-18's 512x512x3x3 at 7x7, AVX2, 2
-    threads: 7.5 ms with 7 columns by 4 channels, 3.0 ms)."""
+    by a run of 7 columns where 7 divides them, else 8 (ResNet-18's 512x512x3x3 at 7x7, AVX2, 2
+    threads: 7.5 ms with 7 columns by 4 channels, 3.0 ms; 64x64x3x3 at 56x56: 16 x 8 90 GFLOP/s,
+    16 x 7 112)."""
     x = Tensor(np.ones((1, 64, size, size), np.float32))
     w = Tensor(np.ones((32, 64, 3, 3), np.float32))
     kernel, count = product_kernel_of(x.conv2d(w, padding=1))
     assert kernel.full_shape[:4] == (size, size, 2, 16)
     assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, columns)]
     assert count == 4  # the padded input, the weight's panels, the product, its (N, C, H, W) copy
+
+
+@pytest.mark.parametrize("batch, channels, size, panel", [(1, 512, 7, Opt("PANEL", 0, 7)), (1, 256, 14, Opt("PANEL", 0, 14)),
+                                                          (2, 512, 7, Opt("PANEL", 0, 2)), (1, 128, 28, None),
+                                                          (1, 64, 56, None), (16, 256, 14, None)])
+def test_a_convolution_with_a_large_weight_runs_each_channel_panel_over_all_its_rows(batch, channels, size, panel):
+    """A weight beyond L2 (1 MiB) is read once per output row unless the rows run inside the loop
+    over output-channel panels (AVX2, 2 threads, 1x512x7x7 by 512x512x3x3: 3.24 -> 2.57 ms); one that
+    fits keeps its rows outside (1x64x56x56 by 64: 2.06 -> 2.36 ms with them inside), and so does
+    one whose input does not fit (16x256x14x14 by 256: 29.5 -> 37.1 ms with the images inside)."""
+    x = Tensor(np.ones((batch, channels, size, size), np.float32))
+    w = Tensor(np.ones((channels, channels, 3, 3), np.float32))
+    kernel, _ = product_kernel_of(x.conv2d(w, padding=1))
+    opts = heuristic_opts(kernel, AVX2)
+    assert opts[:2] == [Opt("UPCAST", 3 + (batch > 1), 16), Opt("UPCAST", 1 + (batch > 1), 7)]
+    assert opts[2:] == ([] if panel is None else [panel])
 
 
 def test_conv2d_rows_that_no_power_of_two_divides_still_get_a_tile():
