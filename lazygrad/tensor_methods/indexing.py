@@ -19,6 +19,27 @@ if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
 
 
+SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _is_scalar_bool(index) -> bool:
+    """True or False as an index: a Python or numpy bool, or a 0-d bool Tensor."""
+    from lazygrad.tensor import Tensor
+    if isinstance(index, Tensor):
+        return index.dtype.is_bool and index.ndim == 0
+    return isinstance(index, (bool, np.bool_))
+
+
+def _extreme_value(dtype, largest: bool):
+    """The largest (or smallest) value of a dtype: what a max (min) of nothing leaves unchanged."""
+    if dtype.is_bool:
+        return largest
+    if dtype.is_float:
+        return math.inf if largest else -math.inf
+    info = np.iinfo(dtype.np)
+    return int(info.max if largest else info.min)
+
+
 class IndexingMethods:
     """Reading and writing parts of a Tensor by position."""
     __slots__ = ()
@@ -112,6 +133,8 @@ class IndexingMethods:
         fuses and differentiates.
         """
         from lazygrad.tensor import Tensor
+        if any(_is_scalar_bool(index) for index in (indices if isinstance(indices, tuple) else (indices,))):
+            return self._index_with_scalar_bools(indices)
         indices = self._normalized_indices(indices, "index")
         result, dim, final_shape, gathers = self, 0, [], []
         for index in indices:
@@ -135,6 +158,40 @@ class IndexingMethods:
             dim += 1
         result = result.reshape(tuple(final_shape))
         return result._gather_dims(gathers) if gathers else result
+
+    def _index_with_scalar_bools(self, indices) -> "Tensor":
+        """Indexing with True or False (a Python, numpy or 0-d Tensor bool) among basic indices, as
+        numpy and PyTorch: the bools add one dim together, of size 1 if all are True, else 0, in their
+        place when they are next to each other, else first. A Tensor's value is read first."""
+        from lazygrad.tensor import Tensor
+        indices = indices if isinstance(indices, tuple) else (indices,)
+        if any(isinstance(index, (Tensor, list, np.ndarray)) and not _is_scalar_bool(index) for index in indices):
+            raise IndexError("index: a boolean scalar index cannot be combined with Tensor or list indices")
+        at = [position for position, index in enumerate(indices) if _is_scalar_bool(index)]
+        values = []
+        for position in at:
+            index = indices[position]
+            if isinstance(index, Tensor):
+                record_data_dependent_shape("a 0-d boolean index")
+                index = index.item()
+            values.append(bool(index))
+        plain = indices[:at[0]] + (None,) + tuple(index for position, index in enumerate(indices)
+                                                   if position > at[0] and position not in at)
+        normalized = self._normalized_indices(plain, "index")
+        result = self[normalized]
+        # the new dim's place in the result: every None and slice of the index makes one dim
+        axis, nones_before = 0, sum(index is None for index in plain[:at[0]])
+        for index in normalized:
+            if index is None:
+                if nones_before == 0:
+                    break
+                nones_before -= 1
+            axis += index is None or isinstance(index, slice)
+        if not all(values):
+            result = result.shrink(tuple((0, 0) if d == axis else None for d in range(result.ndim)))
+        if at != list(range(at[0], at[0] + len(at))):
+            result = result.movedim(axis, 0)
+        return result
 
     def _gather_dims(self, gathers: list[tuple[int, "Tensor"]]) -> "Tensor":
         """Advanced indexing of the dims in `gathers` ((dim, integer index tensor) pairs)."""
@@ -248,34 +305,11 @@ class IndexingMethods:
         """A copy of self with self[index[i][j]][j] = src[i][j] for dim=0 (torch.scatter, not in place);
         reduce="add" or "multiply" combines instead of replacing. src may be a number. With repeated
         indices and no reduce (undefined in PyTorch), the values written to one place are added."""
-        from lazygrad.tensor import Tensor
         if reduce not in (None, "add", "multiply"):
             raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
-        dim = _normalize_axis(dim, self.ndim, "scatter")
-        if not isinstance(index, Tensor) or not index.dtype.is_int:
-            raise TypeError("scatter: index must be an integer Tensor")
         if self.ndim == 0:
-            src = src.reshape(1) if isinstance(src, Tensor) else src
-            return self.reshape(1).scatter(0, index.reshape(1), src, reduce).reshape(())
-        shape = index.shape
-        if index.ndim != self.ndim or any(i > s for d, (i, s) in enumerate(zip(shape, self.shape)) if d != dim):
-            raise ValueError(f"scatter: index of shape {shape} must have the {self.ndim} dims of the input "
-                             f"{self.shape} and be no larger outside dim {dim}")
-        if isinstance(src, Tensor):
-            if src.ndim != self.ndim or any(i > s for i, s in zip(shape, src.shape)):
-                raise ValueError(f"scatter: index of shape {shape} must be no larger than src {src.shape}")
-            src = src.shrink(tuple((0, i) for i in shape)).cast(self.dtype)
-        else:
-            src = self._filled(shape, src, "scatter")
-        size = self.shape[dim]
-        # target position p along dim receives src[s] for every s (last, new axis) with index[s] == p
-        def spread(t: "Tensor") -> "Tensor":
-            moved = t.unsqueeze(-1).transpose(dim, -1)  # (.., 1 at dim, .., k)
-            return moved.expand(moved.shape[:dim] + (size,) + moved.shape[dim + 1:])
-        positions = Tensor.arange(size, device=self.device).reshape(
-            tuple(size if d == dim else 1 for d in range(self.ndim)) + (1,))
-        hit, values = spread(index) == positions, spread(src)
-        padding = tuple((0, 0) if d == dim else (0, s - i) for d, (i, s) in enumerate(zip(shape, self.shape)))
+            return self._scatter_as_vector(index, src, lambda x, i, v: x.scatter(0, i, v, reduce))
+        hit, values, padding = self._spread(dim, index, src, "scatter")
         if reduce == "multiply":
             factor = hit.where(values, values._const_like(1))._reduce("PROD", -1, False, "scatter")
             return self * factor.pad(padding, value=1)
@@ -284,6 +318,72 @@ class IndexingMethods:
             return self + total
         written = hit.any(-1).pad(padding)
         return written.where(total, self)
+
+    def scatter_reduce(self, dim: int, index: "Tensor", src, reduce: str, *, include_self: bool = True) -> "Tensor":
+        """A copy of self where the values of src that index sends to one place (as in scatter) are
+        combined by reduce, "sum", "prod", "mean", "amax" or "amin", with self's value there unless
+        include_self is False (torch.scatter_reduce, not in place). Places no index reaches keep
+        self's value. An integer "mean" rounds down, as PyTorch's; "amax" and "amin" propagate NaN."""
+        if reduce not in SCATTER_REDUCES:
+            raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(map(repr, SCATTER_REDUCES))}, got {reduce!r}")
+        if self.ndim == 0:
+            return self._scatter_as_vector(index, src, lambda x, i, v: x.scatter_reduce(0, i, v, reduce, include_self=include_self))
+        hit, values, padding = self._spread(dim, index, src, "scatter_reduce")
+        written = hit.any(-1).pad(padding)
+        if reduce in ("amax", "amin"):
+            combined = hit.where(values, values._const_like(_extreme_value(self.dtype, reduce == "amin")))
+            combined = (combined.amax(-1) if reduce == "amax" else combined.amin(-1)).pad(padding)
+            if include_self:
+                combined = self.maximum(combined) if reduce == "amax" else self.minimum(combined)
+            return written.where(combined, self)
+        if reduce == "prod":
+            combined = hit.where(values, values._const_like(1))._reduce("PROD", -1, False, "scatter_reduce").pad(padding, value=1)
+            return written.where(combined * self if include_self else combined, self)
+        combined = hit.where(values, _zero_of(self.dtype))._reduce("SUM", -1, False, "scatter_reduce").pad(padding)
+        if include_self:
+            combined = combined + self
+        if reduce == "sum":
+            return written.where(combined, self)
+        count = hit.cast(dtypes.int64).sum(-1).pad(padding) + int(include_self)
+        mean = combined / count.cast(self.dtype) if self.dtype.is_float else combined // count.cast(self.dtype)
+        return written.where(mean, self)
+
+    def _scatter_as_vector(self, index, src, scatter) -> "Tensor":
+        """A scatter of a 0-d tensor, done as one of its 1-element vector."""
+        from lazygrad.tensor import Tensor
+        if not isinstance(index, Tensor):
+            raise TypeError("scatter: index must be an integer Tensor")
+        src = src.reshape(1) if isinstance(src, Tensor) else src
+        return scatter(self.reshape(1), index.reshape(1), src).reshape(())
+
+    def _spread(self, dim: int, index: "Tensor", src, name: str):
+        """For a scatter along dim: (hit, values, padding). hit and values have index's shape with dim
+        sized as self's and one more (last) axis, one step per element of index along dim: hit says
+        whether that element's index is the place, values is src there; padding widens a result
+        of index's shape to self's."""
+        from lazygrad.tensor import Tensor
+        dim = _normalize_axis(dim, self.ndim, name)
+        if not isinstance(index, Tensor) or not index.dtype.is_int:
+            raise TypeError(f"{name}: index must be an integer Tensor")
+        shape = index.shape
+        if index.ndim != self.ndim or any(i > s for d, (i, s) in enumerate(zip(shape, self.shape)) if d != dim):
+            raise ValueError(f"{name}: index of shape {shape} must have the {self.ndim} dims of the input "
+                             f"{self.shape} and be no larger outside dim {dim}")
+        if isinstance(src, Tensor):
+            if src.ndim != self.ndim or any(i > s for i, s in zip(shape, src.shape)):
+                raise ValueError(f"{name}: index of shape {shape} must be no larger than src {src.shape}")
+            src = src.shrink(tuple((0, i) for i in shape)).cast(self.dtype)
+        else:
+            src = self._filled(shape, src, name)
+        size = self.shape[dim]
+
+        def spread(t: "Tensor") -> "Tensor":  # position p along dim gets every element s (new last axis)
+            moved = t.unsqueeze(-1).transpose(dim, -1)  # (.., 1 at dim, .., k)
+            return moved.expand(moved.shape[:dim] + (size,) + moved.shape[dim + 1:])
+        positions = Tensor.arange(size, device=self.device).reshape(
+            tuple(size if d == dim else 1 for d in range(self.ndim)) + (1,))
+        padding = tuple((0, 0) if d == dim else (0, s - i) for d, (i, s) in enumerate(zip(shape, self.shape)))
+        return spread(index) == positions, spread(src), padding
 
     def masked_fill(self, mask: "Tensor", value) -> "Tensor":
         """value where mask is True (mask broadcasts to self's shape; value takes self's dtype)."""
@@ -331,6 +431,25 @@ class IndexingMethods:
             num_classes = int(self.max().item()) + 1
         return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).cast(dtypes.int64)
 
+    def _put_along(self, dim: int, index: "Tensor", value: "Tensor") -> "Tensor":
+        """self with its positions `index` along dim replaced by value (self[..., index, ...]'s shape);
+        where index repeats a position the last value written there wins, as in numpy. Each position
+        along dim finds the last element of index naming it, then gathers that slice of value."""
+        from lazygrad.tensor import Tensor
+        if not index.dtype.is_int:
+            raise IndexError(f"tensors used as indices must be integer tensors, got {index.dtype.name}")
+        size, count = self.shape[dim], index.numel()
+        if count == 0:
+            return Tensor(self.lazydata)
+        flat = index.cast(dtypes.int64).reshape(count)
+        flat = (flat < 0).where(flat + size, flat)
+        value = value.reshape(self.shape[:dim] + (count,) + self.shape[dim + 1:])
+        hit = flat.reshape(1, count) == Tensor.arange(size, device=self.device).reshape(size, 1)
+        last = hit.where(Tensor.arange(count, device=self.device).reshape(1, count), -1).max(axis=-1)
+        chosen = value[(slice(None),) * dim + (last.maximum(0),)]
+        written = (last >= 0).reshape((size,) + (1,) * (self.ndim - dim - 1))
+        return written.where(chosen, Tensor(self.lazydata))
+
     def _embed_dim(self, dim: int, index, size: int) -> "Tensor":
         """The inverse of indexing dim with `index` (an int or slice) on a dim of `size`: self's values
         where the index selects, zeros elsewhere. Only movement ops."""
@@ -373,9 +492,12 @@ class IndexingMethods:
             return self.__setitem__(Ellipsis, mask.where(value if isinstance(value, Tensor) else
                                                          self._filled(self.shape, value, "setitem"), Tensor(self.lazydata)))
         indices = self._normalized_indices(indices, "setitem")
-        if any(isinstance(index, Tensor) for index in indices):
-            raise TypeError("setitem: Tensor and list indices are not supported here (a boolean mask of x's "
-                            "leading dims is, with one value for all its positions); use scatter()")
+        tensor_dims = [dim for dim, index in enumerate(indices) if isinstance(index, Tensor)]
+        if tensor_dims and (len(tensor_dims) > 1 or any(
+                not isinstance(index, Tensor) and index != slice(None) for index in indices)):
+            raise TypeError("setitem: an integer Tensor or list index is supported alone, with `:` for the other "
+                            "dims (x[rows] = value, x[:, columns] = value), or a boolean mask of x's leading "
+                            "dims; use scatter() for the rest")
         if Tensor.grad_enabled and self.requires_grad:
             raise RuntimeError("setitem: cannot assign into a tensor that requires grad; do it under "
                                "`with no_grad():` or build the new value with where() or masked_fill()")
@@ -389,6 +511,10 @@ class IndexingMethods:
             value = value.cast(self.dtype)._broadcast_to(target_shape)
         else:
             value = self._filled(target_shape, value, "setitem")
+        if tensor_dims:
+            result = self._put_along(tensor_dims[0], indices[tensor_dims[0]], value)
+            self.lazydata = result.lazydata
+            return None
         # one dim per dim of self: the Nones (size 1) go, each int-indexed dim comes back as size 1
         consuming = [index for index in indices if index is not None]
         per_dim_shape = tuple(1 if not isinstance(index, slice) else len(range(*index.indices(size)))

@@ -1,5 +1,5 @@
 """Reductions of Tensor: sum, prod, max, min, amax, amin, mean, var, std, any, all, argmax, argmin,
-logsumexp, softmax and the cumulative ops, composed from the SUM/MAX_REDUCE/PROD primitives.
+logsumexp, softmax and cumsum and cumprod, composed from the SUM/MAX_REDUCE/PROD primitives.
 
 Front-end layer, a mixin of lazygrad.tensor.Tensor.
 """
@@ -8,10 +8,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 
 from lazygrad.dtype import dtypes
-from lazygrad.ops import reduce_identity
 from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
@@ -265,9 +263,3 @@ class ReduceMethods:
         """Running product; its gradient at a zero is the product of the others, as in PyTorch."""
         source = self.cast(dtype) if dtype is not None else (self if self.dtype.is_float else self.cast(dtypes.int64))
         return source._cumulative("PROD", _pick_axis(axis, dim, "cumprod", 0), 1, "cumprod")
-
-    def cummax(self, axis: int | None = None, *, dim=None) -> "Tensor":
-        """Running maximum: the values only (PyTorch also returns their indices); NaN propagates.
-        Ties share the gradient, as for max."""
-        lowest = np.asarray(reduce_identity("MAX_REDUCE", self.dtype)).item()
-        return self._cumulative("MAX_REDUCE", _pick_axis(axis, dim, "cummax", 0), lowest, "cummax")

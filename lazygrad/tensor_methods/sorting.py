@@ -1,4 +1,5 @@
-"""sort, argsort, topk, kthvalue and median of Tensor, composed from comparisons and reduces.
+"""sort, argsort, topk, kthvalue, median, mode, cummax and cummin of Tensor, composed from comparisons
+and reduces.
 
 Front-end layer, a mixin of lazygrad.tensor.Tensor. Sorting has no primitive of its own: each
 element's rank along the dim is the number of elements that come before it (smaller, or equal and at
@@ -6,7 +7,9 @@ a lower index: a stable order), one reduce over a broadcast comparison; the sort
 indices are then gathered by rank, one more reduce each. That is n * n comparisons per row of n: fine
 for the rows models sort (scores, a few thousand classes), slow for a million elements. The order is
 PyTorch's: NaN is larger than every number (last ascending, first descending), ties keep their
-original order, and the values' gradient goes back to where each value came from.
+original order, and the values' gradient goes back to where each value came from. mode counts each
+element's equals the same way, and cummax and cummin find the index of their running extreme among
+the elements so far (a running max first, one reduce, then one comparison per pair).
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.dtype import dtypes
-from lazygrad.tensor_methods.helpers import _normalize_axis
+from lazygrad.ops import reduce_identity
+from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis
 from lazygrad.tensor_methods.reduce import ValuesIndices
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
@@ -92,6 +96,75 @@ class SortingMethods:
             nans = (x != x).detach().cast(dtypes.int64).sum(-1, keepdim=True)
             return (nans > 0).where(size - nans, lower)  # NaN sorts last: the first NaN
         return self._at_rank(rank, dim, keepdim, "median")
+
+    def mode(self, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
+        """ValuesIndices of the most frequent value along dim, as PyTorch: of several equally frequent
+        ones the smallest, with the index of its last occurrence; NaNs count as equal to each other
+        and larger than every number. The values' gradient goes to that element."""
+        from lazygrad.tensor import Tensor
+        if self.ndim == 0:
+            _normalize_axis(dim, 1, "mode")
+            values, indices = self.reshape(1).mode(0)
+            return ValuesIndices(values.reshape(()), indices.reshape(()))
+        if self._sorted_dim_size(dim, "mode") == 0:
+            raise ValueError(f"mode: dim {dim} of shape {self.shape} is empty")
+        dim = _normalize_axis(dim, self.ndim, "mode")
+        x = self.transpose(dim, -1) if dim != self.ndim - 1 else self
+        size = x.shape[-1]
+        key = x.detach().cast(dtypes.int8) if x.dtype.is_bool else x.detach()
+        row, column = key.unsqueeze(-1), key.unsqueeze(-2)   # element i along dim -2, element j along -1
+        same = _ties(column, row)
+        counts = same.cast(dtypes.int64).sum(-1)
+        candidate = counts == counts.max(axis=-1, keepdim=True)
+        positions = Tensor.arange(size, device=self.device)
+        later = positions.reshape(1, size) > positions.reshape(size, 1)
+        # j beats i when both are most frequent and j's value is smaller, or the same and later
+        beaten = candidate.unsqueeze(-2).logical_and(_comes_before(column, row, False).logical_or(same.logical_and(later)))
+        winner = candidate.logical_and(beaten.any(-1).logical_not())
+        indices = winner.where(positions, 0).sum(-1, keepdim=True)
+        values = x.gather(-1, indices)
+        if dim != self.ndim - 1:
+            values, indices = values.transpose(dim, -1), indices.transpose(dim, -1)
+        if keepdim:
+            return ValuesIndices(values, indices)
+        return ValuesIndices(values.squeeze(dim), indices.squeeze(dim))
+
+    def cummax(self, dim: int | None = None, *, axis=None) -> ValuesIndices:
+        """ValuesIndices of the running maximum along dim, as PyTorch: each index is the last element
+        so far equal to it (NaN propagates, with the index of the latest NaN), and the values' gradient
+        goes to that element."""
+        return self._running_extreme(_pick_axis(axis, dim, "cummax", 0), True, "cummax")
+
+    def cummin(self, dim: int | None = None, *, axis=None) -> ValuesIndices:
+        """cummax's counterpart: the running minimum and its index."""
+        return self._running_extreme(_pick_axis(axis, dim, "cummin", 0), False, "cummin")
+
+    def _running_extreme(self, dim: int, largest: bool, name: str) -> ValuesIndices:
+        from lazygrad.tensor import Tensor
+        if self.ndim == 0:
+            _normalize_axis(dim, 1, name)
+            values, indices = self.reshape(1)._running_extreme(0, largest, name)
+            return ValuesIndices(values.reshape(()), indices.reshape(()))
+        dim = _normalize_axis(dim, self.ndim, name)
+        x = self.transpose(dim, -1) if dim != self.ndim - 1 else self
+        size = x.shape[-1]
+        if x.numel() == 0:
+            return ValuesIndices(self, Tensor.zeros(self.shape, dtype=dtypes.int64, device=self.device))
+        key = x.detach().cast(dtypes.int8) if x.dtype.is_bool else x.detach()
+        if not largest:  # the order reversed: a running max of it is the running min
+            key = -key if key.dtype.is_float else ~key
+        lowest = np.asarray(reduce_identity("MAX_REDUCE", key.dtype)).item()
+        running = key._cumulative("MAX_REDUCE", -1, lowest, name)
+        # row i of the windows holds the elements up to i, right-aligned: column k is element i + k - (size - 1)
+        windows = key._sliding_windows(lowest)
+        steps = Tensor.arange(size, device=self.device)
+        positions = steps.reshape(size, 1) + steps.reshape(1, size) - (size - 1)
+        found = _ties(windows, running.unsqueeze(-1)).logical_and(positions >= 0)
+        indices = found.where(positions, -1).max(axis=-1)
+        values = x.gather(-1, indices)
+        if dim != self.ndim - 1:
+            values, indices = values.transpose(dim, -1), indices.transpose(dim, -1)
+        return ValuesIndices(values, indices)
 
     def _sorted_dim_size(self, dim: int, name: str) -> int:
         if self.ndim == 0:  # one element along dim 0 or -1, as in PyTorch

@@ -70,7 +70,11 @@ CASES = {
     "log_softmax": (lambda x: weighted(x.log_softmax(0)), [signed(2, 3)]),
     "cumsum": (lambda x: weighted(x.cumsum(1) + x.cumsum(0)), [signed(2, 3)]),
     "cumprod": (lambda x: weighted(x.cumprod(1)), [positive(2, 3)]),
-    "cummax": (lambda x: weighted(x.cummax(0)), [distinct(3, 2)]),
+    "cummax": (lambda x: weighted(x.cummax(0).values), [distinct(3, 2)]),
+    "cummin": (lambda x: weighted(x.cummin(1).values), [distinct(3, 2)]),
+    "mode": (lambda x: weighted(x.mode(1).values), [distinct(3, 4)]),
+    "scatter_reduce": (lambda x: weighted(x.scatter_reduce(0, Tensor(np.array([[0, 2], [0, 1]]), device=x.device),
+                                                           x[:2, :2] * 3, "amax")), [distinct(3, 2)]),
     # movement
     "roll_repeat_tile": (lambda x: weighted(x.roll(1, 1).repeat(2, 1) + x.tile(2, 1) + x.repeat_interleave(2, 0)),
                          [signed(2, 3)]),

@@ -59,8 +59,6 @@ def test_getitem_tensor_index_errors(device):
         x[tensor(np.array([True, False]), device)]
     with pytest.raises(IndexError, match=r"\(2,\).*\(3,\)"):
         x[idx([0, 1], device), idx([0, 1, 2], device)]
-    with pytest.raises(IndexError, match="0-d boolean"):
-        x[tensor(np.array(True), device)]
 
 
 MASK = A4[:, :, 0, 0] > -100  # (3, 4): covers x's first two dims
@@ -87,6 +85,37 @@ def test_setitem_with_a_boolean_mask(device):
     row_values = np.arange(30, dtype=np.float32).reshape(5, 6)
     x[Tensor(MASK, device=device)] = tensor(row_values, device)  # one (5, 6) value for every True position
     expected[MASK] = row_values
+    check(x, expected, F32)
+
+
+@pytest.mark.parametrize("index", [True, False, (True, 1), (slice(None), False), (Ellipsis, True, None, False),
+                                   (0, None, True), (True, False), (None, True, True), (True, 0, True)], ids=str)
+def test_getitem_with_a_boolean_scalar_adds_a_dim_of_one_or_none(index, device):
+    """As numpy and PyTorch: the bools add one dim between them, in place when they are adjacent."""
+    a = small_sample(F32, shape=(2, 3))
+    check(tensor(a, device)[index], a[index], F32)
+    if index is True or index is False:
+        check(tensor(a, device)[tensor(np.array(index), device)], a[index], F32)  # a 0-d bool Tensor
+    with pytest.raises(IndexError, match="boolean scalar"):
+        tensor(a, device)[True, idx([0], device)]
+
+
+@pytest.mark.parametrize("name, index, value", [
+    ("rows", np.array([2, 0]), 5.0),
+    ("repeated-rows-last-wins", np.array([1, 3, 1]), np.arange(18, dtype=np.float32).reshape(3, 6)),
+    ("negative", np.array([-1]), np.arange(6, dtype=np.float32)),
+    ("list", [0, 2], 1.5),
+    ("columns", (slice(None), np.array([5, 0, 5])), np.array([7.0, 8.0, 9.0], np.float32)),
+    ("2-d-index", np.array([[0, 1], [3, 3]]), -2.0),
+    ("empty", np.zeros(0, np.int64), 3.0),
+])
+def test_setitem_with_an_integer_tensor_index(name, index, value, device):
+    a = small_sample(F32, shape=(4, 6))
+    x, expected = tensor(a, device), a.copy()
+    expected[index] = value  # numpy: a repeated position takes the last value
+    as_tensor = lambda i: idx(i, device) if isinstance(i, np.ndarray) else i  # noqa: E731
+    key = tuple(as_tensor(i) for i in index) if isinstance(index, tuple) else as_tensor(index)
+    x[key] = tensor(value, device) if isinstance(value, np.ndarray) else value
     check(x, expected, F32)
 
 
@@ -196,6 +225,64 @@ def test_scatter_scalar_int_and_errors(device):
         tensor(target, device).scatter(0, tensor(np.zeros((2, 3), np.float32), device), 1)
 
 
+def np_scatter_reduce(target, dim, index, src, reduce, include_self):
+    """torch.scatter_reduce in numpy, element by element: each place gathers the src values sent
+    to it (and its own unless include_self is False); an integer mean rounds down."""
+    gathered = {}
+    for position in np.ndindex(index.shape):
+        at = list(position)
+        at[dim] = index[position]
+        gathered.setdefault(tuple(at), []).append(src[position])
+    out = target.copy()
+    for at, values in gathered.items():
+        values = ([target[at]] if include_self else []) + values
+        if reduce == "sum":
+            out[at] = np.sum(values, dtype=target.dtype)
+        elif reduce == "prod":
+            out[at] = np.prod(values, dtype=target.dtype)
+        elif reduce == "mean":
+            total = np.sum(values, dtype=target.dtype)
+            out[at] = total / len(values) if target.dtype.kind == "f" else total // len(values)
+        else:
+            out[at] = (np.max if reduce == "amax" else np.min)(values)  # NaN propagates
+    return out
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False], ids=["with_self", "without_self"])
+@pytest.mark.parametrize("dtype", [F32, I32], ids=["float32", "int32"])
+def test_scatter_reduce(reduce, include_self, dtype, device):
+    target = small_sample(dtype, shape=(4, 5), low=-4, high=5)
+    src = small_sample(dtype, shape=(3, 4), low=-4, high=5, seed=2)
+    if dtype.is_float:
+        target, src = target.copy(), src.copy()
+        target[3, 1], src[1, 2] = np.nan, np.nan  # one NaN kept, one sent (to place (0, 2) along dim 0)
+    for dim, index in ((0, np.array([[0, 3, 0], [2, 0, 0]])), (1, np.array([[4, 0, 4], [2, 2, 0]]))):  # repeats
+        expected = np_scatter_reduce(target, dim, index, src, reduce, include_self)
+        result = tensor(target, device).scatter_reduce(dim, idx(index, device), tensor(src, device), reduce,
+                                                       include_self=include_self)
+        check(result, expected, dtype, rtol=1e-6)
+
+
+def test_scatter_reduce_matches_torch_and_says_what_is_wrong(device):
+    target = small_sample(I32, shape=(4,), low=-20, high=20)
+    with pytest.raises(ValueError, match="'sum', 'prod', 'mean', 'amax', 'amin'"):
+        tensor(target, device).scatter_reduce(0, idx([0], device), tensor(target, device), "max")
+    with pytest.raises(TypeError, match="integer Tensor"):
+        tensor(target, device).scatter_reduce(0, tensor(np.zeros(2, np.float32), device), tensor(target, device), "sum")
+    check(Tensor(np.int32(5), device=device).scatter_reduce(0, idx(0, device), Tensor(np.int32(3), device=device), "amax"),
+          np.array(5, np.int32), I32)
+    torch = pytest.importorskip("torch")
+    index, src = np.array([0, 0, 1, 1, 3]), np.array([-1, -2, 7, 8, 5], np.int32)
+    for reduce in ("sum", "prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            ours = tensor(target, device).scatter_reduce(0, idx(index, device), tensor(src, device), reduce,
+                                                         include_self=include_self)
+            theirs = torch.from_numpy(target).scatter_reduce(0, torch.from_numpy(index), torch.from_numpy(src), reduce,
+                                                             include_self=include_self)
+            np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=f"{reduce}, include_self={include_self}")
+
+
 # ---- masked_fill, tril, triu, one_hot -------------------------------------------------------------------
 
 def test_masked_fill(device):
@@ -284,7 +371,9 @@ def test_setitem_errors(device):
     with pytest.raises(IndexError):
         x[4] = 1.0
     with pytest.raises(TypeError, match="scatter"):
-        x[idx([0, 1], device)] = 1.0
+        x[idx([0, 1], device), 2] = 1.0
+    with pytest.raises(TypeError, match="scatter"):
+        x[idx([0, 1], device), idx([1, 2], device)] = 1.0
     w = Tensor(np.zeros(3, np.float32), device=device, requires_grad=True)
     with pytest.raises(RuntimeError, match="no_grad"):
         w[0] = 1.0

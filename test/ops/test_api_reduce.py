@@ -173,18 +173,25 @@ def test_any_all(dtype, device):
 
 # ---- cumulative -------------------------------------------------------------------------------------
 
-CUMULATIVE = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate}
+CUMULATIVE = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate,
+              "cummin": np.minimum.accumulate}
+
+
+def cumulative(x: Tensor, name: str, *args, **kwargs) -> Tensor:
+    """The running values (cummax and cummin also return indices: test_api_sorting.py)."""
+    result = getattr(x, name)(*args, **kwargs)
+    return result.values if name in ("cummax", "cummin") else result
 
 
 def cumulative_dtype(name, dtype):
-    return I64 if name != "cummax" and not dtype.is_float else dtype
+    return I64 if name in ("cumsum", "cumprod") and not dtype.is_float else dtype
 
 
 @pytest.mark.parametrize("name", list(CUMULATIVE))
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_cumulative_along_each_axis(name, axis, device):
     a = np.random.default_rng(4).choice([-1.5, -1.0, 0.5, 1.0, 1.25, 2.0], size=SHAPE3).astype(np.float32)
-    check(getattr(tensor(a, device), name)(axis), CUMULATIVE[name](a, axis=axis), F32, rtol=1e-6)
+    check(cumulative(tensor(a, device), name, axis), CUMULATIVE[name](a, axis=axis), F32, rtol=1e-6)
 
 
 @pytest.mark.parametrize("name", list(CUMULATIVE))
@@ -192,7 +199,7 @@ def test_cumulative_along_each_axis(name, axis, device):
 def test_cumulative_integer_and_bool(name, dtype, device):
     a = small_sample(dtype, shape=(4, 6), low=-3, high=4)
     out = cumulative_dtype(name, dtype)
-    check(getattr(tensor(a, device), name)(dim=1), CUMULATIVE[name](a.astype(out.np), axis=1), out)
+    check(cumulative(tensor(a, device), name, dim=1), CUMULATIVE[name](a.astype(out.np), axis=1), out)
 
 
 def test_cumulative_edge_cases(device):
@@ -204,7 +211,7 @@ def test_cumulative_edge_cases(device):
     check(Tensor(2.5, device=device).cumsum(0), np.array(2.5, np.float32), F32)
     check(tensor(np.zeros((0, 3), np.float32), device).cumsum(0), np.zeros((0, 3), np.float32), F32)
     nan = np.array([1.0, np.nan, 3.0, 0.5], np.float32)
-    check(tensor(nan, device).cummax(0), np.array([1.0, np.nan, np.nan, np.nan], np.float32), F32)
+    check(tensor(nan, device).cummax(0).values, np.array([1.0, np.nan, np.nan, np.nan], np.float32), F32)
     with pytest.raises(IndexError, match="range"):
         tensor(a, device).cumsum(2)
 

@@ -131,3 +131,113 @@ def test_median_and_kthvalue(dtype, device):
     check(indices, order[:, 2], I64)
     with pytest.raises(ValueError, match="k must be an int from 1 to 6"):
         tensor(a, device).kthvalue(7, 1)
+
+
+# ---- cummax, cummin, mode -------------------------------------------------------------------------------
+
+def np_running_extreme(a, axis, largest):
+    """PyTorch's cummax (cummin) in numpy: the running extreme along axis, NaN propagating, and the
+    index of the last element so far equal to it (of the latest NaN once there is one)."""
+    def nan(value):
+        return a.dtype.kind == "f" and np.isnan(value)
+    moved = np.moveaxis(a, axis, -1)
+    values, indices = np.empty_like(moved), np.zeros(moved.shape, np.int64)
+    for row in np.ndindex(moved.shape[:-1]):
+        best, at = moved[row][0], 0
+        for i, value in enumerate(moved[row]):
+            if nan(value) or (not nan(best) and (value >= best if largest else value <= best)):
+                best, at = value, i
+            values[row + (i,)], indices[row + (i,)] = best, at
+    return np.moveaxis(values, -1, axis), np.moveaxis(indices, -1, axis)
+
+
+@pytest.mark.parametrize("name", ["cummax", "cummin"])
+@pytest.mark.parametrize("dtype", [F32, I32, U8, BOOL], ids=["float32", "int32", "uint8", "bool"])
+def test_cummax_and_cummin_return_values_and_the_index_of_the_last_equal_element(name, dtype, device):
+    a = sample_with_ties(dtype, shape=(3, 4, 5), seed=7)  # float32: a NaN, infinities, -0.0
+    for dim in (0, 2, -2):
+        values, indices = getattr(tensor(a, device), name)(dim)
+        expected_values, expected_indices = np_running_extreme(a, dim, name == "cummax")
+        check(values, expected_values, dtype)
+        check(indices, expected_indices, I64)
+    values, indices = getattr(tensor(a, device).transpose(0, 2), name)(dim=1)  # non-contiguous
+    expected_values, expected_indices = np_running_extreme(a.transpose(2, 1, 0), 1, name == "cummax")
+    check(values, expected_values, dtype)
+    check(indices, expected_indices, I64)
+
+
+def test_cummax_edge_cases_and_gradient(device):
+    check(Tensor(2.5, device=device).cummax(0).indices, np.array(0, np.int64), I64)
+    check(Tensor(2.5, device=device).cummin(0).values, np.array(2.5, np.float32), F32)
+    empty = tensor(np.zeros((0, 3), np.float32), device)
+    assert empty.cummax(0).values.shape == (0, 3) and empty.cummin(1).indices.shape == (0, 3)
+    with pytest.raises(IndexError, match="range"):
+        tensor(np.zeros((2, 3), np.float32), device).cummin(2)
+    # the values' gradient goes to the element each index names (PyTorch), ties included
+    a = np.array([[1.0, 3.0, 3.0, 2.0], [4.0, -1.0, 4.0, 5.0]])
+    x = Tensor(a, device=device, requires_grad=True)
+    values, indices = x.cummax(1)
+    weights = np.array([1.0, 10.0, 100.0, 1000.0])
+    (values * Tensor(weights, device=device)).sum().backward()
+    expected = np.zeros_like(a)
+    for row in range(2):
+        np.add.at(expected[row], indices.numpy()[row], weights)
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
+    np.testing.assert_array_equal(indices.numpy(), [[0, 1, 2, 2], [0, 0, 2, 3]])
+
+
+def np_mode(a, axis):
+    """PyTorch's mode in numpy: the most frequent value along axis, of several the smallest (NaN
+    largest, NaNs equal to each other), and the index of its last occurrence."""
+    moved = np.moveaxis(a, axis, -1)
+    values, indices = np.empty(moved.shape[:-1], a.dtype), np.zeros(moved.shape[:-1], np.int64)
+    for row in np.ndindex(moved.shape[:-1]):
+        line = list(moved[row])
+        def same(u, v):
+            return u == v or (a.dtype.kind == "f" and np.isnan(u) and np.isnan(v))
+        counts = [sum(same(u, v) for v in line) for u in line]
+        most = [i for i, count in enumerate(counts) if count == max(counts)]
+        key = lambda i: (1, 0) if a.dtype.kind == "f" and np.isnan(line[i]) else (0, line[i])  # noqa: E731
+        smallest = min(key(i) for i in most)
+        at = max(i for i in most if key(i) == smallest)
+        values[row], indices[row] = line[at], at
+    return values, indices
+
+
+@pytest.mark.parametrize("dtype", [F32, I32, BOOL], ids=["float32", "int32", "bool"])
+def test_mode(dtype, device):
+    a = small_sample(dtype, shape=(4, 7), low=-2, high=3, seed=11)
+    if dtype.is_float:
+        a = a.copy()
+        a[0, [1, 4]] = np.nan  # two NaNs: as frequent as the other values there, and larger
+    for dim, keepdim in ((1, False), (0, True), (-1, True)):
+        values, indices = tensor(a, device).mode(dim, keepdim)
+        expected_values, expected_indices = np_mode(a, dim)
+        if keepdim:
+            expected_values, expected_indices = np.expand_dims(expected_values, dim), np.expand_dims(expected_indices, dim)
+        check(values, expected_values, dtype)
+        check(indices, expected_indices, I64)
+    values, indices = Tensor(3.0, device=device).mode()
+    check(values, np.array(3.0, np.float32), F32)
+    check(indices, np.array(0, np.int64), I64)
+    with pytest.raises(ValueError, match="empty"):
+        tensor(np.zeros((2, 0), np.float32), device).mode(1)
+
+
+def test_mode_gradient_goes_to_the_last_occurrence(device):
+    x = Tensor(np.array([3.0, 1.0, 3.0, 1.0, 2.0]), device=device, requires_grad=True)
+    values, indices = x.mode()
+    values.backward()
+    assert indices.item() == 3
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0, 0.0, 1.0, 0.0])
+
+
+@pytest.mark.parametrize("name", ["cummax", "cummin", "mode"])
+def test_running_extremes_and_mode_match_torch(name):
+    torch = pytest.importorskip("torch")
+    a = sample_with_ties(F32, shape=(3, 9), seed=3)
+    ours = getattr(Tensor(a), name)(1)
+    theirs = getattr(torch.from_numpy(a), name)(1)
+    np.testing.assert_array_equal(ours.values.numpy(), theirs.values.numpy())
+    if name != "mode" or not np.isnan(a).any():  # PyTorch's mode with NaNs is not documented
+        np.testing.assert_array_equal(ours.indices.numpy(), theirs.indices.numpy())
