@@ -109,6 +109,8 @@ def clip(ctx, x, low=None, high=None, min=None, max=None):
     # known bounds (ReLU6's 0 and 6 as initializers) become constants of the kernel: loaded from
     # their buffers, gcc left MobileNetV2's padded ReLU6 kernels unvectorized (3.7 ms against 0.3)
     low, high = (_known_or_tensor(ctx, bound) for bound in (low, high))
+    if low is not None and high is not None and not isinstance(low, Tensor) and not isinstance(high, Tensor):
+        return x.clamp(low, high)  # two selects on x, not one on the other's result (see Tensor.clamp)
     if low is not None:
         x = x.maximum(low if isinstance(low, Tensor) else x._const_like(low))
     if high is not None:

@@ -345,8 +345,16 @@ class ElementwiseMethods:
     def clamp(self, min=None, max=None) -> "Tensor":
         """min, then max, as PyTorch (so min > max gives max everywhere). At a bound x itself is
         kept, so the gradient there is 1, as in PyTorch (maximum would give it half)."""
+        from lazygrad.tensor import Tensor
         if min is None and max is None:
             raise ValueError("clamp: at least one of min and max must be given")
+        if not isinstance(min, (Tensor, type(None))) and not isinstance(max, (Tensor, type(None))) and min <= max:
+            # numbers in order: both selects test x itself, not one the other's result; gcc vectorized
+            # that chain poorly in a tile's epilogue (MobileNetV2's depthwise conv + Clip: 0.89 -> 0.54 ms)
+            x, low = self._operands(min, "clamp")
+            wide, high = x._operands(max, "clamp")
+            if wide.dtype == x.dtype:
+                return (x > high).where(high, (x < low).where(low, x))
         result = self
         if min is not None:
             x, low = result._operands(min, "clamp")

@@ -112,6 +112,21 @@ def test_integer_inputs_give_float32(device):
     check(tensor(a, device).round(), a, I32)
 
 
+def test_clamp_matches_numpy_clip_for_every_kind_of_bound(device):
+    """Numbers in order take two selects of x, anything else min and then max; the results agree with
+    numpy's clip (min then max: reversed bounds give the upper one everywhere), NaN propagating."""
+    a = np.array([[-3.0, -1.0, 0.0, 0.5], [1.0, 2.0, np.nan, np.inf]], np.float32)
+    x = tensor(a, device)
+    check(x.clamp(-1.0, 1.0), np.clip(a, -1.0, 1.0), F32)
+    check(x.clip(1.0, -1.0), np.clip(a, 1.0, -1.0), F32)
+    check(x.clamp(min=0.0), np.maximum(a, 0.0), F32)
+    bounds = tensor(np.array([-2.0, 0.0, 0.25, 3.0], np.float32), device)
+    check(x.clamp(bounds, 1.5), np.clip(a, np.array([-2.0, 0.0, 0.25, 3.0], np.float32), 1.5), F32)
+    ints = small_sample(I32, shape=(3, 4), low=-5, high=6)
+    check(tensor(ints, device).clamp(-2, 3), np.clip(ints, -2, 3), I32)
+    check(tensor(ints, device).clamp(-2, 3.5), np.clip(ints.astype(np.float32), -2, 3.5), F32)  # promoted
+
+
 def test_erf_matches_math_erf_to_float32_precision(device):
     x = np.concatenate([np.linspace(-6, 6, 961), np.geomspace(1e-30, 6, 60), -np.geomspace(1e-30, 6, 60),
                         [0.0, -0.0, np.inf, -np.inf, np.nan]])
