@@ -263,6 +263,13 @@ def _panel_product(x: "Tensor", w: "Tensor", width: int) -> "Tensor":
     return result if padded == m else result[..., :m, :]
 
 
+def matmul_in_panels(x: "Tensor", w: "Tensor") -> "Tensor":
+    """x @ w for 2-D operands whose caller knows panels pay (a 1x1 convolution over few positions,
+    nn/spatial.py), whatever the thresholds above say; w's columns must fill whole panels."""
+    assert x.ndim == 2 and w.ndim == 2 and w.shape[1] % PANEL_WIDTH == 0, "matmul_in_panels: shapes"
+    return _panel_product(x, w, PANEL_WIDTH)._with_gradient((x, w), _matmul_gradient)
+
+
 def _is_view_of_buffer(node) -> bool:
     """Whether a node is a stored buffer read through movement ops only."""
     while not node.realized and OPS[node.op].kind == MOVEMENT:

@@ -215,6 +215,9 @@ CONV2D_CASES = [
     # 64 channels by 3x3 and whole panels of 16 output channels: output channels last on CPU
     ((2, 64, 7, 6), (32, 64, 3, 3), 1, 1, 1, 1, True),
     ((1, 64, 9, 8), (16, 64, 3, 3), 2, (1, 0), (1, 2), 1, False),
+    # 1x1 over at most 256 positions, whole panels of 16 output channels: a matmul in panels on CPU
+    ((1, 32, 7, 7), (128, 32, 1, 1), 1, 0, 1, 1, True),
+    ((2, 64, 9, 9), (64, 64, 1, 1), 2, 0, 1, 1, False),
 ]
 
 
@@ -248,11 +251,13 @@ def test_conv2d_with_a_weight_beyond_l2(device):
     close(out, conv_reference(x, w, b, (1, 1), [(1, 1)] * 2, (1, 1), 1), atol=1e-3)
 
 
-@pytest.mark.parametrize("w_shape, stride, dims", [((32, 64, 3, 3), 2, 2), ((16, 32, 4, 2, 2), 1, 3)])
+@pytest.mark.parametrize("w_shape, stride, dims", [((32, 64, 3, 3), 2, 2), ((16, 32, 4, 2, 2), 1, 3),
+                                                   ((64, 96, 1, 1), 2, 2)])
 def test_a_convolution_computed_output_channels_last_has_the_gradients_of_the_other_layout(w_shape, stride, dims):
     """On CPU, a convolution with wide windows computes with its output channels last
-    (nn/spatial.py `_output_channels_last_product`); NPY keeps them in the middle, whose gradients the
-    finite-difference tests check. Both give the same values and gradients, in float64."""
+    (nn/spatial.py `_output_channels_last_product`), and a 1x1 one over few positions as a matmul in
+    panels (`_pointwise_product`); NPY keeps them in the middle, whose gradients the
+    finite-difference tests check. All give the same values and gradients, in float64."""
     rng = np.random.default_rng(4)
     x_value = rng.standard_normal((2, w_shape[1]) + (5,) * dims)
     w_value, b_value = rng.standard_normal(w_shape), rng.standard_normal(w_shape[0])

@@ -173,6 +173,17 @@ def test_a_convolution_with_wide_windows_tiles_output_channels_by_columns(size, 
     assert count == 4  # the padded input, the weight's panels, the product, its (N, C, H, W) copy
 
 
+def test_a_1x1_convolution_over_few_positions_is_a_matmul_in_panels():
+    """MobileNetV2's 7x7 and 14x14 1x1 convolutions (nn/spatial.py `_pointwise_product`): 6 positions
+    by 16 output channels per tile, as a matmul's; at 56x56 the channels stay in the middle."""
+    w = Tensor(np.ones((320, 160, 1, 1), np.float32))
+    kernel, count = product_kernel_of(Tensor(np.ones((1, 160, 7, 7), np.float32)).conv2d(w))
+    assert kernel.full_shape[:4] == (9, 6, 20, 16) and count == 4  # both packs, the product, its (N, C, H, W) copy
+    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 6)]
+    kernel, _ = product_kernel_of(Tensor(np.ones((1, 160, 56, 56), np.float32)).conv2d(w))
+    assert kernel.full_shape[:2] == (320, 3136)
+
+
 @pytest.mark.parametrize("batch, channels, size, panel", [(1, 512, 7, Opt("PANEL", 0, 7)), (1, 256, 14, Opt("PANEL", 0, 14)),
                                                           (2, 512, 7, Opt("PANEL", 0, 2)), (1, 128, 28, None),
                                                           (1, 64, 56, None), (16, 256, 14, None)])
