@@ -124,3 +124,13 @@ def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
             raise ValueError(f"{op}: shapes {listed} cannot be broadcast together")
         result.append(sizes_not_one.pop() if sizes_not_one else 1)
     return tuple(result)
+
+
+def _extreme_value(dtype, largest: bool):
+    """The largest (or smallest) value of a dtype: what a max (min) of nothing leaves unchanged."""
+    if dtype.is_bool:
+        return largest
+    if dtype.is_float:
+        return math.inf if largest else -math.inf
+    info = np.iinfo(dtype.np)
+    return int(info.max if largest else info.min)

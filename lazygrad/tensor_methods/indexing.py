@@ -13,7 +13,7 @@ import numpy as np
 
 from lazygrad.dtype import dtypes
 from lazygrad.realize import record_data_dependent_shape
-from lazygrad.tensor_methods.helpers import _normalize_axis, _zero_of, broadcast_shapes
+from lazygrad.tensor_methods.helpers import _extreme_value, _normalize_axis, _zero_of, broadcast_shapes
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -28,16 +28,6 @@ def _is_scalar_bool(index) -> bool:
     if isinstance(index, Tensor):
         return index.dtype.is_bool and index.ndim == 0
     return isinstance(index, (bool, np.bool_))
-
-
-def _extreme_value(dtype, largest: bool):
-    """The largest (or smallest) value of a dtype: what a max (min) of nothing leaves unchanged."""
-    if dtype.is_bool:
-        return largest
-    if dtype.is_float:
-        return math.inf if largest else -math.inf
-    info = np.iinfo(dtype.np)
-    return int(info.max if largest else info.min)
 
 
 class IndexingMethods:

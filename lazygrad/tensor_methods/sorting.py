@@ -15,11 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 
 from lazygrad.dtype import dtypes
-from lazygrad.ops import reduce_identity
-from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis
+from lazygrad.tensor_methods.helpers import _extreme_value, _normalize_axis, _pick_axis
 from lazygrad.tensor_methods.reduce import ValuesIndices
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
@@ -40,12 +38,6 @@ def _ties(a: "Tensor", b: "Tensor") -> "Tensor":
     if not a.dtype.is_float:
         return a == b
     return (a == b).logical_or((a != a).logical_and(b != b))
-
-
-def _lowest(dtype):
-    if dtype.is_bool:
-        return False
-    return -np.inf if dtype.is_float else int(np.iinfo(dtype.np).min)
 
 
 class SortingMethods:
@@ -153,7 +145,7 @@ class SortingMethods:
         key = x.detach().cast(dtypes.int8) if x.dtype.is_bool else x.detach()
         if not largest:  # the order reversed: a running max of it is the running min
             key = -key if key.dtype.is_float else ~key
-        lowest = np.asarray(reduce_identity("MAX_REDUCE", key.dtype)).item()
+        lowest = _extreme_value(key.dtype, False)
         running = key._cumulative("MAX_REDUCE", -1, lowest, name)
         # row i of the windows holds the elements up to i, right-aligned: column k is element i + k - (size - 1)
         windows = key._sliding_windows(lowest)
@@ -235,6 +227,6 @@ def _gathered(x: "Tensor", ranks: "Tensor", wanted: "Tensor") -> ValuesIndices:
     hit = ranks.unsqueeze(-2) == wanted.unsqueeze(-1)     # (..., wanted, element)
     indices = hit.where(Tensor.arange(x.shape[-1], device=x.device), 0).sum(-1)
     with no_grad():
-        values = hit.where(x.unsqueeze(-2), _lowest(x.dtype)).max(axis=-1)
+        values = hit.where(x.unsqueeze(-2), _extreme_value(x.dtype, False)).max(axis=-1)
     values = values._with_gradient((x,), lambda grad, out, sources, rule: [hit.where(grad.unsqueeze(-1), 0).sum(-2)])
     return ValuesIndices(values, indices)
