@@ -263,6 +263,12 @@ def _panel_product(x: "Tensor", w: "Tensor", width: int) -> "Tensor":
     return result if padded == m else result[..., :m, :]
 
 
+def packs_operands(device: str, m: int, k: int, n: int) -> bool:
+    """Whether an (m, k) @ (k, n) matmul on the device copies its operands into panels (then a copy
+    of an operand made just for the matmul is a second one)."""
+    return _panel_width(device, m, k, n) is not None
+
+
 def matmul_in_panels(x: "Tensor", w: "Tensor") -> "Tensor":
     """x @ w for 2-D operands whose caller knows panels pay (a 1x1 convolution over few positions,
     nn/spatial.py), whatever the thresholds above say; w's columns must fill whole panels."""
