@@ -23,11 +23,14 @@ SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
 
 def _is_scalar_bool(index) -> bool:
-    """True or False as an index: a Python or numpy bool, or a 0-d bool Tensor."""
-    from lazygrad.tensor import Tensor
-    if isinstance(index, Tensor):
-        return index.dtype.is_bool and index.ndim == 0
-    return isinstance(index, (bool, np.bool_))
+    """True or False as an index: a Python or numpy bool, or a 0-d bool Tensor (no import here:
+    every x[...] asks this of each index)."""
+    if type(index) in _PLAIN_INDICES:
+        return False
+    return isinstance(index, (bool, np.bool_)) or (getattr(index, "dtype", None) is dtypes.bool and index.ndim == 0)
+
+
+_PLAIN_INDICES = (int, slice, type(None), type(Ellipsis))
 
 
 class IndexingMethods:
@@ -123,7 +126,7 @@ class IndexingMethods:
         fuses and differentiates.
         """
         from lazygrad.tensor import Tensor
-        if any(_is_scalar_bool(index) for index in (indices if isinstance(indices, tuple) else (indices,))):
+        if any(map(_is_scalar_bool, indices if isinstance(indices, tuple) else (indices,))):
             return self._index_with_scalar_bools(indices)
         indices = self._normalized_indices(indices, "index")
         result, dim, final_shape, gathers = self, 0, [], []

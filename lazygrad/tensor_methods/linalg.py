@@ -129,10 +129,9 @@ class LinalgMethods:
         sources = (x, w)
         dtype = result_type([x.dtype, w.dtype], [], [])
         rows = math.prod(x.shape[:-1]) if w.ndim == 2 else m  # x's batch dims join its rows
-        width = _panel_width(x.device, rows, k, n)
-        if width is not None:
+        if packs_operands(x.device, rows, k, n):
             left = x.reshape(rows, k) if w.ndim == 2 else x
-            result = _panel_product(left.cast(dtype), w.cast(dtype), width).reshape(x.shape[:-1] + (n,))
+            result = _panel_product(left.cast(dtype), w.cast(dtype)).reshape(x.shape[:-1] + (n,))
         else:
             if m >= 8 and _walks_k_contiguously(w):
                 # x @ W.T (nn.Linear), q @ k.transpose(-1, -2) (attention): w's rows are contiguous
@@ -225,20 +224,21 @@ PANEL_MIN_ROWS = 64
 PANEL_MIN_ELEMENTS = 1 << 17
 
 
-def _panel_width(device: str, m: int, k: int, n: int) -> int | None:
-    """Columns per panel of the right operand, or None to read both operands in place. The GPU
-    dialects tile each work-item otherwise (renderer/opts.py) and read the operands in place."""
-    if device.split(":")[0] != "CPU" or m < PANEL_MIN_ROWS or k * n < PANEL_MIN_ELEMENTS or n % PANEL_WIDTH:
-        return None
-    return PANEL_WIDTH
+def packs_operands(device: str, m: int, k: int, n: int) -> bool:
+    """Whether an (m, k) @ (k, n) matmul on the device copies its operands into panels (so a copy of
+    an operand made just for the matmul would be a second one). The GPU dialects tile each work-item
+    otherwise (renderer/opts.py) and read the operands in place."""
+    return (device.split(":")[0] == "CPU" and m >= PANEL_MIN_ROWS and k * n >= PANEL_MIN_ELEMENTS
+            and n % PANEL_WIDTH == 0)
 
 
-def _panel_product(x: "Tensor", w: "Tensor", width: int) -> "Tensor":
-    """x @ w with both operands first copied into panels, as BLAS libraries pack them: w into
-    panels of `width` columns, shape (n / width, k, width), and x into panels of PANEL_ROWS rows,
-    shape (m / PANEL_ROWS, k, PANEL_ROWS), its rows first padded with zeros to a whole panel (the
-    product's extra rows are cut off again). The kernel's register tile (PANEL_ROWS rows by `width`
-    columns, renderer/opts.py) then reads each operand as one contiguous stream per reduce step.
+def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
+    """x @ w with both operands first copied into panels, as BLAS libraries pack them: w into panels
+    of PANEL_WIDTH columns, shape (n / PANEL_WIDTH, k, PANEL_WIDTH), and x into panels of PANEL_ROWS
+    rows, shape (m / PANEL_ROWS, k, PANEL_ROWS), its rows first padded with zeros to a whole panel
+    (the product's extra rows are cut off again). The kernel's register tile (PANEL_ROWS rows by
+    PANEL_WIDTH columns, renderer/opts.py) then reads each operand as one contiguous stream per
+    reduce step.
     Read in place, consecutive rows of w lie n elements apart, a stride that maps them onto the
     same few cache sets, and the tile's rows of x are PANEL_ROWS separate streams. The copies are
     (m + n) * k elements against m * k * n multiply-adds; a transposed w needs a copy anyway.
@@ -248,7 +248,7 @@ def _panel_product(x: "Tensor", w: "Tensor", width: int) -> "Tensor":
     round trips bound each step (AVX2, 2 threads, 1024 x 384 @ 384 x 1536: 95 GFLOP/s as 8 x 16,
     159 as 6 x 16, of a 171 peak). A computed x is stored before it is packed: packing reads it
     across its rows, so an expensive x (BERT's gelu) would be computed one element at a time."""
-    m, k, n = x.shape[-2], x.shape[-1], w.shape[-1]
+    m, k, n, width = x.shape[-2], x.shape[-1], w.shape[-1], PANEL_WIDTH
     padded = -(-m // PANEL_ROWS) * PANEL_ROWS
     if not _is_view_of_buffer(x.lazydata):
         x = x.contiguous()
@@ -263,17 +263,11 @@ def _panel_product(x: "Tensor", w: "Tensor", width: int) -> "Tensor":
     return result if padded == m else result[..., :m, :]
 
 
-def packs_operands(device: str, m: int, k: int, n: int) -> bool:
-    """Whether an (m, k) @ (k, n) matmul on the device copies its operands into panels (then a copy
-    of an operand made just for the matmul is a second one)."""
-    return _panel_width(device, m, k, n) is not None
-
-
 def matmul_in_panels(x: "Tensor", w: "Tensor") -> "Tensor":
     """x @ w for 2-D operands whose caller knows panels pay (a 1x1 convolution over few positions,
     nn/spatial.py), whatever the thresholds above say; w's columns must fill whole panels."""
     assert x.ndim == 2 and w.ndim == 2 and w.shape[1] % PANEL_WIDTH == 0, "matmul_in_panels: shapes"
-    return _panel_product(x, w, PANEL_WIDTH)._with_gradient((x, w), _matmul_gradient)
+    return _panel_product(x, w)._with_gradient((x, w), _matmul_gradient)
 
 
 def _is_view_of_buffer(node) -> bool:
