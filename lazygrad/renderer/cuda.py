@@ -71,8 +71,10 @@ class CUDARenderer(CStyleRenderer):
     supports_local = True
     local_memory_qualifier = "__shared__"
     group_barrier = "__syncthreads()"
-    # lanes of a long reduce without a register tile (opts.py _reduce_lanes): one warp
+    # lanes of a long reduce (opts.py _lane_axis): one warp
     reduce_lanes = 32
+    # work-items a kernel's grid should keep (opts.py spread_tile): about 750 per SM of an H200
+    target_work_items = 100_000
 
     def storage_name(self, dtype: DType) -> str:
         return self.storage_names.get(dtype, self.type_name(dtype))

@@ -366,9 +366,10 @@ def large_operands(kernel: Kernel, strides: list[dict[int, int | None]]) -> bool
 
 def _vector_and_row_tile(kernel: Kernel, globals_: list[int], strides: list[dict[int, int | None]],
                          vector_choices: tuple[int, ...], row_choices: tuple[int, ...],
-                         fits=lambda columns, rows: True) -> list[Opt]:
+                         fits=lambda columns, rows: True,
+                         strided_choices: tuple[int, ...] = STRIDED_VECTOR_CHOICES) -> list[Opt]:
     """UPCAST of the last output axis that some load walks contiguously (or else with a small stride,
-    by STRIDED_VECTOR_CHOICES) while another load stays put along it (by the first of
+    by `strided_choices`) while another load stays put along it (by the first of
     `vector_choices` that divides it), and of an output axis that walking load stays put along (by
     the first of `row_choices` that divides it and `fits` with the vector); empty when no axis is
     like that."""
@@ -378,7 +379,7 @@ def _vector_and_row_tile(kernel: Kernel, globals_: list[int], strides: list[dict
         choices = vector_choices
         if not walking:
             walking = [load for load in strides if load[vector_axis] in STRIDED_STEPS]
-            choices = STRIDED_VECTOR_CHOICES
+            choices = strided_choices
         if vector_axis not in reused or not walking:
             continue
         vector_amount = _largest_divisor(kernel.full_shape[vector_axis], choices)
@@ -496,11 +497,13 @@ WORK_ITEM_MIN_REDUCE = 64
 
 
 def work_item_tile(kernel: Kernel, renderer) -> list[Opt]:
-    """The default opts on the GPU dialects (OpenCL and CUDA): a register tile of
+    """The default opts on the GPU dialects. On a dialect with `target_work_items` (CUDA: a GPU of
+    many cores), `spread_tile`. Otherwise (OpenCL, tuned on PoCL's CPU cores) a register tile of
     WORK_ITEM_VECTOR_CHOICES columns by WORK_ITEM_ROW_CHOICES rows per work-item for a matmul (a
     single reduce over one axis of at least WORK_ITEM_MIN_REDUCE steps, whose loads each stay put
-    along some output axis); on dialects with `reduce_lanes` (CUDA), a GROUP of that many lanes for
-    another long single reduce; nothing for other kernels, whose work-items compute one output each."""
+    along some output axis); nothing for other kernels, whose work-items compute one output each."""
+    if getattr(renderer, "target_work_items", None):
+        return spread_tile(kernel, renderer)
     source = _reduce_source(kernel)
     if source is None or len(kernel.reduce_axes) != 1 or sum(node.is_reduce for node in kernel.ast.walk()) > 1:
         return []
@@ -510,8 +513,6 @@ def work_item_tile(kernel: Kernel, renderer) -> list[Opt]:
     strides = load_strides(kernel, source.walk())
     tile = _vector_and_row_tile(kernel, globals_, strides, WORK_ITEM_VECTOR_CHOICES, WORK_ITEM_ROW_CHOICES) \
         if len(strides) >= 2 else []
-    if not tile:
-        tile = _reduce_lanes(kernel, renderer)
     try:
         apply_opts(kernel, tile, renderer)
     except OptError:
@@ -519,16 +520,68 @@ def work_item_tile(kernel: Kernel, renderer) -> list[Opt]:
     return tile
 
 
-def _reduce_lanes(kernel: Kernel, renderer) -> list[Opt]:
-    """A GROUP of the renderer's `reduce_lanes` (a warp on CUDA) over a long reduce axis: each lane
-    adds every lanes-th term and the lanes fold in order. The lanes read neighbouring addresses, and
-    each accumulator takes 1/lanes of the terms: one thread adding lazy.ACCUMULATION_LIMIT float32
-    terms in a row was 6e-5 off on a sum of 2^24 0.1s (CUDA on an H200), beyond float32 sums' 1e-5."""
-    lanes = getattr(renderer, "reduce_lanes", None)
-    axis = kernel.reduce_axes[0]
-    if lanes is None or kernel.full_shape[axis] % lanes != 0:
+# Outputs per work-item on a GPU of many cores (`spread_tile`), by how many the kernel has per
+# `target_work_items`: (columns, rows) of the register tile. CUDA on an H200 (132 SMs), kernel alone,
+# 16 x 8 (the PoCL tile) -> this: BERT's 1024x384 @ 384x1536 0.46 -> 0.11 ms, 1024x1536 @ 1536x384
+# 1.45 -> 0.18, 1024x384 @ 384x384 0.39 -> 0.05, attention's 96 x (128x128 @ 128x32) 0.13 -> 0.03;
+# larger tiles left SMs idle (the last: 12 work-groups of 256 work-items for 132 SMs).
+SPREAD_TILES = {16: (2, 8), 8: (2, 4), 4: (2, 2), 2: (1, 2)}
+
+
+def spread_tile(kernel: Kernel, renderer) -> list[Opt]:
+    """The default opts on a GPU of many cores (a renderer with `target_work_items`, T): for a single
+    reduce whose loads each stay put along some output axis (matmul, convolution), the largest
+    register tile of SPREAD_TILES that leaves T work-items. Below 2T outputs, one output each (64 to
+    128 channels of 28x28 pixels: no tile, with or without lanes, measured as fast); below T/2, 2 rows
+    and the reduce's lanes (`_lane_axis`: ResNet-18's last 3x3 convolution, 512x7x7 outputs by
+    512x3x3 steps, 0.20 ms -> 0.07; its 1x1 downsampling, 512x7x7 by 256, 0.15 -> 0.025). A long
+    reduce over one axis whose loaded values no two outputs share (a row sum, softmax's) gets its
+    lanes whatever its number of outputs."""
+    source = _reduce_source(kernel)
+    if source is None or sum(node.is_reduce for node in kernel.ast.walk()) > 1:
         return []
-    return [Opt("GROUP", axis, lanes)]
+    shape, target = kernel.full_shape, renderer.target_work_items
+    globals_ = [axis for axis, size in enumerate(shape) if axis not in kernel.reduce_axes and size > 1]
+    strides = load_strides(kernel, source.walk())
+    outputs = math.prod(shape[axis] for axis in globals_)
+    per_item = next((size for size in SPREAD_TILES if outputs // size >= target), None)
+    lane_axis = _lane_axis(kernel, renderer)
+    grouped = per_item is None and outputs < target // 2 and lane_axis is not None
+    tile = []
+    if len(strides) >= 2 and (per_item or grouped):
+        columns, rows = SPREAD_TILES[per_item] if per_item else (1, 2)
+        tile = _vector_and_row_tile(kernel, globals_, strides, (columns,), (rows,), strided_choices=(columns,))
+        if columns == 1:  # rows alone: the vector axis only located the row axis
+            tile = [opt for opt in tile if opt.amount == rows]
+    # lanes without a tile serve reduces whose values no two outputs share (row sums, softmax's):
+    # a matmul's lanes would each read another row of the right operand
+    shared = any(load[axis] == 0 for load in strides for axis in globals_)
+    if lane_axis is not None and (grouped or not tile and not shared and len(kernel.reduce_axes) == 1):
+        tile.append(Opt("GROUP", lane_axis + sum(opt.axis < lane_axis for opt in tile), renderer.reduce_lanes))
+    return _checked(kernel, tile, renderer)
+
+
+def _checked(kernel: Kernel, opts: list[Opt], renderer) -> list[Opt]:
+    """The opts, or none when they do not apply."""
+    try:
+        apply_opts(kernel, opts, renderer)
+    except OptError:
+        return []
+    return opts
+
+
+def _lane_axis(kernel: Kernel, renderer) -> int | None:
+    """The reduce axis to split over the renderer's `reduce_lanes` (a warp on CUDA): the longest, when
+    the lanes divide it and each lane gets 4 steps or more. Each lane adds every lanes-th term and
+    the lanes fold in order; they read neighbouring addresses, and each accumulator takes 1/lanes of
+    the terms: one thread adding lazy.ACCUMULATION_LIMIT float32 terms in a row was 6e-5 off on a sum
+    of 2^24 0.1s (CUDA on an H200), beyond float32 sums' 1e-5."""
+    lanes = getattr(renderer, "reduce_lanes", None)
+    if lanes is None or not kernel.reduce_axes:
+        return None
+    axis = max(kernel.reduce_axes, key=lambda axis: kernel.full_shape[axis])
+    size = kernel.full_shape[axis]
+    return axis if size % lanes == 0 and size >= 4 * lanes else None
 
 
 # Steps per BLOCK of a tiled matmul: measured fastest here for 512 to 2048 (64 steps of the 8 rows

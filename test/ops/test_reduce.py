@@ -276,7 +276,7 @@ def test_a_long_float32_sum_is_accurate(device):
     running sum per SIMD lane gave 1,649,062 on CPU and 1,935,089 on OPENCL (exact 1,677,721.6,
     numpy 1,677,721.9). Summed in stages of lazy.ACCUMULATION_LIMIT terms: CPU within 1e-5, OPENCL
     within 1e-4 (its work-items add their 4096 terms one after another, without SIMD lanes), CUDA
-    within 1e-5 (a warp's lanes share each sum: opts.py _reduce_lanes)."""
+    within 1e-5 (a warp's lanes share each sum: opts.py _lane_axis)."""
     exact = float(np.float32(0.1)) * 2 ** 24
     tolerance = 1e-4 if device == "OPENCL" else 1e-5
     total = tensor(np.full(2 ** 24, 0.1, np.float32), device).sum().item()

@@ -81,6 +81,8 @@ def _other_graphs():
     yield "padded-exp", tensor((4, 6)).pad(((2, 0), (1, 1))).exp()
     yield "five-dims", tensor((2, 3, 4, 5, 2), np.int32).permute(4, 2, 0, 3, 1) * 3
     yield "matmul", tensor((8, 16)) @ tensor((16, 5))
+    yield "spread-matmul", tensor((1024, 384)) @ tensor((384, 1536))  # a register tile (opts.py spread_tile)
+    yield "grouped-convolution", tensor((1, 512, 7, 7)).conv2d(tensor((512, 512, 3, 3)), padding=1)  # tile and lanes
     yield "softmax", softmax(tensor((6, 10)))
     yield "big", tensor((1000,)) * 2
     yield "indexed-load", tensor((10, 6))[Tensor(np.array([[3, -1], [12, 0]]), device="CPU")] * 2

@@ -227,13 +227,40 @@ def test_elementwise_kernels_get_no_tile():
     assert heuristic_opts(kernel_of(x * 2 + 1), OpenCLRenderer()) == []
 
 
-@pytest.mark.parametrize("renderer", [OpenCLRenderer(), CUDARenderer()], ids=["opencl", "cuda"])
-def test_gpu_matmul_tiles_16_columns_by_8_rows_per_work_item(renderer):
+def test_opencl_matmul_tiles_16_columns_by_8_rows_per_work_item():
+    renderer = OpenCLRenderer()
     assert heuristic_opts(matmul_kernel(64, 128, 64), renderer) == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 8)]
     assert heuristic_opts(matmul_kernel(6, 64, 24), renderer) == [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 2)]
-    untiled = [Opt("GROUP", 2, 32)] if isinstance(renderer, CUDARenderer) else []  # a warp's lanes share it
-    assert heuristic_opts(matmul_kernel(7, 64, 7), renderer) == untiled
+    assert heuristic_opts(matmul_kernel(7, 64, 7), renderer) == []
     assert heuristic_opts(matmul_kernel(64, 32, 64), renderer) == []  # a short reduce: one output each
+
+
+def reduce_kernel_on_npy(tensor_of):
+    """The reduce kernel of `tensor_of(make)`, made from NPY tensors: NPY schedules the route that every
+    device but CPU takes (no operand panels or channels-last layout: those are the CPU device's)."""
+    *_, item = create_schedule([tensor_of(lambda *shape: Tensor(np.ones(shape, np.float32), device="NPY")).lazydata])
+    return merge_dims(item.kernel)
+
+
+def test_cuda_tiles_leave_enough_work_items_to_fill_the_gpu():
+    """CUDA's tile shrinks as outputs get fewer, so the grid keeps target_work_items work-items
+    (opts.py spread_tile); with far fewer outputs, a warp's lanes share each reduce."""
+    renderer = CUDARenderer()
+    assert renderer.target_work_items == 100_000
+
+    def matmul(m, k, n):
+        return heuristic_opts(reduce_kernel_on_npy(lambda make: make(m, k) @ make(k, n)), renderer)
+    # BERT's FFN, 1024 x 1536 outputs: 2 columns by 4 rows; 1024 x 384 outputs: 2 rows
+    assert matmul(1024, 384, 1536) == [Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 4)]
+    assert matmul(1024, 1536, 384) == [Opt("UPCAST", 0, 2)]
+    assert matmul(2048, 32, 2048) == [Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 8)]
+    assert matmul(512, 512, 256) == []  # one output each
+    assert matmul(64, 128, 64) == [Opt("UPCAST", 0, 2), Opt("GROUP", 3, 32)]
+    assert matmul(7, 64, 7) == []  # 2 steps per lane: too short to share
+    # ResNet-18's last 3x3 convolution
+    kernel = reduce_kernel_on_npy(lambda make: make(1, 512, 7, 7).conv2d(make(512, 512, 3, 3), padding=1))
+    assert kernel.full_shape == (512, 7, 7, 512, 3, 3)
+    assert heuristic_opts(kernel, renderer) == [Opt("UPCAST", 0, 2), Opt("GROUP", 4, 32)]
 
 
 def test_cuda_long_reduces_without_a_tile_get_a_warp_of_lanes():
