@@ -152,32 +152,38 @@ class CStyleRenderer(FloorSyntax):
             lines.append(f"{index_type} {loop.var} = {quotient if number == 0 else f'{quotient} % {loop.size}'};")
         return lines
 
-    def render_group_fold(self, program, loop_index_type: str) -> tuple[list[str], list[str]]:
-        """GROUP's fold, as (lines every work-item runs, lines lane 0 runs). Every work-item writes
-        its partial results to local memory at its flat local id `lid` and waits at the barrier
-        (so no work-item may leave before it); lane 0, whose lanes sit at lid+1 .. lid+n-1 because
-        the lane varies fastest, folds them into its own accumulator in lane order, with the same
-        update as the reduce (a max keeps NaN)."""
+    def render_group_fold(self, program, stage, last: bool, loop_index_type: str) -> tuple[list[str], list[str]]:
+        """GROUP's fold of one reduce, as (lines every work-item runs, lines that finish the fold).
+        Every work-item writes its partial results to local memory at its flat local id `lid` and
+        waits at the barrier (so no work-item may leave before it). A group's lanes sit at
+        lid-lane .. lid-lane+n-1, the lane varying fastest. After the last reduce only lane 0 folds
+        them, into its own accumulator; after an earlier one (a layer norm's mean, before the sum of
+        squares that reads it) every lane folds them from lane 0's slot, so each holds the same
+        result. Both fold in lane order, with the same update as the reduce (a max keeps NaN)."""
         slots = math.prod(loop.size for loop in program.local_loops)
-        everyone, lane_zero = [], []
-        for accumulator in program.group_fold:
+        lane, lanes = program.group_lane.var, program.group_lane.size
+        everyone, folding = [], []
+        for accumulator in stage.results:
             everyone.append(f"{self.local_memory_qualifier} {self.type_name(accumulator.dtype)} "
                             f"{accumulator.name}_lanes[{slots}];")
             everyone.append(f"{accumulator.name}_lanes[lid] = {accumulator.name};")
         everyone.append(f"{self.group_barrier};")
-        lanes = program.group_lane.size
-        for accumulator in program.group_fold:
+        first = "lid" if last else f"lid-{lane}"
+        for accumulator in stage.results:
             update = self.render_accumulate(accumulator.op, accumulator.dtype, accumulator.name,
-                                            f"{accumulator.name}_lanes[lid+lane]")
-            lane_zero += [f"for ({loop_index_type} lane = 1; lane < {lanes}; lane++) {{",
-                          f"  {accumulator.name} = {update};",
-                          "}"]
-        return everyone, lane_zero
+                                            f"{accumulator.name}_lanes[{first}+lane]")
+            if not last:
+                folding.append(f"{accumulator.name} = {accumulator.name}_lanes[{first}];")
+            folding += [f"for ({loop_index_type} lane = 1; lane < {lanes}; lane++) {{",
+                        f"  {accumulator.name} = {update};",
+                        "}"]
+        return everyone, folding
 
     def render_thread_body(self, program, loop_index_type: str) -> list[str]:
         """One output position per thread (GPU dialects): the reduce loop with its register
         accumulator, the values after it, and the stores (one per output buffer); the lines the
-        caller indents into its kernel. With GROUP, only lane 0 finishes the outputs."""
+        caller indents into its kernel. With GROUP, every lane folds each earlier reduce's lanes and
+        only lane 0 finishes the outputs."""
         lines = []
         depth = 0
 
@@ -201,13 +207,15 @@ class CStyleRenderer(FloorSyntax):
                 line("}")
             for text in self.render_statements(stage.combine):
                 line(text)
-            if program.group_lane is not None and number == len(stages) - 1:
-                everyone, lane_zero = self.render_group_fold(program, loop_index_type)
+            if program.group_lane is not None:
+                last = number == len(stages) - 1
+                everyone, folding = self.render_group_fold(program, stage, last, loop_index_type)
                 for text in everyone:
                     line(text)
-                line(f"if ({program.group_lane.var} == 0) {{")
-                depth += 1
-                for text in lane_zero:
+                if last:
+                    line(f"if ({program.group_lane.var} == 0) {{")
+                    depth += 1
+                for text in folding:
                     line(text)
             for accumulator in stage.accumulators:
                 if accumulator.dtype == dtypes.float16:  # summed in float, as numpy does; rounded once at the end

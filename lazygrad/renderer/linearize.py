@@ -62,6 +62,8 @@ class ReduceStage:
     accumulators: list[Accumulator]
     inner: list[Statement]
     combine: list[Statement]
+    results: list[Accumulator] = field(default_factory=list)  # per output, the accumulator holding the
+    #                                                           result after `combine` (what a GROUP folds)
 
 
 @dataclass
@@ -93,8 +95,8 @@ class LoopProgram:
     local_loops: list[Loop] = field(default_factory=list)  # LOCAL axes, then the GROUP lane: the work-items of
     #                                                        one group, the last loop varying fastest
     group_lane: Loop | None = None  # GROUP: the lane axis (also in local_loops); each lane reduces every n-th step
-    group_fold: list[Accumulator] = field(default_factory=list)  # GROUP: per output, the accumulator whose
-    #                                                        lanes' partial results lane 0 folds after the reduce
+    results: list[Accumulator] = field(default_factory=list)  # per output, the accumulator holding the last
+    #                                                        reduce's result after `combine`
     vector_width: int = 1        # > 1: every stored value is a vector of this many lanes (a vector store)
     select_only_loads: bool = False  # some load is used only as a value a WHERE chooses (see renderer/c.py)
 
@@ -103,7 +105,7 @@ class LoopProgram:
         """Every reduce in the order they run (empty without a reduce)."""
         if not self.accumulators:
             return []
-        return self.prior_stages + [ReduceStage(self.accumulators, self.inner, self.combine)]
+        return self.prior_stages + [ReduceStage(self.accumulators, self.inner, self.combine, self.results)]
 
 
 def accumulator_index(inner_loops: list[Loop]) -> str:
@@ -436,9 +438,10 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
                        vectorize=optimize, opts=optimized.opts, block_loop=block_loops[0] if block_loops else None,
                        partial_stores=partial_stores, combine=reduction.combine if reduction else [],
                        raw_stores=raw_stores,
-                       prior_stages=[ReduceStage(stage.accumulators, stage.inner, stage.combine) for stage in reductions[:-1]],
+                       prior_stages=[ReduceStage(stage.accumulators, stage.inner, stage.combine, stage.accumulators[:len(outputs)])
+                                     for stage in reductions[:-1]],
                        local_loops=local_loops, group_lane=group_lane,
-                       group_fold=reduction.accumulators[:len(outputs)] if group_lane and reduction else [],
+                       results=reduction.accumulators[:len(outputs)] if reduction else [],
                        vector_width=vector_width, select_only_loads=_has_select_only_load(kernel.ast))
 
 

@@ -144,7 +144,8 @@ def test_a_whole_rendered_source_compiles_alone(label, tmp_path):
 
 def _work_group_programs():
     """Kernels under LOCAL and GROUP: grouped sums, max (with NaN handling), a float16 sum, a bool
-    any, an upcast tile in a group, and softmax's kernels with local rows."""
+    any, an upcast tile in a group, a max and a sum in one grouped kernel, and softmax's kernels
+    with local rows."""
     from lazygrad.renderer.axes import merge_dims
     from lazygrad.renderer.opts import Opt
     renderer = CUDARenderer()
@@ -156,6 +157,7 @@ def _work_group_programs():
         ("group-all", tensor((256,)).sum(), [Opt("GROUP", 0, 64)]),
         ("local-group-upcast", tensor((8, 64)).sum(1), [Opt("UPCAST", 0, 2), Opt("LOCAL", 0, 4), Opt("GROUP", 3, 8)]),
         ("local-matmul", tensor((8, 16)) @ tensor((16, 32)), [Opt("LOCAL", 1, 32), Opt("LOCAL", 0, 4)]),
+        ("group-chained", (tensor((4, 64)) - tensor((4, 64)).amax(1, keepdim=True)).sum(1), [Opt("GROUP", 1, 16)]),
     ]
     for label, result, opts in graphs:
         for number, item in enumerate(create_schedule([result.lazydata])):

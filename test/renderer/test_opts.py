@@ -270,6 +270,10 @@ def test_cuda_long_reduces_without_a_tile_get_a_warp_of_lanes():
     assert heuristic_opts(row_sum_kernel(4, 4096), OpenCLRenderer()) == []
     assert heuristic_opts(row_sum_kernel(4, 48), CUDARenderer()) == []  # short: one thread each
     assert heuristic_opts(row_sum_kernel(4, 4080), CUDARenderer()) == []  # no whole warps
+    x = Tensor(np.ones((4, 4096), np.float32))
+    centred = x - x.mean(axis=1, keepdim=True)
+    chained = kernel_of((centred * centred).sum(axis=1))  # a mean, then a sum of squares
+    assert heuristic_opts(chained, CUDARenderer()) == [Opt("GROUP", 1, 32)]
 
 
 def test_gpu_heuristic_tiles_only_matmuls():
@@ -658,13 +662,30 @@ def test_a_refused_work_group_opt_says_why(opts, reason):
         apply_opts(matmul_kernel(m=16, k=12, n=32), opts, OpenCLRenderer())
 
 
-def test_group_is_refused_for_a_kernel_with_several_reduces():
-    x = Tensor(np.ones((4, 512), np.float32))
-    total = (x - x.max(axis=1, keepdim=True)).sum(axis=1)
-    (item,) = create_schedule([total.lazydata])
-    with pytest.raises(OptError, match="several reduces"):
-        apply_opt(initial(merge_dims(item.kernel)), Opt("GROUP", 1, 16), OpenCLRenderer())
-    apply_opt(initial(merge_dims(item.kernel)), Opt("LOCAL", 0, 4), OpenCLRenderer())  # LOCAL is fine
+@pytest.mark.parametrize("opts", [[Opt("GROUP", 1, 16)], [Opt("UPCAST", 0, 2), Opt("GROUP", 2, 4), Opt("LOCAL", 0, 2)]],
+                         ids=["group", "upcast-group-local"])
+def test_grouped_chained_reduces_match_numpy(monkeypatch, opts):
+    """Several reduces in one kernel under GROUP (a layer norm's mean, then its sum of squares;
+    softmax's max, then its sum of exponentials): every lane folds the earlier reduce's lanes before
+    the later reduce reads its result."""
+    opencl_available()
+    grouped = []
+
+    def pick(kernel, renderer):
+        if sum(node.is_reduce for node in kernel.ast.walk()) < 2:
+            return []
+        grouped.append(kernel)
+        return list(opts)
+    monkeypatch.setattr(linearize_module, "heuristic_opts", pick)
+    render_anew(monkeypatch)
+    values = np.random.default_rng(5).standard_normal((8, 64)).astype(np.float32) * 3 + 1
+    x = Tensor(values, device="OPENCL")
+    centred = x - x.mean(axis=1, keepdim=True)
+    np.testing.assert_allclose((centred * centred).sum(axis=1).numpy(), ((values - values.mean(1, keepdims=True)) ** 2).sum(1),
+                               rtol=1e-5, atol=1e-5)
+    exponentials = (x - x.max(axis=1, keepdim=True)).exp().sum(axis=1).numpy()
+    np.testing.assert_allclose(exponentials, np.exp(values - values.max(1, keepdims=True)).sum(1), rtol=1e-5)
+    assert len(grouped) == 2  # one grouped kernel for each
 
 
 def test_work_group_opts_are_candidates_only_on_gpu_dialects():
