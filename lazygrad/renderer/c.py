@@ -131,7 +131,7 @@ class CRenderer(CStyleRenderer):
     @staticmethod
     def function_attribute(program: LoopProgram) -> str:
         """gcc settings for kernels whose opts expand the loop body (none for the others)."""
-        if not program.opts:
+        if not any(opt.op in ("UPCAST", "UNROLL") for opt in program.opts):
             return SELECT_ONLY_LOAD_ATTRIBUTE if program.select_only_loads else ""
         return WINDOWED_TILE_ATTRIBUTE if len(program.reduce_loops) > 1 else EXPANDED_BODY_ATTRIBUTE
 

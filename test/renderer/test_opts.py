@@ -227,6 +227,40 @@ def test_elementwise_kernels_get_no_tile():
     assert heuristic_opts(kernel_of(x * 2 + 1), OpenCLRenderer()) == []
 
 
+def channels_last_epilogue(channels: int, size: int, residual: bool):
+    """A batch norm and relu of a channels-last convolution output read back in NCHW order, padded
+    for the next 3x3 convolution (ResNet-18's), with an NCHW residual added if asked."""
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((1, size, size, channels)).astype(np.float32)
+    scale, shift = rng.standard_normal((2, 1, channels, 1, 1)).astype(np.float32)
+    out = Tensor(values).permute(0, 3, 1, 2) * Tensor(scale) + Tensor(shift)
+    expected = values.transpose(0, 3, 1, 2) * scale + shift
+    if residual:
+        other = rng.standard_normal((1, channels, size, size)).astype(np.float32)
+        out, expected = out + Tensor(other), expected + other
+    padding = ((0, 0), (0, 0), (1, 1), (1, 1))
+    return out.relu().pad(padding), np.pad(np.maximum(expected, 0), padding)
+
+
+def test_a_transposed_read_runs_its_rows_innermost():
+    """An elementwise kernel reading channels last and storing NCHW gets a PANEL of the whole channel
+    axis (opts.py transposed_read_panel): the channel loop runs innermost, each pass reading one
+    contiguous run. Not when an NCHW input's rows are a page or more apart as well (64 channels of
+    56x56: two pages per channel, past the TLB)."""
+    renderer = CRenderer(8, 16)
+    out, expected = channels_last_epilogue(64, 56, residual=False)
+    assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 64)]
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+    out, expected = channels_last_epilogue(128, 28, residual=True)  # rows 3 KiB apart: under a page
+    assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 128)]
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+    out, expected = channels_last_epilogue(64, 56, residual=True)
+    assert heuristic_opts(kernel_of(out), renderer) == []
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+    x = Tensor(np.ones((64, 1024), np.float32))
+    assert heuristic_opts(kernel_of(x.T + 1), renderer) == []  # 1024 rows: more lines than L1 holds
+
+
 def test_opencl_matmul_tiles_16_columns_by_8_rows_per_work_item():
     renderer = OpenCLRenderer()
     assert heuristic_opts(matmul_kernel(64, 128, 64), renderer) == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 8)]
