@@ -1,5 +1,6 @@
 """Model benchmark on a GPU: ResNet-18 (batch 1) and the BERT encoder of bench_models.py (8 x 128
-tokens) on lazygrad's CUDA device, jitted, against PyTorch eager on the same GPU with the same weights.
+tokens) on lazygrad's CUDA device, jitted under lazygrad.no_grad(), against PyTorch eager under
+inference_mode on the same GPU with the same weights.
 
     python extra/bench/bench_cuda_models.py                 # both models, median of 20 calls
     python extra/bench/bench_cuda_models.py --repeats 50
@@ -67,7 +68,7 @@ def run(name: str, repeats: int, kernels: int) -> str:
     load_state_dict(model, {key: Tensor(value.detach().numpy().copy()) for key, value in reference.state_dict().items()})
     model.train(False)
     tensors = [Tensor(array).realize() for array in inputs.values()]
-    jitted = jit(lambda *arguments: model(*arguments))
+    jitted = jit(lazygrad.no_grad()(lambda *arguments: model(*arguments)))  # as torch's inference_mode
     start = time.perf_counter()
     output = jitted(*tensors).numpy()
     first = time.perf_counter() - start
@@ -83,7 +84,7 @@ def run(name: str, repeats: int, kernels: int) -> str:
         expected = reference(*torch_inputs).cpu().numpy()
         theirs = median_ms(lambda: reference(*torch_inputs), torch.cuda.synchronize, repeats)
     error = float(np.max(np.abs(output - expected)) / np.max(np.abs(expected)))
-    slowest = "\n" + slowest_kernels(lambda: model(*tensors).realize(), kernels) if kernels else ""
+    slowest = "\n" + slowest_kernels(lazygrad.no_grad()(lambda: model(*tensors).realize()), kernels) if kernels else ""
     return (f"{name:12s} lazygrad jit {ours:8.2f} ms   torch {theirs:7.2f} ms   ratio {ours / theirs:5.1f}x   "
             f"first call {first:5.1f} s   {launches} kernels   max error / max |output| {error:.1e}" + slowest)
 

@@ -16,8 +16,9 @@ What is measured (float32; the models are extra/models', with random weights see
                 statistics), cross entropy, backward and SGD with momentum 0.9
 
 Routes (columns)
-  lg eager      the lazygrad.nn model called plainly: builds the graph, schedules it (memoized
-                after the first call) and runs the kernels
+  lg eager      the lazygrad.nn model called plainly, under lazygrad.no_grad() (torch's column runs
+                under inference_mode): builds the graph, schedules it (memoized after the first
+                call) and runs the kernels
   lg jit        the same call under lazygrad.jit: the captured kernels replayed
   onnx, onnx jit  lazygrad.onnx.OnnxModel on the model exported with torch.onnx.export (dynamo,
                 opset 20; it folds BatchNorm into the convolutions), plainly and under lazygrad.jit
@@ -257,8 +258,9 @@ def inference_routes(case: Case, inputs: dict, reference, args, problems: list[s
     names = list(inputs)
     tensors = [Tensor(array).realize() for array in inputs.values()]
     model = lazygrad_model(case, reference, args.seed)
-    routes = [Route("lg eager", lambda: model(*tensors).realize(), lazygrad_output)]
-    jitted = jit(lambda *arguments: model(*arguments))
+    infer = lazygrad.no_grad()(lambda *arguments: model(*arguments))  # as torch's inference_mode
+    routes = [Route("lg eager", lambda: infer(*tensors).realize(), lazygrad_output)]
+    jitted = jit(infer)
     routes.append(Route("lg jit", lambda: jitted(*tensors).realize(), lazygrad_output))
     if reference is not None and not args.no_onnx:
         try:

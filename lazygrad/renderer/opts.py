@@ -566,6 +566,11 @@ def work_item_tile(kernel: Kernel, renderer) -> list[Opt]:
 # 1.45 -> 0.18, 1024x384 @ 384x384 0.39 -> 0.05, attention's 96 x (128x128 @ 128x32) 0.13 -> 0.03;
 # larger tiles left SMs idle (the last: 12 work-groups of 256 work-items for 132 SMs).
 SPREAD_TILES = {16: (2, 8), 8: (2, 4), 4: (2, 2), 2: (1, 2)}
+# Columns of a window's tile (a convolution's) with lanes: a row of outputs reuses each loaded input
+# across its window, so the widest of these that divides the row (ResNet-18's 512x7x7 by 512x3x3 on
+# an H200: 0.16 ms as 2 rows, 0.065 as 7 columns by 2 rows, both with 32 lanes); a 1x1 convolution
+# has no window and keeps the rows alone (7 columns measured slower there).
+GROUPED_WINDOW_COLUMNS = (8, 7, 4, 2)
 
 
 def spread_tile(kernel: Kernel, renderer) -> list[Opt]:
@@ -573,8 +578,9 @@ def spread_tile(kernel: Kernel, renderer) -> list[Opt]:
     reduce whose loads each stay put along some output axis (matmul, convolution), the largest
     register tile of SPREAD_TILES that leaves T work-items. Below 2T outputs, one output each (64 to
     128 channels of 28x28 pixels: no tile, with or without lanes, measured as fast); below T/2, 2 rows
-    and the reduce's lanes (`_lane_axis`: ResNet-18's last 3x3 convolution, 512x7x7 outputs by
-    512x3x3 steps, 0.20 ms -> 0.07; its 1x1 downsampling, 512x7x7 by 256, 0.15 -> 0.025). Reduces
+    (by GROUPED_WINDOW_COLUMNS columns for a window) and the reduce's lanes (`_lane_axis`: ResNet-18's
+    last 3x3 convolution, 512x7x7 outputs by 512x3x3 steps, 0.20 ms -> 0.065 as 7 x 2; its 1x1
+    downsampling, 512x7x7 by 256, 0.15 -> 0.025 as 2 rows). Reduces
     over one axis without a tile (row sums, softmax's max and sum, a layer norm's mean and sum of
     squares) get their lanes too, whatever their number of outputs, where each load walks the lane
     axis contiguously or not at all (a matmul's lanes would each read another row of its right
@@ -593,9 +599,12 @@ def spread_tile(kernel: Kernel, renderer) -> list[Opt]:
     grouped = single and per_item is None and outputs < target // 2 and lane_axis is not None
     tile = []
     if single and len(strides) >= 2 and (per_item or grouped):
-        columns, rows = SPREAD_TILES[per_item] if per_item else (1, 2)
-        tile = _vector_and_row_tile(kernel, globals_, strides, (columns,), (rows,), strided_choices=(columns,))
-        if columns == 1:  # rows alone: the vector axis only located the row axis
+        if per_item:
+            columns, rows = (SPREAD_TILES[per_item][0],), SPREAD_TILES[per_item][1]
+        else:
+            columns, rows = (GROUPED_WINDOW_COLUMNS if len(kernel.reduce_axes) > 1 else (1,)), 2
+        tile = _vector_and_row_tile(kernel, globals_, strides, columns, (rows,), strided_choices=columns)
+        if columns == (1,):  # rows alone: the vector axis only located the row axis
             tile = [opt for opt in tile if opt.amount == rows]
     coalesced = lane_axis is not None and all(load.get(lane_axis, 0) in (0, 1) for load in strides)
     if grouped or not tile and coalesced and len(kernel.reduce_axes) == 1:

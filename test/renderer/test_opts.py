@@ -294,7 +294,7 @@ def test_cuda_tiles_leave_enough_work_items_to_fill_the_gpu():
     # ResNet-18's last 3x3 convolution
     kernel = reduce_kernel_on_npy(lambda make: make(1, 512, 7, 7).conv2d(make(512, 512, 3, 3), padding=1))
     assert kernel.full_shape == (512, 7, 7, 512, 3, 3)
-    assert heuristic_opts(kernel, renderer) == [Opt("UPCAST", 0, 2), Opt("GROUP", 4, 32)]
+    assert heuristic_opts(kernel, renderer) == [Opt("UPCAST", 2, 7), Opt("UPCAST", 0, 2), Opt("GROUP", 5, 32)]
 
 
 def test_cuda_long_reduces_without_a_tile_get_a_warp_of_lanes():
