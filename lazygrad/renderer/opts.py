@@ -553,11 +553,7 @@ def work_item_tile(kernel: Kernel, renderer) -> list[Opt]:
     strides = load_strides(kernel, source.walk())
     tile = _vector_and_row_tile(kernel, globals_, strides, WORK_ITEM_VECTOR_CHOICES, WORK_ITEM_ROW_CHOICES) \
         if len(strides) >= 2 else []
-    try:
-        apply_opts(kernel, tile, renderer)
-    except OptError:
-        return []
-    return tile
+    return _checked(kernel, tile, renderer)
 
 
 # Outputs per work-item on a GPU of many cores (`spread_tile`), by how many the kernel has per
@@ -580,12 +576,12 @@ def spread_tile(kernel: Kernel, renderer) -> list[Opt]:
     128 channels of 28x28 pixels: no tile, with or without lanes, measured as fast); below T/2, 2 rows
     (by GROUPED_WINDOW_COLUMNS columns for a window) and the reduce's lanes (`_lane_axis`: ResNet-18's
     last 3x3 convolution, 512x7x7 outputs by 512x3x3 steps, 0.20 ms -> 0.065 as 7 x 2; its 1x1
-    downsampling, 512x7x7 by 256, 0.15 -> 0.025 as 2 rows). Reduces
-    over one axis without a tile (row sums, softmax's max and sum, a layer norm's mean and sum of
-    squares) get their lanes too, whatever their number of outputs, where each load walks the lane
-    axis contiguously or not at all (a matmul's lanes would each read another row of its right
-    operand): a warp's lanes then read neighbouring addresses, where one work-item per output read
-    rows 1.5 KiB apart (BERT's layer norms on an H200: 0.2-0.3 ms each before)."""
+    downsampling, 512x7x7 by 256, 0.15 -> 0.025 as 2 rows). Reduces over one axis without a tile
+    (row sums, softmax's max and sum, a layer norm's mean and sum of squares) get their lanes too,
+    whatever their number of outputs, where each load walks the lane axis contiguously or not at all
+    (a matmul's lanes would each read another row of its right operand): a warp's lanes then read
+    neighbouring addresses, where one work-item per output read rows 1.5 KiB apart (BERT's layer
+    norms on an H200: 0.2-0.3 ms each before)."""
     source = _reduce_source(kernel)
     if source is None:
         return []
