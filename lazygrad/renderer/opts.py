@@ -286,16 +286,22 @@ def vector_pieces(width: int, lanes: int) -> int:
     return width // lanes + bin(width % lanes).count("1")
 
 
-def _accumulators_fit(renderer):
+# Vector registers a matmul's register tile leaves for its operands: the right operand's vectors of a
+# step and the left operand's broadcast value (AVX2's 16 registers: 12 for accumulators).
+OPERAND_REGISTERS = 4
+
+
+def _accumulators_fit(renderer, reserved: int = 0):
     """A test of (columns, rows) tiles: their accumulators fit in the renderer's vector registers
-    (`simd_lanes`, `simd_registers`; any tile fits where a renderer has none). Measured on AVX2
+    (`simd_lanes`, `simd_registers`; any tile fits where a renderer has none), less `reserved` of them.
+    Measured on AVX2
     (16 registers of 8 floats, one thread): matmul 1024x384x384 32 x 8 (32 registers) 32 GFLOP/s,
     32 x 4 and 16 x 8 (16) 50; conv2d 1x256x14x14 by 256x256x3x3 14 x 8 (24) 26, 14 x 4 (12) 35;
     1x64x56x56 by 64x64x3x3 28 x 8 31, 28 x 4 36."""
     lanes, registers = getattr(renderer, "simd_lanes", None), getattr(renderer, "simd_registers", None)
     if lanes is None:
         return lambda columns, rows: True
-    return lambda columns, rows: vector_pieces(columns, lanes) * rows <= registers
+    return lambda columns, rows: vector_pieces(columns, lanes) * rows <= registers - reserved
 
 
 def _has_masked_load(source: KernelNode) -> bool:
@@ -327,8 +333,15 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     fits = _accumulators_fit(renderer)
     if len(kernel.reduce_axes) == 1:
         vector_choices, row_choices = (32, 16, 8), (8, 6, 4, 2)
-        if not large_operands(kernel, strides):  # 8 rows, then the widest vector that fits beside them
-            vector_choices = tuple(columns for columns in vector_choices if fits(columns, 8)) or (8,)
+        if not large_operands(kernel, strides):
+            # the widest vector of which 2 rows of accumulators fit beside OPERAND_REGISTERS, then
+            # as many rows as fit there (AVX2: 32 x 2, where 16 x 8 filled all 16 registers with
+            # accumulators and spilled; 2 threads, kernel alone: attention's 8x12 heads of 128x32 @
+            # 32x128 2.43 -> 1.79 ms, of 128x128 @ 128x32 1.89 -> 1.36; MobileNetV2's 1x1 convolutions,
+            # 144 -> 24 channels at 56x56 1.29 -> 0.85, 32 -> 16 at 112x112 0.74 -> 0.54; a panel
+            # product's 16 columns keep 6 rows. AVX-512: 32 x 8, as before)
+            fits = _accumulators_fit(renderer, reserved=OPERAND_REGISTERS)
+            vector_choices = tuple(columns for columns in vector_choices if fits(columns, 2)) or (8,)
         # output rows that no power of two divides take a convolution's widths down to 16 (a 1x1
         # convolution over 14x14 pixels, 196: MobileNetV2's 96 -> 576 channels, AVX2, 2 threads: 1.1 ms
         # untiled, 0.55 with 28 x 4); narrower ones keep linearize's loops (its 7x7 ones, 49 pixels:
