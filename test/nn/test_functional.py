@@ -252,10 +252,10 @@ def test_conv2d_with_a_weight_beyond_l2(device):
 
 
 @pytest.mark.parametrize("w_shape, stride, dims", [((32, 64, 3, 3), 2, 2), ((16, 32, 4, 2, 2), 1, 3),
-                                                   ((64, 96, 1, 1), 2, 2)])
+                                                   ((64, 96, 1, 1), 2, 2), ((32, 16, 1, 1), 2, 2)])
 def test_a_convolution_computed_output_channels_last_has_the_gradients_of_the_other_layout(w_shape, stride, dims):
-    """On CPU, a convolution with wide windows computes with its output channels last
-    (nn/spatial.py `_output_channels_last_product`), and a 1x1 one over few positions as a matmul in
+    """On CPU, a convolution with wide windows or a strided 1x1 one computes with its output channels
+    last (nn/spatial.py `_output_channels_last_product`), and a 1x1 one over few positions as a matmul in
     panels (`_pointwise_product`); NPY keeps them in the middle, whose gradients the
     finite-difference tests check. All give the same values and gradients, in float64."""
     rng = np.random.default_rng(4)
