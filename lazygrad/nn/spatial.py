@@ -229,16 +229,17 @@ def _channels_last(device: str, groups: int, weight_shape, strided: bool = False
     1x128x28x28 by 128 4.4 -> 3.1, 1x64x56x56 by 64 5.1 -> 4.2, 16x512x7x7 by 512 124 -> 34,
     1x256x14x14 by 512 stride 2 5.9 -> 2.2. Below: 32x16x28x28 by 32 5.7 -> 6.7 (16 channels fill a
     28 x 8 tile of the other layout well); 1x1 convolutions (MobileNetV2's) measured slower too. The
-    GPU dialects choose their tiles otherwise and keep the other layout. A strided 1x1 convolution
-    (ResNet's downsampling) computes channels last whatever its size: in the other layout its
-    vector of columns is gathered from every other input column (16x64x56x56 by 128x64, stride 2:
-    9.7 -> 4.3 ms for the product alone)."""
+    GPU dialects choose their tiles otherwise and keep the other layout. A strided convolution
+    computes channels last whatever its size: in the other layout its vector of columns is gathered
+    from every other input column, where channels last broadcasts one input value at a time
+    (products alone: ResNet's 1x1 downsampling 16x64x56x56 by 128 9.7 -> 4.3 ms; its first layer,
+    3x7x7 at 224x224, 4.0-5.6 -> 2.7 ms at batch 1, 65 -> 34-40 ms at 16, though the BatchNorm after it
+    then reads across channels, 0.5-0.7 -> 1.0-1.1 ms; MobileNetV2's first, 3x3x3 to 32 channels,
+    0.73-0.91 -> 0.36-0.39 ms)."""
     out_channels, channels, kernel = weight_shape[0], weight_shape[1], weight_shape[2:]
     if device.split(":")[0] != "CPU" or groups != 1 or out_channels % CHANNEL_PANEL:
         return False
-    if math.prod(kernel) == 1:
-        return strided
-    return channels * math.prod(kernel) >= CHANNELS_LAST_MIN_WINDOW
+    return strided or (math.prod(kernel) > 1 and channels * math.prod(kernel) >= CHANNELS_LAST_MIN_WINDOW)
 
 
 def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
