@@ -157,7 +157,20 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     else:
         if running_mean is None or running_var is None:
             raise ValueError(f"{name}: running_mean and running_var are required when training=False")
-        out = (input - running_mean.reshape(per_channel)) * (running_var.reshape(per_channel) + eps).rsqrt()
+        # input * scale + shift, both per channel and computed from parameters alone, as PyTorch's
+        # CPU kernel does: the scheduler stores such values once (schedule/fuse.py), so each element
+        # costs one multiply and one add. shift is written from the parameters, not from scale, so
+        # the two are one kernel reading parameters only, which a jit replay skips.
+        inverse_deviation = (running_var.reshape(per_channel) + eps).rsqrt()
+        mean = running_mean.reshape(per_channel)
+        if weight is not None:
+            scale, mean = inverse_deviation * weight.reshape(per_channel), mean * weight.reshape(per_channel)
+        else:
+            scale = inverse_deviation
+        shift = -mean * inverse_deviation
+        if bias is not None:
+            shift = shift + bias.reshape(per_channel)
+        return input * scale + shift
     if weight is not None:
         out = out * weight.reshape(per_channel)
     return out + bias.reshape(per_channel) if bias is not None else out

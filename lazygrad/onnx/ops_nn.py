@@ -6,6 +6,7 @@ Registered in registry.OPERATORS; model.py calls them. Normalizations compute in
 from __future__ import annotations
 
 from lazygrad.dtype import dtypes
+from lazygrad.nn import functional as F
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
 
@@ -61,8 +62,7 @@ def batch_normalization(ctx, x, scale, bias, mean, var, epsilon=1e-5, momentum=0
         running_mean = mean * momentum + batch_mean * (1 - momentum)
         running_var = var * momentum + batch_var * (1 - momentum)
         return y.cast(x.dtype), running_mean.cast(mean.dtype), running_var.cast(var.dtype)
-    y = (x - mean.reshape(shape)) / (var.reshape(shape) + epsilon).sqrt()
-    return (y * scale.reshape(shape) + bias.reshape(shape)).cast(x.dtype)
+    return F.batch_norm(x, mean, var, scale, bias, eps=epsilon).cast(x.dtype)
 
 
 @onnx_op("InstanceNormalization")

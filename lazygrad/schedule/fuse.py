@@ -9,6 +9,8 @@ The contract (docs/architecture.md):
     reshapes only, and that kernel has no other reduce; otherwise it is stored;
   * a computed value read through an EXPAND inside a reduce is stored first when recomputing it
     for every broadcast copy would cost more than storing it (`worth_storing`);
+  * a float value of realized buffers and constants alone with an expensive op, read through an
+    EXPAND, is stored (`worth_storing_parameter_value`: a batch norm's per-channel scale);
   * a padded value read through an EXPAND inside a sum of products (a convolution's padded input,
     however the padding was written) is stored with its zeros when it is not small
     (`worth_storing_padded`), so the product's loads carry no bounds tests;
@@ -158,6 +160,29 @@ class _FusionPlan:
         it reads two or more buffers, or does more than a few cheap ops."""
         return self._recompute_cost_exceeds(node, 4, buffer_limit=2)
 
+    def worth_storing_parameter_value(self, node: LazyBuffer) -> bool:
+        """Whether a value broadcast over a kernel (read through an EXPAND) is computed once into its
+        own buffer: a float value with an expensive op that reads only realized buffers and constants
+        (a function of parameters: a batch norm's 1 / sqrt(running variance + eps) per channel).
+        Inlined, it is recomputed for every element in loop orders where the C compiler cannot hoist
+        it (`transposed_read_panel` runs the channels innermost: two batch norms' square roots and
+        divisions per element made ResNet-18's residual additions 1.5x slower there than without
+        the PANEL); stored, a jit replay skips its kernel while the parameters are unchanged."""
+        if not node.dtype.is_float:  # index arithmetic (an ONNX Gather's negative indices) stays inlined
+            return False
+        stack, seen, expensive = [node], set(), False
+        while stack:
+            current = stack.pop()
+            if id(current) in seen or current.realized or current.op == "CONST":
+                continue
+            seen.add(id(current))
+            if (current is not node and id(current) in self.materialized) \
+                    or (current.op not in ELEMENTWISE and OPS[current.op].kind != MOVEMENT):
+                return False
+            expensive = expensive or current.op in EXPENSIVE_OPS
+            stack.extend(current.srcs)
+        return expensive
+
     def worth_storing_shared(self, node: LazyBuffer) -> bool:
         """Whether a value that several kernels compute costs more to recompute in each than to store
         once (SHARED_RECOMPUTE_LIMIT). Without this, an unrolled recurrence (an LSTM's cell state)
@@ -288,6 +313,9 @@ class _FusionPlan:
                 if self.worth_storing(node):
                     return True
                 self.declined.append(node)
+            elif any(through_expand for _, _, through_expand, _ in paths) \
+                    and self.worth_storing_parameter_value(node):
+                return True
             return reader == _SHARED and self.worth_storing_shared(node)
         if node.op == "PAD":
             return any(under_reduce and through_expand and under_product for _, under_reduce, through_expand,

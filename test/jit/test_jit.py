@@ -117,6 +117,28 @@ def test_a_launch_computed_from_state_alone_runs_again_only_when_the_state_chang
     assert stats.kernels == 1
 
 
+def test_a_batch_norms_per_channel_values_are_computed_once_while_its_statistics_hold(compiled_device):
+    """An eval-mode batch norm's scale and shift, stored by the scheduler as values of its
+    parameters alone, are skipped by a replay like any launch computed from state alone."""
+    from lazygrad.nn import functional as F
+    mean, var, weight, bias = (Tensor(rng.uniform(0.5, 2, 4).astype(np.float32), device=compiled_device).realize()
+                               for _ in range(4))
+    x = Tensor(rng.standard_normal((2, 4, 3, 3)).astype(np.float32), device=compiled_device).realize()
+    f = jit(lambda x: F.batch_norm(x, mean, var, weight, bias))
+    for _ in range(3):
+        f(x).realize()
+    stats.reset()
+    channel = (1, 4, 1, 1)
+    expected = (x.numpy() - mean.numpy().reshape(channel)) / np.sqrt(var.numpy().reshape(channel) + 1e-5) \
+        * weight.numpy().reshape(channel) + bias.numpy().reshape(channel)
+    np.testing.assert_allclose(f(x).numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert stats.kernels == 1  # the normalization; scale and shift were skipped
+    var.assign(var * 2).realize()
+    stats.reset()
+    f(x).realize()
+    assert stats.kernels == 2
+
+
 def test_a_function_indexing_with_a_boolean_mask_runs_plainly_on_every_call(compiled_device):
     """The mask's data decides the result's shape: a replay would repeat the capture's positions."""
     @jit

@@ -265,20 +265,24 @@ def channels_last_epilogue(channels: int, size: int, residual: bool):
     return out.relu().pad(padding), np.pad(np.maximum(expected, 0), padding)
 
 
-def test_a_transposed_read_runs_its_rows_innermost():
-    """An elementwise kernel reading channels last and storing NCHW gets a PANEL of the whole channel
-    axis (opts.py transposed_read_panel): the channel loop runs innermost, each pass reading one
-    contiguous run. Not when an NCHW input's rows are a page or more apart as well (64 channels of
-    56x56: two pages per channel, past the TLB)."""
+def test_a_transposed_read_runs_a_cache_line_of_its_rows_innermost():
+    """An elementwise kernel reading channels last and storing NCHW gets a PANEL of 16 channels, one
+    64-byte line of the input (opts.py transposed_read_panel): that loop runs innermost, each pass
+    reading one line and writing into 16 output rows, whose lines fill over the next passes. An
+    axis no line divides is taken whole. Not when a pass would touch more than 64 pages (the L1
+    TLB) or the axis is longer than 256."""
     renderer = CRenderer(8, 16)
     out, expected = channels_last_epilogue(64, 56, residual=False)
-    assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 64)]
+    assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 16)]
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
-    out, expected = channels_last_epilogue(128, 28, residual=True)  # rows 3 KiB apart: under a page
-    assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 128)]
+    out, expected = channels_last_epilogue(128, 28, residual=True)
+    assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 16)]
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
-    out, expected = channels_last_epilogue(64, 56, residual=True)
-    assert heuristic_opts(kernel_of(out), renderer) == []
+    out, expected = channels_last_epilogue(64, 56, residual=True)  # rows 12 KiB apart: 2 pages a channel
+    assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 16)]
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+    out, expected = channels_last_epilogue(24, 56, residual=False)
+    assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 24)]
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
     x = Tensor(np.ones((64, 1024), np.float32))
     assert heuristic_opts(kernel_of(x.T + 1), renderer) == []  # 1024 rows: more lines than L1 holds

@@ -104,6 +104,27 @@ def test_layernorm_is_two_kernels(inputs):
     np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_a_batch_norm_computes_its_per_channel_scale_and_shift_once():
+    """In eval mode a batch norm is input * scale + shift with scale = weight / sqrt(var + eps) and
+    shift = bias - mean * scale: values of the parameters alone with a square root, broadcast over
+    every pixel, which the scheduler stores once (`worth_storing_parameter_value`, a kernel of C
+    elements each) instead of recomputing per element. A layer norm's 1 / sqrt(variance + eps) reads
+    a computed variance and stays inlined (2 kernels)."""
+    from lazygrad.nn import functional as F
+    rng = np.random.default_rng(1)
+    mean, var, weight, bias = rng.uniform(0.5, 2, (4, 8)).astype(np.float32)
+    x = rng.standard_normal((2, 8, 5, 5)).astype(np.float32)
+    parameters = [Tensor(value).realize() for value in (mean, var, weight, bias)]
+    count, value = kernels_for(lambda: F.batch_norm(Tensor(x), *parameters))
+    assert count == 2  # scale and shift side by side, the normalization
+    channel = (1, 8, 1, 1)
+    expected = (x - mean.reshape(channel)) / np.sqrt(var.reshape(channel) + 1e-5) * weight.reshape(channel) + bias.reshape(channel)
+    np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6)
+    rows = Tensor(x.reshape(20, 20))
+    count, _ = kernels_for(lambda: F.layer_norm(rows, (20,)))
+    assert count == 2
+
+
 def test_movement_chains_add_no_kernel(inputs):
     (a, b, _), (ta, tb, _) = inputs
     count, value = kernels_for(
