@@ -125,6 +125,23 @@ def test_a_batch_norm_computes_its_per_channel_scale_and_shift_once():
     assert count == 2
 
 
+def test_a_matmul_in_panels_packs_a_cheap_left_operand_as_it_computes_it():
+    """On CPU, (m, k) @ (k, n) with k * n >= 2^17 copies both operands into panels
+    (linalg._panel_product). A left operand computed with cheap ops (a scale, shift and relu, as
+    after a layer norm or batch norm) is computed inside its pack: the pack, the weight's panels and
+    the product, 3 kernels. One with an expensive op per element (exp) is stored first, since the
+    pack reads it across its rows: 4."""
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((96, 512)).astype(np.float32), rng.standard_normal((512, 256)).astype(np.float32)
+    scale = rng.standard_normal(512).astype(np.float32)
+    count, value = kernels_for(lambda: (Tensor(x) * Tensor(scale) + 1).relu() @ Tensor(w))
+    assert count == 3
+    np.testing.assert_allclose(value, np.maximum(x * scale + 1, 0) @ w, rtol=1e-4, atol=1e-3)
+    count, value = kernels_for(lambda: (Tensor(x) * 0.1).exp() @ Tensor(w))
+    assert count == 4
+    np.testing.assert_allclose(value, np.exp(x * 0.1) @ w, rtol=1e-4, atol=1e-3)
+
+
 def test_movement_chains_add_no_kernel(inputs):
     (a, b, _), (ta, tb, _) = inputs
     count, value = kernels_for(
