@@ -166,7 +166,7 @@ class _FusionPlan:
         (a function of parameters: a batch norm's 1 / sqrt(running variance + eps) per channel).
         Inlined, it is recomputed for every element in loop orders where the C compiler cannot hoist
         it (`transposed_read_panel` runs the channels innermost: two batch norms' square roots and
-        divisions per element made ResNet-18's residual additions 1.5x slower there than without
+        divisions per element made a ResNet-18 residual addition 1.75x slower there than without
         the PANEL); stored, a jit replay skips its kernel while the parameters are unchanged."""
         if not node.dtype.is_float:  # index arithmetic (an ONNX Gather's negative indices) stays inlined
             return False
