@@ -61,6 +61,8 @@ PADDED_COPY_MIN_ELEMENTS = 1 << 12
 # A value read by several kernels is stored once when recomputing it in each costs more than this
 # (op costs as in worth_storing). One step of an LSTM's cell state costs about 95.
 SHARED_RECOMPUTE_LIMIT = 64
+# Nodes `worth_storing_parameter_value` walks before it gives up (a batch norm's scale is about 10).
+PARAMETER_VALUE_MAX_NODES = 64
 GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes a PAD's padding
 
 
@@ -176,7 +178,9 @@ class _FusionPlan:
             if id(current) in seen or current.realized or current.op == "CONST":
                 continue
             seen.add(id(current))
-            if (current is not node and id(current) in self.materialized) \
+            # a parameter's function is a few ops: a longer walk means computed values below, and
+            # stopping keeps each sweep linear in the nodes
+            if len(seen) > PARAMETER_VALUE_MAX_NODES or (current is not node and id(current) in self.materialized) \
                     or (current.op not in ELEMENTWISE and OPS[current.op].kind != MOVEMENT):
                 return False
             expensive = expensive or current.op in EXPENSIVE_OPS
