@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from lazygrad.beam import beam_opts
 from lazygrad.devices import get_device
-from lazygrad.devices.compile_pool import submit_compile
+from lazygrad.devices.compile_pool import CompileBatch
 from lazygrad.graph import write_graph
 from lazygrad.knobs import knobs
 from lazygrad.lazy import LazyBuffer, walk
@@ -133,9 +133,10 @@ def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:
 
 def prepare_programs(device_name: str, kernels: list[Kernel]) -> None:
     """Loads a program for every kernel that has none in memory yet. Each is rendered in turn and
-    its compile starts at once on the device's compile threads (devices/compile_pool.py), so a
-    first run compiles its kernels side by side while the next ones render; a kernel that appears
-    twice compiles once. Shows a progress bar on a terminal when this takes over a second."""
+    handed to a CompileBatch (devices/compile_pool.py), which sends the compiles on to the device's
+    compile threads, several kernels per compiler run where the device can, so a first run compiles
+    its kernels side by side while the next ones render; a kernel that appears twice compiles once.
+    Shows a progress bar on a terminal when this takes over a second."""
     missing, used = {}, 0
     for kernel in kernels:
         key = (device_name, kernel, knobs.noopt, knobs.beam)
@@ -151,13 +152,16 @@ def prepare_programs(device_name: str, kernels: list[Kernel]) -> None:
     start, compiles_before = time.perf_counter(), stats.compiles
     started = []
     with Progress(f"compiling {len(missing)} kernel{'s' * (len(missing) > 1)}", len(missing)) as progress:
+        batch = CompileBatch(device)
         for key, kernel in missing.items():
             rendered = _rendered(device_name, kernel)
-            future = submit_compile(device, rendered.source)
+            future = batch.submit(rendered.name, rendered.source)
             future.add_done_callback(lambda _: progress.advance())
             if knobs.beam:
+                batch.close()
                 wait([future])  # the next kernel's BEAM search times candidates: no compiles beside it
             started.append((key, kernel, rendered, future))
+        batch.close()
         for key, kernel, rendered, future in started:
             program = _load(device, rendered, future.result())
             _PROGRAMS[key] = CompiledKernel(rendered.name, rendered.source, program, rendered.global_size,

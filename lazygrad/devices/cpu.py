@@ -40,6 +40,7 @@ BASE_FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-f
 OPENMP_FLAGS = ["-fopenmp"]
 COMPILE_TIMEOUT = 600  # seconds one kernel's compile may take before lazygrad gives up on the compiler
 LIBRARY_MAGICS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"MZ")  # ELF, Mach-O 64/32, PE
+NAMED_LIBRARY = b"lazygrad kernel:"  # then the kernel's name in the library, a NUL byte and the library
 
 
 class CompileError(RuntimeError):
@@ -268,11 +269,35 @@ class CPUDevice:
                          tuple(compiler.flags()), source)
 
     def compile_cached(self, source: str) -> bytes:
+        binary = self.cached(source)
+        return self.recompile(source) if binary is None else binary
+
+    def cached(self, source: str) -> bytes | None:
+        """The binary the disk cache holds for source, or None."""
         binary = cache_get("compile_cpu", self._cache_key(source))
         if binary is not None:
             stats.cache_hits += 1
-            return binary
-        return self.recompile(source)
+        return binary
+
+    def compile_together(self, kernels: list[tuple[str, str]]) -> list[bytes]:
+        """Compiles several kernels, given as (name, source), in one compiler run, and caches each.
+        A run costs about 45 ms besides its kernels (compiler start, assembler, link: a small
+        kernel's compile is half that); renderer/c.py guards its helpers, so sources concatenate
+        into one file. Two kernels of a run may share a name: each is renamed for the run, and its
+        binary is the run's library with the name its kernel has there (`load` reads both)."""
+        if len(kernels) == 1:
+            return [self.recompile(kernels[0][1])]
+        symbols = [f"{name}_{index}" for index, (name, _) in enumerate(kernels)]
+        unit = "\n".join(f"#define {name} {symbol}\n{source}\n#undef {name}\n"
+                         for (name, source), symbol in zip(kernels, symbols))
+        library = self.compiler.compile(unit)
+        binaries = []
+        for (_, source), symbol in zip(kernels, symbols):
+            binary = NAMED_LIBRARY + symbol.encode() + b"\0" + library
+            stats.compiles += 1
+            cache_put("compile_cpu", self._cache_key(source), binary)
+            binaries.append(binary)
+        return binaries
 
     def recompile(self, source: str) -> bytes:
         """Compiles source afresh and replaces its cache entry: the engine calls this when a cached
@@ -283,4 +308,7 @@ class CPUDevice:
         return binary
 
     def load(self, name: str, binary: bytes, argument_count: int) -> CPUProgram:
+        if binary.startswith(NAMED_LIBRARY):  # compiled with others: the kernel's name in their library
+            symbol, _, binary = binary[len(NAMED_LIBRARY):].partition(b"\0")
+            name = symbol.decode()
         return CPUProgram(name, binary, argument_count)

@@ -8,6 +8,7 @@ sums, products and maxima are marked as `omp simd` reductions so they vectorize 
 from __future__ import annotations
 
 import math
+import re
 
 from lazygrad.dtype import dtypes
 from lazygrad.renderer.cstyle import CStyleRenderer
@@ -58,6 +59,13 @@ double fma(double, double, double);
 #define INFINITY __builtin_inff()
 #define NAN __builtin_nanf("")"""
 
+def _once(text: str) -> str:
+    """A helper guarded so that it is defined once however many kernel sources precede it in one
+    file: the CPU device compiles the kernels of a realize together (devices/cpu.py)."""
+    guard = "LG_HAVE_" + re.search(r"lg_\w+", text).group(0)
+    return f"#ifndef {guard}\n#define {guard}\n{text}\n#endif"
+
+
 # Each helper is emitted only when the kernel body uses it.
 HELPERS = {
     "lg_bitcast": "#define lg_bitcast(T, x) ({ __typeof__(x) lg_src_ = (x); T lg_dst_; "
@@ -79,6 +87,7 @@ HELPERS = {
     "lg_log2f": "static inline float lg_log2f(float x) { return log2f(x); }",
     "lg_log2(": "static inline double lg_log2(double x) { return log2(x); }",
 }
+HELPERS = {marker: _once(text) for marker, text in HELPERS.items()}
 
 
 # For kernels whose opts expand the loop body into copies (register tiles): gcc packs the copies

@@ -13,6 +13,7 @@ import pytest
 
 from lazygrad import Context, Tensor
 from lazygrad.devices import get_device
+from lazygrad.dtype import dtypes
 from lazygrad.devices.compile_pool import usable_cores
 from lazygrad.progress import Progress
 
@@ -29,26 +30,29 @@ def distinct_kernels(count: int, salt: float):
 
 
 @pytest.fixture
-def compiles(monkeypatch):
-    """Sources the CPU device compiles during the test, and the most compiling at one moment."""
-    device = get_device("CPU")
-    original = device.compile_cached
-    record = {"sources": [], "peak": 0, "active": 0}
+def compiles(monkeypatch, tmp_path):
+    """The successful compiler runs of the CPU device during the test (the kernels each compiled), and the
+    most running at one moment; the test has a disk cache of its own."""
+    compiler = get_device("CPU").compiler
+    original = compiler.compile
+    record = {"runs": [], "peak": 0, "active": 0}
     lock = threading.Lock()
 
-    def tracked(source):
+    def tracked(source, extra=None):
         with lock:
-            record["sources"].append(source)
             record["active"] += 1
             record["peak"] = max(record["peak"], record["active"])
         try:
             time.sleep(0.05)  # holds each compile open long enough for the next to start beside it
-            return original(source)
+            binary = original(source, extra)
+            record["runs"].append(max(1, source.count("#undef ")))  # runs that succeeded
+            return binary
         finally:
             with lock:
                 record["active"] -= 1
-    monkeypatch.setattr(device, "compile_cached", tracked)
-    return record
+    monkeypatch.setattr(compiler, "compile", tracked)
+    with Context(LAZYGRAD_CACHE=str(tmp_path)):
+        yield record
 
 
 def test_the_kernels_of_one_realize_compile_side_by_side(compiles):
@@ -56,7 +60,7 @@ def test_the_kernels_of_one_realize_compile_side_by_side(compiles):
         pytest.skip("one usable core: the CPU device compiles one kernel at a time")
     results, expected = distinct_kernels(4, 1.618033)
     Tensor.realize(*results)
-    assert len(compiles["sources"]) == 4
+    assert sum(compiles["runs"]) == 4
     assert compiles["peak"] >= 2
     for result, value in zip(results, expected):
         np.testing.assert_allclose(result.numpy(), value, rtol=1e-6)
@@ -67,8 +71,75 @@ def test_the_same_kernel_twice_in_one_realize_compiles_once(compiles):
     a, b = Tensor(base), Tensor(base[::-1].copy())
     first, second = (a * 2.7182818 + 1).exp(), (b * 2.7182818 + 1).exp()
     Tensor.realize(first, second)
-    assert len(compiles["sources"]) == 1
+    assert compiles["runs"] == [1]
     np.testing.assert_allclose(second.numpy(), np.exp(base[::-1] * np.float32(2.7182818) + 1), rtol=1e-5)
+
+
+def test_small_kernels_of_one_realize_compile_several_to_a_compiler_run(compiles):
+    results, expected = distinct_kernels(12, 2.2360679)
+    Tensor.realize(*results)
+    assert sum(compiles["runs"]) == 12
+    assert len(compiles["runs"]) < 12
+    for result, value in zip(results, expected):
+        np.testing.assert_allclose(result.numpy(), value, rtol=1e-6)
+
+
+def test_kernels_sharing_a_name_compiled_in_one_run_each_compute_their_own(compiles):
+    """Elementwise kernels over 12 elements are all named E_12: a run renames each."""
+    base = np.linspace(-2, 2, 12, dtype=np.float32)
+    functions = [(lambda t: (t * 1.0471975).exp(), lambda a: np.exp(a * np.float32(1.0471975))),
+                 (lambda t: (t * 0.5772156).sin(), lambda a: np.sin(a * np.float32(0.5772156))),
+                 (lambda t: (t + 2.4142135).sqrt(), lambda a: np.sqrt(a + np.float32(2.4142135))),
+                 (lambda t: (t * 0.6931471) - 3, lambda a: a * np.float32(0.6931471) - 3)]
+    results = [function(Tensor(base)) for function, _ in functions]  # own inputs: four kernels
+    Tensor.realize(*results)
+    assert max(compiles["runs"]) >= 2
+    for result, (_, reference) in zip(results, functions):
+        np.testing.assert_allclose(result.numpy(), reference(base), rtol=1e-6)
+
+
+SEVERAL_KERNELS = """
+import numpy as np
+from lazygrad import Tensor, stats
+base = np.arange(24, dtype=np.float32).reshape(4, 6)
+results = [(Tensor(base) * (0.3183098 + index)).sum(1) for index in range(8)]
+Tensor.realize(*results)
+for index, result in enumerate(results):
+    np.testing.assert_allclose(result.numpy(), (base * np.float32(0.3183098 + index)).sum(1), rtol=1e-6)
+print(stats.compiles, stats.cache_hits)
+"""
+
+
+def test_kernels_compiled_in_one_run_are_each_found_in_the_cache_by_the_next_process(tmp_path):
+    env = {**os.environ, "LAZYGRAD_CACHE": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env.pop("DISABLE_CACHE", None)
+    counts = []
+    for _ in range(2):
+        result = subprocess.run([sys.executable, "-c", SEVERAL_KERNELS], env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr
+        counts.append(tuple(int(word) for word in result.stdout.split()))
+    assert counts == [(8, 0), (0, 8)]
+
+
+def test_a_run_that_fails_compiles_its_kernels_alone_and_only_the_broken_one_fails():
+    from lazygrad.devices.compile_pool import CompileBatch
+    from lazygrad.devices.cpu import CompileError
+    device = get_device("CPU")
+    good = [(f"lg_batch_probe_{index}", f"void lg_batch_probe_{index}(float* restrict out) {{ out[0] = {index}.5f; }}\n")
+            for index in range(3)]
+    broken = ("lg_batch_broken", "void lg_batch_broken(float* restrict out) { out[0] = not_declared; }\n")
+    with Context(DISABLE_CACHE=1):
+        batch = CompileBatch(device)
+        futures = [batch.submit(name, source) for name, source in good + [broken]]
+        batch.close()
+        with pytest.raises(CompileError, match="not_declared"):
+            futures[-1].result(timeout=120)
+        for (name, _), future in zip(good, futures):
+            program = device.load(name, future.result(timeout=120), 1)
+            out = device.alloc(dtypes.float32, 1)
+            program(out)
+            assert out.numpy()[0] == float(name[-1]) + 0.5
 
 
 def test_debug_1_says_how_long_preparing_took(capfd):
