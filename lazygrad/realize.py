@@ -286,12 +286,18 @@ def _run_schedule(device_name: str, outputs: list[LazyBuffer], schedule: list[Sc
             print(f"  lazy: {node}", file=sys.stderr)
         for item in schedule:
             print(f"  schedule: {item.kernel.name if item.kernel else 'COPY'} -> {item.outputs}", file=sys.stderr)
+    # Each item leaves the list as it runs: once no later item reads a node (and nothing else holds
+    # it), its buffer goes back to the device's pool and a later kernel's output can take it.
     if knobs.debug == 0:
-        for item in schedule:
+        for index in range(len(schedule)):
+            item, schedule[index] = schedule[index], None
             _run_item(item)
         return
     start = time.perf_counter()
-    device_time = sum(_run_item(item) for item in schedule)
+    device_time = 0.0
+    for index in range(len(schedule)):
+        item, schedule[index] = schedule[index], None
+        device_time += _run_item(item)
     if schedule:
         total = time.perf_counter() - start
         print(f"realized {len(schedule)} kernel(s) on {device_name}: {device_time * 1e3:.3f} ms on device, "
@@ -350,6 +356,7 @@ def realize(outputs: list[LazyBuffer]) -> None:
     graph = walk(pending)
     if _realize_copy_sources(graph):
         pending = [node for node in pending if not node.realized]
+    del graph  # held through the run, it would keep every intermediate buffer until the end
     by_device: dict[str, list[LazyBuffer]] = {}
     for node in pending:
         by_device.setdefault(node.device, []).append(node)
