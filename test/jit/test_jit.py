@@ -302,3 +302,41 @@ def test_a_function_of_ten_thousand_ops_is_captured_and_replayed():
                 expected = expected * np.float32(1.0001) + np.float32(0.5)
             np.testing.assert_allclose(result, expected, rtol=1e-5)
     assert deep.replay is not None
+
+
+def chain_of_stored_steps(x, steps=12, kept=None):
+    for step in range(steps):
+        x = (x * 1.25 + step).contiguous()
+        if kept is not None and step == 3:
+            kept.append(x)
+    return x
+
+
+def numpy_chain_of_stored_steps(a, steps=12):
+    values = []
+    for step in range(steps):
+        a = a * np.float32(1.25) + np.float32(step)
+        values.append(a)
+    return values
+
+
+def test_a_replay_runs_intermediates_whose_lifetimes_do_not_overlap_in_shared_buffers(compiled_device):
+    f = jit(chain_of_stored_steps)
+    inputs = arrays(5, (64, 64))
+    for x in inputs:
+        result = f(Tensor(x, device=compiled_device))
+        np.testing.assert_allclose(result.numpy(), numpy_chain_of_stored_steps(x)[-1], rtol=1e-5)
+    buffers = {id(buffer) for launch_buffers in f.replay.captured_buffers for buffer in launch_buffers}
+    assert len(buffers) <= 4  # the argument, the output and two intermediates taking turns
+    assert f.replay.shared_buffers >= 8
+
+
+def test_an_intermediate_the_function_leaves_held_keeps_its_own_buffer(compiled_device):
+    kept = []
+    f = jit(lambda x: chain_of_stored_steps(x, kept=kept))
+    inputs = arrays(4, (64, 64))
+    for x in inputs:
+        result = f(Tensor(x, device=compiled_device))
+    expected = numpy_chain_of_stored_steps(inputs[-1])
+    np.testing.assert_allclose(result.numpy(), expected[-1], rtol=1e-5)
+    np.testing.assert_allclose(kept[-1].numpy(), expected[3], rtol=1e-5)  # the capture's tensor shows the last replay
