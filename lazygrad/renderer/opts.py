@@ -418,21 +418,48 @@ PAGE_BYTES, PANEL_PAGES = 4096, 64
 CACHE_LINE_BYTES = 64
 
 
+def contiguous_run(kernel: Kernel, access: KernelNode, axis: int) -> int:
+    """How many steps along `axis` an access walking it contiguously takes before its index jumps
+    (the other axes at 0): a merged axis of several source dims (batch, rows and columns of a
+    padded window, or NCHW planes) is contiguous only along its innermost dim. The whole axis when
+    it never jumps; a jump is looked for at the axis's divisors, where such dims end."""
+    shape = kernel.full_shape
+    probe = [var(f"p{index}", 0, max(size - 1, 0)) if size > 1 else Lin.of(0) for index, size in enumerate(shape)]
+    offset, _ = access.arg[1].index_and_valid(probe)
+    at = {f"p{index}": 0 for index, size in enumerate(shape) if size > 1}
+
+    def index(position: int) -> int:
+        at[f"p{axis}"] = position
+        return offset.evaluate(at)
+    for run in range(2, shape[axis]):
+        if shape[axis] % run == 0 and index(run) - index(run - 1) != 1:
+            return run
+    return shape[axis]
+
+
 def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     """For a kernel without a reduce that reads an input across its rows (a channels-last
-    convolution's output, read back in NCHW order by its batch norm and relu): a PANEL of one cache
-    line's worth of the axis that input walks contiguously (16 float32; the whole axis when no
-    line divides it), so that loop runs innermost. Each pass then reads one line and stores one
-    element into each of 16 output rows, whose lines fill over the next 16 passes while they stay
-    in L1; in the stored order every element read came from another cache line. Not when the pass
-    would touch more than PANEL_PAGES pages a page or more apart (each output row, and each input
-    read in the stored order, is one such page per step when its rows are 4 KiB or more apart).
-    AVX2, 2 threads, kernel alone, ResNet-18 at batch 1 (its batch norms' per-channel values stored
-    by the scheduler): the first batch norm and relu, 64 channels at 112x112 into the max pool's
-    padded input, 1.37 with the whole axis -> 0.89 ms; 64 channels at 56x56 with an NCHW residual
-    (two pages per channel) 0.93 without a PANEL -> 0.33 ms, and two convolutions' outputs added
-    1.01 -> 0.38 ms. Over ResNet-18's nine such kernels at batch 1, panels of 16 took 2.29 ms, of
-    32 2.55 ms; at batch 16 panels of 8 or the whole 64 channels were slower than 16 in each."""
+    convolution's output, read back in NCHW order by its batch norm and relu; a matmul operand
+    packed into panels): a PANEL of the axis that input walks contiguously, so that loop runs
+    innermost. Each pass then reads along the input and stores one element into each output row it
+    crosses, whose lines fill over the next passes while they stay in cache; in the stored order
+    every element read came from another cache line.
+
+    How long a pass is: where the axis is contiguous only in runs (several source dims merged: the
+    batch, rows and columns of a padded window that a convolution's weight gradient packs, or the
+    planes of NCHW channels), one run. ResNet-18's training step at batch 16, kernels alone, AVX2,
+    2 threads: the 3x3 windows of 64 channels at 56x56 packed into panels of 16, 63-66 -> 16.5 ms
+    (20 with passes of 16), at 28x28 37 -> 7.6 ms, 14x14 17 -> 3.6, 7x7 8.3 -> 2.2; an activation
+    packed into panels of 6, 5.5 -> 2.3 ms. Where the axis is contiguous whole, one cache line's
+    worth (16 float32; the whole axis, at most TRANSPOSED_READ_MAX, when no line divides it). Not
+    when the pass would touch more than PANEL_PAGES pages a page or more apart (each output row,
+    and each input read in the stored order, is one such page per step when its rows are 4 KiB or
+    more apart). ResNet-18 at batch 1 (its batch norms' per-channel values stored by the
+    scheduler): the first batch norm and relu, 64 channels at 112x112 into the max pool's padded
+    input, 1.37 with the whole axis -> 0.89 ms; 64 channels at 56x56 with an NCHW residual (two
+    pages per channel) 0.93 without a PANEL -> 0.33 ms, and two convolutions' outputs added 1.01 ->
+    0.38 ms. Over ResNet-18's nine such kernels at batch 1, panels of 16 took 2.29 ms, of 32 2.55
+    ms; at batch 16 panels of 8 or the whole 64 channels were slower than 16 in each."""
     shape = kernel.full_shape
     accesses = [node for node in kernel.ast.walk() if node.op in ("LOAD", "STORE") and node.arg[1].shape == shape]
     strides = load_strides(kernel, accesses, ops=("LOAD", "STORE"))
@@ -442,11 +469,16 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
         return []
     for access, steps in zip(accesses, strides):
         across = [axis for axis, step in steps.items() if step == 1 and axis < stored[0]]
-        if access.op != "LOAD" or not across or steps.get(stored[0]) in (0, 1) \
-                or not 8 <= shape[across[0]] <= TRANSPOSED_READ_MAX:
+        if access.op != "LOAD" or not across or steps.get(stored[0]) in (0, 1) or shape[across[0]] < 8:
             continue
+        run = contiguous_run(kernel, access, across[0])
         line = CACHE_LINE_BYTES // access.dtype.itemsize
-        amount = line if shape[across[0]] % line == 0 else shape[across[0]]
+        if 4 <= run < shape[across[0]]:
+            amount = run
+        elif shape[across[0]] <= TRANSPOSED_READ_MAX:
+            amount = line if shape[across[0]] % line == 0 else shape[across[0]]
+        else:
+            continue
         paged = sum(abs(steps.get(across[0]) or 0) * other.dtype.itemsize >= PAGE_BYTES
                     for other, steps in zip(accesses, strides))
         if amount * paged <= PANEL_PAGES:

@@ -304,6 +304,20 @@ def test_a_transposed_read_runs_a_cache_line_of_its_rows_innermost():
     assert heuristic_opts(kernel_of(x.T + 1), renderer) == []  # 1024 rows: more lines than L1 holds
 
 
+def test_a_read_contiguous_in_runs_runs_one_run_innermost():
+    """Packing NCHW channels into panels of 16 (a matmul operand over batch and pixels) reads each
+    image's channel plane contiguously, 196 pixels, then jumps to the next image: a PANEL of one run
+    (opts.py contiguous_run), however long the merged axis (ResNet-18's training step at batch 16:
+    the 3x3 windows of 64 channels at 56x56, 63 ms -> 16.5 ms with rows of 56)."""
+    values = np.random.default_rng(5).standard_normal((2, 64, 14, 14)).astype(np.float32)
+    packed = Tensor(values).permute(1, 0, 2, 3).reshape(4, 16, 392).permute(0, 2, 1).contiguous()
+    kernel = kernel_of(packed)
+    assert kernel.full_shape == (4, 392, 16)  # images and pixels are one axis: the view reshapes them
+    assert heuristic_opts(kernel, CRenderer(8, 16)) == [Opt("PANEL", 1, 196)]
+    expected = values.transpose(1, 0, 2, 3).reshape(4, 16, 392).transpose(0, 2, 1)
+    np.testing.assert_array_equal(packed.numpy(), expected)
+
+
 def test_opencl_matmul_tiles_16_columns_by_8_rows_per_work_item():
     renderer = OpenCLRenderer()
     assert heuristic_opts(matmul_kernel(64, 128, 64), renderer) == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 8)]
