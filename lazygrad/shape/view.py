@@ -213,6 +213,8 @@ class ShapeTracker:
         return self._replace_last(self.views[-1].flip(tuple(axes)))
 
     def reshape(self, new_shape) -> "ShapeTracker":
+        if len(self.views) > 1 and self.views[-1].is_contiguous and tuple(new_shape) == self.views[-2].shape:
+            return ShapeTracker(self.views[:-1])  # back to the view below: the last one only reshaped it
         view = self.views[-1].reshape(tuple(new_shape))
         if view is not None:
             return self._replace_last(view)

@@ -318,6 +318,26 @@ def test_a_read_contiguous_in_runs_runs_one_run_innermost():
     np.testing.assert_array_equal(packed.numpy(), expected)
 
 
+def test_windows_flattened_into_rows_are_copied_over_the_windows_dims():
+    """A convolution's weight gradient packs its input's windows as rows (image, y, x) by columns
+    (channel, ky, kx): flattened, each element's index took a division and a remainder per source
+    dim; over the windows' own dims (axes.py refine_dims) it is a sum of steps (ResNet-18's 7x7
+    stride-2 stem at batch 16, 2 threads: 166 -> 11-14 ms)."""
+    from lazygrad.nn.spatial import pool_windows
+    values = np.random.default_rng(6).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    padded = Tensor(values).pad(((0, 0), (0, 0), (3, 3), (3, 3)))
+    windows = pool_windows(padded, (7, 7), (2, 2), (1, 1))  # (2, 3, 6, 6, 7, 7)
+    rows = windows.permute(0, 2, 3, 1, 4, 5).reshape(72, 147).contiguous()
+    kernel = kernel_of(rows)
+    assert kernel.full_shape == (2, 6, 6, 3, 7, 7)
+    source = realize._render("CPU", kernel).source
+    body = source[source.index("void "):]
+    assert "/" not in body and "%" not in body
+    padded_values = np.pad(values, ((0, 0), (0, 0), (3, 3), (3, 3)))
+    expected = np.stack([padded_values[:, :, 2 * y:2 * y + 7, 2 * x:2 * x + 7] for y in range(6) for x in range(6)], 1)
+    np.testing.assert_array_equal(rows.numpy(), expected.reshape(72, 147))
+
+
 def test_opencl_matmul_tiles_16_columns_by_8_rows_per_work_item():
     renderer = OpenCLRenderer()
     assert heuristic_opts(matmul_kernel(64, 128, 64), renderer) == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 8)]
