@@ -1,6 +1,7 @@
 """Devices: where buffers live and kernels run. `get_device("CPU")` returns the one instance.
 
-A compiled device has `alloc`, `compile_cached(source) -> binary` and `load(name, binary, n)`;
+A compiled device has `alloc`, `compile_cached(source) -> binary` and `load(name, binary, n)`
+(the CPU also `cached(source)` and `compile_together([(name, source), ...])`: compile_pool.py);
 the NPY device instead has `run_graph(outputs)` and interprets the lazy graph with numpy.
 """
 from __future__ import annotations

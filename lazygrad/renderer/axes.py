@@ -53,34 +53,32 @@ def reshape_kernel(kernel: Kernel, new_full: tuple[int, ...], new_axes: set[int]
     return Kernel(_reshape_ast(kernel.ast, mapping), tuple(new_full), tuple(sorted(new_axes)), kernel.buffer_dtypes)
 
 
-def _refinement(shape: tuple[int, ...], finer: tuple[int, ...]) -> list[int] | None:
-    """For each dim of `shape`, the index in `finer` where its run of dims starts, if `finer`
-    splits every dim of `shape` into consecutive dims (size-1 dims aside), else None."""
-    starts, position = [], 0
+def _splits(shape: tuple[int, ...], finer: tuple[int, ...]) -> bool:
+    """Whether `finer` splits every dim of `shape` into consecutive dims (size-1 dims aside)."""
+    position = 0
     for size in shape:
-        starts.append(position)
         product = 1
         while product < size and position < len(finer):
             product *= finer[position]
             position += 1
         if product != size:
-            return None
-    return starts if position == len(finer) or all(size == 1 for size in finer[position:]) else None
+            return False
+    return all(size == 1 for size in finer[position:])
 
 
 def refine_dims(kernel: Kernel) -> Kernel:
     """A kernel without a reduce whose load is a reshape of a view it cannot merge into (a copy of
-    padded windows flattened into rows, NCHW planes packed into panels) runs over that view's dims,
-    where the load's index is a sum of steps, instead of over the merged dims, where each element
-    took a division and a remainder per source dim (ResNet-18's stem windows packed for its weight
-    gradient, batch 16, 2 threads: 166 -> 11-14 ms)."""
+    padded windows flattened into rows) runs over that view's dims, where the load's index is a sum
+    of steps, instead of over the merged dims, where each element took a division and a remainder
+    per source dim (ResNet-18's stem windows packed for its weight gradient, batch 16, 2 threads:
+    166 -> 11-14 ms)."""
     if kernel.reduce_axes:
         return kernel
     for tracker in _trackers(kernel.ast):
         if len(tracker.views) < 2 or tracker.shape != kernel.full_shape:
             continue
         finer = tracker.views[-2].shape
-        if len(finer) <= len(kernel.full_shape) or _refinement(kernel.full_shape, finer) is None:
+        if len(finer) <= len(kernel.full_shape) or not _splits(kernel.full_shape, finer):
             continue
         refined = reshape_kernel(kernel, tuple(finer), set())
         if refined is not None:
