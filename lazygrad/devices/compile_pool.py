@@ -101,6 +101,9 @@ class CompileBatch:
                 for (_, _, future), binary in zip(group, done.result()):
                     future.set_result(binary)
                 return
+            if len(group) == 1:
+                group[0][2].set_exception(done.exception())
+                return
             # one kernel of the group failed, or the compiler: compile each alone, so each error
             # is its own kernel's and the others still compile
             for _, source, future in group:

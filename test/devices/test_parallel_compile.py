@@ -135,6 +135,11 @@ def test_a_run_that_fails_compiles_its_kernels_alone_and_only_the_broken_one_fai
         batch.close()
         with pytest.raises(CompileError, match="not_declared"):
             futures[-1].result(timeout=120)
+        alone = CompileBatch(device)
+        broken_alone = alone.submit(*broken)
+        alone.close()
+        with pytest.raises(CompileError, match="not_declared"):
+            broken_alone.result(timeout=120)
         for (name, _), future in zip(good, futures):
             program = device.load(name, future.result(timeout=120), 1)
             out = device.alloc(dtypes.float32, 1)
