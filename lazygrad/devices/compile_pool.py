@@ -7,7 +7,7 @@ and the rendering of the next kernel; BEAM compiles its candidates through the s
 while it runs.
 
 A device that can compile several kernels in one compiler run (`compile_together`: the CPU) gets
-the kernels missing from its disk cache in groups: a run costs about 45 ms besides its kernels,
+the kernels missing from its disk cache without a reduce in groups: a run costs about 45 ms besides its kernels,
 and a small kernel's compile about as much again. A group goes to the pool once its estimated work
 reaches GROUP_SECONDS; what is left when the schedule ends is split over the workers.
 
@@ -29,7 +29,10 @@ GROUP_SECONDS = 0.3
 # A kernel estimated to take this long compiles alone: its run's own cost is small beside it, and
 # alone its code lies where it would have in earlier runs. In a shared library a register tile's
 # loop starts at another offset within a cache line, which moved BERT's 1536 x 384 products by
-# -5% to +13% (gcc's code is the same, only its address differs).
+# -5% to +13% (gcc's code is the same, only its address differs). The engine also sends every
+# kernel with a reduce alone: with only the big ones alone, MobileNetV2's small depthwise and 1x1
+# convolutions in shared libraries made the jitted model 16.1 -> 18.0 ms (medians of 5 alternating
+# runs), so only kernels without a reduce (copies, pads, elementwise epilogues) share runs.
 ALONE_SECONDS = 0.12
 
 
@@ -70,7 +73,8 @@ class CompileBatch:
         self.held: list[tuple[str, str, Future]] = []
         self.held_seconds = 0.0
 
-    def submit(self, name: str, source: str) -> Future:
+    def submit(self, name: str, source: str, alone: bool = False) -> Future:
+        """`alone`: compile this kernel in a run of its own (a reduce: see ALONE_SECONDS)."""
         if not self.together:
             return submit_compile(self.device, source)
         future: Future = Future()
@@ -79,7 +83,7 @@ class CompileBatch:
             future.set_result(binary)
             return future
         seconds = estimated_compile_seconds(source)
-        if seconds >= ALONE_SECONDS:
+        if alone or seconds >= ALONE_SECONDS:
             self._send([(name, source, future)])
             return future
         self.held.append((name, source, future))
