@@ -11,6 +11,9 @@ The contract (docs/architecture.md):
     for every broadcast copy would cost more than storing it (`worth_storing`);
   * a float value of realized buffers and constants alone with an expensive op, read through an
     EXPAND, is stored (`worth_storing_parameter_value`: a batch norm's per-channel scale);
+  * a large value read through an EXPAND outside any reduce is stored when recomputing it for every
+    broadcast copy costs more than a few ops (`worth_storing_broadcast`: a max pool's gradient per
+    window);
   * a padded value read through an EXPAND inside a sum of products (a convolution's padded input,
     however the padding was written) is stored with its zeros when it is not small
     (`worth_storing_padded`), so the product's loads carry no bounds tests;
@@ -61,6 +64,10 @@ PADDED_COPY_MIN_ELEMENTS = 1 << 12
 # A value read by several kernels is stored once when recomputing it in each costs more than this
 # (op costs as in worth_storing). One step of an LSTM's cell state costs about 95.
 SHARED_RECOMPUTE_LIMIT = 64
+# A value of at least this many elements read through an EXPAND outside a reduce is stored when
+# recomputing it costs more than BROADCAST_RECOMPUTE_LIMIT (`worth_storing_broadcast`).
+BROADCAST_STORE_MIN_ELEMENTS = 1 << 16
+BROADCAST_RECOMPUTE_LIMIT = 8
 # Nodes `worth_storing_parameter_value` walks before it gives up (a batch norm's scale is about 10).
 PARAMETER_VALUE_MAX_NODES = 64
 GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes a PAD's padding
@@ -186,6 +193,17 @@ class _FusionPlan:
             expensive = expensive or current.op in EXPENSIVE_OPS
             stack.extend(current.srcs)
         return expensive
+
+    def worth_storing_broadcast(self, node: LazyBuffer) -> bool:
+        """Whether a large value read through an EXPAND outside any reduce is stored: inlined, it is
+        recomputed for every broadcast copy. A max pool's gradient per window (the next layer's
+        input gradient, gathered from nine shifted views, over the count of maxima) read back for
+        each of the nine window positions made ResNet-18's max pool backward 560 ms of a training
+        step; stored, it costs 60 ms, and the pool backward 190. Small values (a batch norm's
+        per-channel statistics, a layer norm's per-row ones) stay inlined: a kernel of their own
+        costs more than recomputing them."""
+        return node.numel() >= BROADCAST_STORE_MIN_ELEMENTS and \
+            self._recompute_cost_exceeds(node, BROADCAST_RECOMPUTE_LIMIT)
 
     def worth_storing_shared(self, node: LazyBuffer) -> bool:
         """Whether a value that several kernels compute costs more to recompute in each than to store
@@ -318,7 +336,7 @@ class _FusionPlan:
                     return True
                 self.declined.append(node)
             elif any(through_expand for _, _, through_expand, _ in paths) \
-                    and self.worth_storing_parameter_value(node):
+                    and (self.worth_storing_parameter_value(node) or self.worth_storing_broadcast(node)):
                 return True
             return reader == _SHARED and self.worth_storing_shared(node)
         if node.op == "PAD":

@@ -36,6 +36,14 @@ class Atom:
         inner = self.inner.evaluate(values)
         return inner // self.divisor if self.kind == "div" else inner % self.divisor
 
+    def narrowed(self, bounds: dict[str, tuple[int, int]]) -> "Lin":
+        """This atom rebuilt with the variables in `bounds` ranging over their narrower bounds."""
+        if self.kind == "var":
+            lo, hi = bounds.get(self.name, (self.min, self.max))
+            return Lin({Atom("var", name=self.name, lo=lo, hi=hi): 1}, 0)
+        inner = self.inner.narrowed(bounds)
+        return inner // self.divisor if self.kind == "div" else inner % self.divisor
+
     def render(self, renderer) -> str:
         if self.kind == "var":
             return self.name
@@ -100,12 +108,12 @@ class Lin:
         assert divisor > 0
         if divisor == 1:
             return self
-        if 0 <= self.min and self.max < divisor:
-            return Lin.of(0)
+        if self.min // divisor == self.max // divisor:  # one quotient over the whole range
+            return Lin.of(self.min // divisor)
         # (divisor*q + r) // divisor == q + r // divisor for every integer r (floor semantics)
         quotient, rest = self._split_multiples(divisor)
-        if 0 <= rest.min and rest.max < divisor:
-            return quotient
+        if rest.min // divisor == rest.max // divisor:
+            return quotient + rest.min // divisor
         factored = rest._common_factor(divisor)
         if factored is not None:  # (g*b + s) // (g*m) == b // m when 0 <= s < g
             factor, big, _ = factored
@@ -123,14 +131,12 @@ class Lin:
         assert divisor > 0
         if divisor == 1:
             return Lin.of(0)
-        if 0 <= self.min and self.max < divisor:
-            return self
+        if self.min // divisor == self.max // divisor:  # one quotient over the whole range
+            return self - divisor * (self.min // divisor)
         # (divisor*q + r) % divisor == r % divisor
         _, rest = self._split_multiples(divisor)
-        if rest.is_const:
-            return Lin.of(rest.const % divisor)
-        if 0 <= rest.min and rest.max < divisor:
-            return rest
+        if rest.min // divisor == rest.max // divisor:
+            return rest - divisor * (rest.min // divisor)
         factored = rest._common_factor(divisor)
         if factored is not None:  # (g*b + s) % (g*m) == (b % m)*g + s when 0 <= s < g
             factor, big, small = factored
@@ -145,13 +151,16 @@ class Lin:
     def _common_factor(self, divisor: int) -> "tuple[int, Lin, Lin] | None":
         """(g, b, s) with self == g*b + s, g > 1 dividing divisor, and 0 <= s < g: the largest such g
         among the coefficients' common factors with divisor, or None. Then a division or modulo by
-        divisor works on b alone: (1600*i + 400*j + k) // 25600 is i // 16 when 400*j + k < 1600."""
+        divisor works on b alone: (1600*i + 400*j + k) // 25600 is i // 16 when 400*j + k < 1600,
+        (56*i + 111 + k) // 112 is (i + 2) // 2 when 1 <= k <= 56."""
         candidates = sorted({math.gcd(coeff, divisor) for coeff in self.terms.values()} - {1}, reverse=True)
         for factor in candidates:
             big = {atom: coeff // factor for atom, coeff in self.terms.items() if coeff % factor == 0}
-            small = Lin({atom: coeff for atom, coeff in self.terms.items() if coeff % factor}, self.const)
+            small = Lin({atom: coeff for atom, coeff in self.terms.items() if coeff % factor}, 0)
+            whole = (self.const + small.min) // factor  # the constant's multiples of g that b takes
+            small = small + (self.const - whole * factor)
             if big and 0 <= small.min and small.max < factor:
-                return factor, Lin(big, 0), small
+                return factor, Lin(big, whole), small
         return None
 
     def _split_multiples(self, divisor: int) -> tuple["Lin", "Lin"]:
@@ -164,6 +173,14 @@ class Lin:
             rest_terms[atom] = coeff - whole * divisor
         const_quotient, const_rest = divmod(self.const, divisor)
         return Lin(quotient_terms, const_quotient), Lin(rest_terms, const_rest)
+
+    def narrowed(self, bounds: dict[str, tuple[int, int]]) -> "Lin":
+        """This expression rebuilt with the variables in `bounds` ranging over their narrower bounds,
+        so its divisions and modulos fold again."""
+        result = Lin.of(self.const)
+        for atom, coeff in self.terms.items():
+            result = result + atom.narrowed(bounds) * coeff
+        return result
 
     def evaluate(self, values: dict[str, int]) -> int:
         """The value for given variable values (used by tests and debugging)."""
@@ -201,6 +218,27 @@ _PLAIN = FloorSyntax()
 def var(name: str, lo: int, hi: int) -> Lin:
     """A loop variable ranging over [lo, hi] inclusive."""
     return Lin({Atom("var", name=name, lo=lo, hi=hi): 1}, 0)
+
+
+def narrower_bounds(conditions: list[tuple[Lin, int, int]]) -> dict[str, tuple[int, int]]:
+    """The variables that conditions of the form `lo <= a*v + c < hi` confine to a narrower range
+    than their own: name -> (lo, hi) inclusive, possibly empty (lo > hi) when the conditions
+    contradict each other."""
+    bounds: dict[str, tuple[int, int]] = {}
+    for expr, lo, hi in conditions:
+        if len(expr.terms) != 1:
+            continue
+        (atom, coeff), = expr.terms.items()
+        if atom.kind != "var":
+            continue
+        low, high = bounds.get(atom.name, (atom.min, atom.max))
+        if coeff > 0:  # lo - c <= a*v <= hi - 1 - c
+            low, high = max(low, -((expr.const - lo) // coeff)), min(high, (hi - 1 - expr.const) // coeff)
+        else:
+            low, high = max(low, -((hi - 1 - expr.const) // -coeff)), min(high, (expr.const - lo) // -coeff)
+        if (low, high) != (atom.min, atom.max):
+            bounds[atom.name] = (low, high)
+    return bounds
 
 
 def render_condition(conditions: list[tuple[Lin, int, int]]) -> str | bool:

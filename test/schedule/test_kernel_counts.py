@@ -296,3 +296,26 @@ def test_projections_of_one_input_stay_separate_tiled_kernels():
     assert all(any(opt.op == "UPCAST" for opt in heuristic_opts(merge_dims(kernel), CRenderer())) for kernel in products)
     for projection, w in zip(projections, weights):
         np.testing.assert_allclose(projection.numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_a_large_costly_value_read_through_a_broadcast_is_stored_once():
+    """A value of 2^16 elements or more, read through an EXPAND by an elementwise kernel and costing
+    more than a few ops, is stored first (`worth_storing_broadcast`), not recomputed for every copy:
+    a max pool's gradient per window, read at each window position. A small one, or a cheap one,
+    stays inlined: one kernel. (Integers: a float function of realized buffers with an expensive
+    op is stored whatever its size, `worth_storing_parameter_value`.)"""
+    rng = np.random.default_rng(3)
+
+    def case(rows: int, build):
+        a, b = (rng.integers(1, 100, (rows, 256)).astype(np.int32) for _ in range(2))
+        c = rng.integers(-5, 5, (rows, 256, 4)).astype(np.int32)
+        count, value = kernels_for(lambda: build(Tensor(a), Tensor(b)).reshape(rows, 256, 1).expand(rows, 256, 4) * Tensor(c))
+        np.testing.assert_array_equal(value, build(a, b)[..., None] * c)
+        return count
+
+    def costly(x, y):  # two divisions and a remainder (4 each) and three more ops
+        return x // y + (x % y) * 3 + y // x
+
+    assert case(256, costly) == 2
+    assert case(8, costly) == 1
+    assert case(256, lambda x, y: x * y + x) == 1

@@ -83,6 +83,28 @@ def test_tracker_reads_what_numpy_views_read(chain):
     np.testing.assert_array_equal(read_through(tracker, data), expected)
 
 
+def test_a_condition_that_confines_a_variable_folds_the_views_below():
+    # a (3, 4) gradient spread to stride 2 and shifted one column right in a (3, 8) grid, as a
+    # pooling gradient places each window's share: under `i1 >= 1` the flat index never wraps a row
+    tracker = ShapeTracker.from_shape((3, 4)).reshape((3, 4, 1)).pad(((0, 0), (0, 0), (0, 1)))
+    tracker = tracker.reshape((3, 8)).pad(((0, 0), (1, -1))).reshape((24,)).reshape((3, 8))
+    offset, conditions = tracker.index_and_valid([var("i0", 0, 2), var("i1", 0, 7)])
+    assert offset.render() == "i0*4+((i1+1)/2)-1"  # no division by the row length, no remainder
+    assert render_condition(conditions) == "(i1>=1)&&(((i1+1)%2)<1)"
+    data = np.arange(1, 13, dtype=np.int64)
+    expected = np.zeros((3, 8), dtype=np.int64)
+    expected[:, 1::2] = data.reshape(3, 4)
+    np.testing.assert_array_equal(read_through(tracker, data), expected)
+
+
+def test_contradicting_conditions_are_never_valid():
+    # the top view admits i0 < 2, the view below i0 >= 2
+    tracker = ShapeTracker((View((4,), (1,), 0, ((2, 4),)), View((4,), (1,), 0, ((0, 2),))))
+    _, conditions = tracker.index_and_valid([var("i0", 0, 3)])
+    assert render_condition(conditions) is False
+    np.testing.assert_array_equal(read_through(tracker, np.arange(1, 5)), np.zeros(4))
+
+
 def test_reshape_of_a_contiguous_view_needs_no_second_view():
     tracker = ShapeTracker.from_shape((4, 6)).reshape((2, 2, 3, 2)).reshape((24,))
     assert len(tracker.views) == 1 and tracker.is_contiguous
