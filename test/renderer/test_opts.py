@@ -419,6 +419,33 @@ def test_cheap_row_reduces_take_eight_rows_and_eight_accumulators():
     assert heuristic_opts(kernel_of(x.sum(axis=0)), CRenderer()) == []         # columns: inner accumulator loops
 
 
+def test_a_reduce_reading_across_its_outputs_computes_a_cache_line_of_them():
+    """Per-channel sums of an activation stored channels last, as batch norm's statistics and
+    gradients read a convolution's output: a load walks the channels contiguously and no reduce
+    axis, so 16 channels are summed together, each step reading a whole line. A plain column sum
+    keeps linearize's accumulator array instead."""
+    rng = np.random.default_rng(5)
+    stored = rng.standard_normal((4, 16, 16, 32)).astype(np.float32)
+    gradient = rng.standard_normal((4, 32, 16, 16)).astype(np.float32)
+    activation = Tensor(stored).realize().permute(0, 3, 1, 2)  # NCHW view of NHWC memory
+
+    def upcasts(tensor):
+        kernel = kernel_of(tensor)
+        opts = heuristic_opts(kernel, CRenderer())
+        assert all(kernel.full_shape[opt.axis] == 32 for opt in opts)
+        return opts
+
+    mixed = (Tensor(gradient) * activation).sum((0, 2, 3))
+    assert [(opt.op, opt.amount) for opt in upcasts(mixed)] == [("UPCAST", 16)]
+    np.testing.assert_allclose(mixed.numpy(), (gradient * stored.transpose(0, 3, 1, 2)).sum((0, 2, 3)), rtol=1e-4, atol=1e-4)
+    # two reduces side by side (a sum and a sum of squares): the same
+    both = activation.sum((0, 2, 3)) + (activation * activation).sum((0, 2, 3))
+    assert [(opt.op, opt.amount) for opt in upcasts(both)] == [("UPCAST", 16)]
+    np.testing.assert_allclose(both.numpy(), stored.sum((0, 1, 2)) + (stored * stored).sum((0, 1, 2)), rtol=1e-4, atol=1e-4)
+    assert upcasts(activation.sum((0, 2, 3))) == []  # channels last among the outputs: accumulator array
+    assert upcasts((Tensor(gradient[:, :, :4, :4]) * activation[:, :, :4, :4]).sum((0, 2, 3))) == []  # 64 steps
+
+
 def test_products_of_rows_get_a_small_tile_over_unrolled_steps():
     """Both operands contiguous along the reduce (a @ b.T written out; matmul itself copies b.T
     first when a has 8 rows or more, see test_a_matmul_copies_a_transposed_operand_first)."""
