@@ -346,9 +346,17 @@ def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dil
     stride = _ints(stride, dims, name, "stride", minimum=1)
     dilation = _ints(dilation, dims, name, "dilation", minimum=1)
     pads = _conv_padding(name, padding, kernel, stride, dilation)
-    x = x.pad(((0, 0), (0, 0)) + pads)  # stored with its zeros when large (schedule/fuse.py)
-    _check_windows_fit(name, input.shape, x.shape[2:], kernel, dilation)
-    out = _windowed_product(x, weight, stride, dilation, groups)
+    padded = x.pad(((0, 0), (0, 0)) + pads)  # stored with its zeros when large (schedule/fuse.py)
+    _check_windows_fit(name, input.shape, padded.shape[2:], kernel, dilation)
+    if x.requires_grad and Tensor.grad_enabled and math.prod(kernel) > 1 and all(s == 1 for s in stride) \
+            and all(before == after for before, after in pads):
+        # x's gradient is the transposed convolution of the output's: a convolution of the same
+        # size, where op by op it is a product the size of the windows, then their fold
+        out = _windowed_product(padded.detach(), weight, stride, dilation, groups)
+        out = out._with_gradient((out, x), lambda grad, *_: [grad, _conv_transpose(
+            name, dims, grad, weight, None, 1, tuple(before for before, _ in pads), 0, groups, dilation)])
+    else:
+        out = _windowed_product(padded, weight, stride, dilation, groups)
     if bias is not None:
         out = out + bias.reshape((1, bias.shape[0]) + (1,) * dims)
     return out.squeeze(0) if unbatched else out

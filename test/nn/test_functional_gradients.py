@@ -43,6 +43,14 @@ CASES = {
     "conv2d_dilated_grouped": (lambda x, w: projected(F.conv2d(x, w, stride=(1, 2), padding=(2, 1), dilation=2,
                                                                 groups=2)),
                                [randn(1, 4, 5, 5), randn(2, 2, 2, 3)]),
+    # unstrided: the input's gradient is a transposed convolution (not the windows' fold)
+    "conv2d_unstrided": (lambda x, w, b: projected(F.conv2d(x, w, b, padding=1)),
+                         [randn(2, 3, 5, 4), randn(4, 3, 3, 3), randn(4)]),
+    "conv2d_unstrided_dilated_grouped": (lambda x, w: projected(F.conv2d(x, w, padding=(2, 1), dilation=(2, 1),
+                                                                          groups=2)),
+                                         [randn(1, 4, 6, 5), randn(4, 2, 3, 2)]),
+    "conv2d_same_even_kernel": (lambda x, w: projected(F.conv2d(x, w, padding="same")),  # padded 0 before, 1 after
+                                [randn(1, 2, 4, 5), randn(3, 2, 2, 2)]),
     "conv1d_batched_strided": (lambda x, w: projected(F.conv1d(x, w, stride=2, padding=1)),
                                [randn(3, 2, 7), randn(4, 2, 3)]),
     "conv3d_grouped": (lambda x, w, b: projected(F.conv3d(x, w, b, padding=1, groups=2)),

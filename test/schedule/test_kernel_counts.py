@@ -1,8 +1,11 @@
 """The fusion contract, pinned by counting the kernels common patterns launch (and checking values)."""
+import math
+
 import numpy as np
 import pytest
 
 from lazygrad import Tensor, stats
+from lazygrad.schedule.fuse import create_schedule
 
 
 def kernels_for(build) -> tuple[int, np.ndarray]:
@@ -319,3 +322,22 @@ def test_a_large_costly_value_read_through_a_broadcast_is_stored_once():
     assert case(256, costly) == 2
     assert case(8, costly) == 1
     assert case(256, lambda x, y: x * y + x) == 1
+
+
+def test_an_unstrided_convolution_takes_its_input_gradient_as_a_convolution():
+    """The input gradient of a 3x3 convolution with stride 1 is the transposed convolution of the
+    output's gradient: no kernel of the backward pass writes a buffer the size of the windows (nine
+    times the input), as the windows' product with the weight, then their fold, would."""
+    from lazygrad.nn import functional as F
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.standard_normal((2, 8, 12, 12)).astype(np.float32), requires_grad=True)
+    w = Tensor(rng.standard_normal((16, 8, 3, 3)).astype(np.float32))
+    g = rng.standard_normal((2, 16, 12, 12)).astype(np.float32)
+    (F.conv2d(x, w, padding=1) * Tensor(g)).sum().backward()
+    items = [item for item in create_schedule([x.grad.lazydata]) if item.kernel is not None]
+    assert max(math.prod(item.outputs[0].shape) for item in items) < 9 * math.prod(x.shape)
+    expected = np.zeros((2, 8, 14, 14), np.float32)  # d(sum(conv * g))/dx, accumulated into the padded input
+    for ky in range(3):
+        for kx in range(3):
+            expected[:, :, ky:ky + 12, kx:kx + 12] += np.einsum("nohw,oc->nchw", g, w.numpy()[:, :, ky, kx])
+    np.testing.assert_allclose(x.grad.numpy(), expected[:, :, 1:13, 1:13], rtol=1e-4, atol=1e-4)
