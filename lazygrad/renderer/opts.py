@@ -593,8 +593,12 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     panel = panel_opt(tiled)
     if panel is None and panel_row_axis(tiled) is not None:
         # operands in panels whose row panels take no PANEL: the tile alone streams them well (AVX2,
-        # 2 threads, 256x2048 @ 2048x1024 as 6 x 16: 134 GFLOP/s alone, 96 in blocks of 64 steps)
-        return opts
+        # 2 threads, 256x2048 @ 2048x1024 as 6 x 16: 134 GFLOP/s alone, 96 in blocks of 64 steps),
+        # unless the reduce is so long that each row tile's operands stream from beyond L2 for every
+        # panel of columns: a weight gradient, ResNet-18's at batch 16 (64 x 50176 by 50176 x 576
+        # 75 -> 38 ms, 256 x 3136 by 3136 x 1152 64 -> 33 ms in blocks of 256 and 196 steps)
+        block = long_reduce_block(tiled)
+        return opts if block is None else opts + [block]
     if panel is None:
         block = reduce_block(tiled, BLOCK_STEPS)
     else:
@@ -744,6 +748,21 @@ def reduce_block(tiled: OptimizedKernel, steps: int = BLOCK_STEPS) -> Opt | None
     if size % steps or size < max(2, 4 * BLOCK_STEPS // steps) * steps:
         return None
     return Opt("BLOCK", reduces[0], steps)
+
+
+# A reduce of at least this many steps in a matmul in panels without a PANEL is run in blocks.
+LONG_REDUCE_STEPS = 3072
+
+
+def long_reduce_block(tiled: OptimizedKernel) -> Opt | None:
+    """BLOCK of a tiled kernel's single reduce of LONG_REDUCE_STEPS steps or more: the largest
+    divisor of its length between BLOCK_STEPS and PANEL_BLOCK_STEPS steps."""
+    reduces = tiled.axes_of(REDUCE)
+    if len(reduces) != 1 or tiled.kernel.full_shape[reduces[0]] < LONG_REDUCE_STEPS:
+        return None
+    size = tiled.kernel.full_shape[reduces[0]]
+    steps = next((steps for steps in range(PANEL_BLOCK_STEPS, BLOCK_STEPS - 1, -1) if size % steps == 0), None)
+    return None if steps is None else Opt("BLOCK", reduces[0], steps)
 
 
 # A convolution whose weight has at least this many elements (1 MiB of float32, the L2 of the

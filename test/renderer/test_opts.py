@@ -446,6 +446,22 @@ def test_a_reduce_reading_across_its_outputs_computes_a_cache_line_of_them():
     assert upcasts((Tensor(gradient[:, :, :4, :4]) * activation[:, :, :4, :4]).sum((0, 2, 3))) == []  # 64 steps
 
 
+def test_a_matmul_in_panels_with_a_long_reduce_runs_it_in_blocks():
+    """A weight gradient's matmul, 64 rows (11 row tiles: no PANEL divides them) by a reduce of
+    thousands of steps: each row tile's operands would stream from beyond L2 for every panel of
+    columns, so the reduce runs in blocks of the largest divisor up to 256 steps. Shorter reduces
+    keep the tile alone."""
+    def opts(k):
+        a, b = Tensor(np.ones((64, k), np.float32)), Tensor(np.ones((k, 576), np.float32))
+        items = [item for item in create_schedule([(a @ b).lazydata]) if item.kernel is not None and item.kernel.reduce_axes]
+        kernel = merge_dims(items[-1].kernel)
+        assert kernel.full_shape[-1] == k
+        return [opt for opt in heuristic_opts(kernel, CRenderer()) if opt.op == "BLOCK"]
+    assert [opt.amount for opt in opts(4096)] == [256]
+    assert [opt.amount for opt in opts(6272)] == [224]  # 2^7 * 7^2 steps
+    assert opts(2048) == []
+
+
 def test_products_of_rows_get_a_small_tile_over_unrolled_steps():
     """Both operands contiguous along the reduce (a @ b.T written out; matmul itself copies b.T
     first when a has 8 rows or more, see test_a_matmul_copies_a_transposed_operand_first)."""
