@@ -604,9 +604,21 @@ def test_attention_scores_copy_the_keys_to_tile_along_them():
 
 
 def test_small_matmuls_read_their_operands_in_place():
-    for m, k, n in [(32, 1024, 1024), (256, 256, 256), (256, 1024, 1000)]:  # few rows, small w, n % 16
+    for m, k, n in [(32, 1024, 1024), (256, 256, 256)]:  # few rows, small w
         _, count = last_kernel_of(Tensor(np.ones((m, k), np.float32)) @ Tensor(np.ones((k, n), np.float32)))
         assert count == 1, (m, k, n)
+
+
+def test_a_matmul_whose_columns_fill_no_whole_panel_pads_the_last():
+    """147 columns (a 7x7 convolution over 3 channels, its weight gradient's im2col): panels of 16
+    with the last one padded with zeros, the extra columns cut off the product."""
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((128, 1024)).astype(np.float32), rng.standard_normal((1024, 147)).astype(np.float32)
+    product = Tensor(x).realize() @ Tensor(w).realize()
+    items = [item for item in create_schedule([product.lazydata]) if item.kernel is not None]
+    assert len(items) == 4  # the panels of each operand, the product, its cut
+    assert merge_dims(items[-2].kernel).full_shape[-3:] == (10, 16, 1024)
+    np.testing.assert_allclose(product.numpy(), x @ w, rtol=1e-4, atol=1e-3)
 
 
 def test_a_panel_is_taken_only_with_its_block_of_steps():
