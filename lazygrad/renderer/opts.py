@@ -576,7 +576,8 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     if not kernel.reduce_axes:
         return transposed_read_panel(kernel)
     if sum(node.is_reduce for node in kernel.ast.walk()) > 1:
-        # chained reduces (softmax's max, then sum): plain loops, each a SIMD reduction
+        # chained or side-by-side reduces (softmax's max, then sum): plain loops, each a SIMD
+        # reduction, unless they read across their outputs
         return transposed_reduce_tile(kernel)
     tile = matmul_tile(kernel, renderer)
     opts = tile or row_reduce_tile(kernel) or transposed_reduce_tile(kernel)

@@ -236,9 +236,9 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
     of PANEL_WIDTH columns, shape (n / PANEL_WIDTH, k, PANEL_WIDTH), and x into panels of PANEL_ROWS
     rows, shape (m / PANEL_ROWS, k, PANEL_ROWS), each first padded with zeros to whole panels (the
     product's extra rows and columns are cut off again: ResNet-18's stem weight gradient, 147
-    columns, at batch 16 133 -> 45 ms, where it read its operands in place). The kernel's register tile (PANEL_ROWS rows by
-    PANEL_WIDTH columns, renderer/opts.py) then reads each operand as one contiguous stream per
-    reduce step.
+    columns, at batch 16 133 -> 45 ms, where it read its operands in place). The kernel's register
+    tile (PANEL_ROWS rows by PANEL_WIDTH columns, renderer/opts.py) then reads each operand as one
+    contiguous stream per reduce step.
     Read in place, consecutive rows of w lie n elements apart, a stride that maps them onto the
     same few cache sets, and the tile's rows of x are PANEL_ROWS separate streams. The copies are
     (m + n) * k elements against m * k * n multiply-adds; a transposed w needs a copy anyway.
