@@ -38,8 +38,10 @@ def _reshape_ast(ast: KernelNode, mapping: dict[ShapeTracker, ShapeTracker]) -> 
     return rebuilt[ast]
 
 
-def reshape_kernel(kernel: Kernel, new_full: tuple[int, ...], new_axes: set[int]) -> Kernel | None:
-    """The kernel over a reshaped iteration space, or None if some view would need a second view."""
+def reshape_kernel(kernel: Kernel, new_full: tuple[int, ...], new_axes: set[int],
+                   allow_views: bool = False) -> Kernel | None:
+    """The kernel over a reshaped iteration space, or None if some view would need a second view
+    (unless `allow_views`)."""
     out_shape = kernel.output_shape
     new_out = tuple(1 if axis in new_axes else size for axis, size in enumerate(new_full))
     mapping = {}
@@ -47,7 +49,7 @@ def reshape_kernel(kernel: Kernel, new_full: tuple[int, ...], new_axes: set[int]
         if tracker.shape not in (kernel.full_shape, out_shape):
             return None  # the source of an indexed load (TAKE) has a dim more, and keeps its shape
         reshaped = tracker.reshape(new_full if tracker.shape == kernel.full_shape else new_out)
-        if len(reshaped.views) > len(tracker.views):
+        if len(reshaped.views) > len(tracker.views) and not allow_views:
             return None
         mapping[tracker] = reshaped
     return Kernel(_reshape_ast(kernel.ast, mapping), tuple(new_full), tuple(sorted(new_axes)), kernel.buffer_dtypes)
@@ -106,11 +108,12 @@ def merge_dims(kernel: Kernel) -> Kernel:
 
 
 def split_dim(kernel: Kernel, dim: int, inner: int) -> Kernel | None:
-    """Split loop dim into (size // inner, inner), both of the same kind."""
+    """Split loop dim into (size // inner, inner), both of the same kind. A view that cannot split
+    the dim gets a view on top that does (the split of a strided spread: see strided_spread_tile)."""
     shape, axes = list(kernel.full_shape), set(kernel.reduce_axes)
     new_full = tuple(shape[:dim] + [shape[dim] // inner, inner] + shape[dim + 1:])
     new_axes = {axis if axis < dim else axis + 1 for axis in axes} | ({dim} if dim in axes else set())
-    return reshape_kernel(kernel, new_full, new_axes)
+    return reshape_kernel(kernel, new_full, new_axes, allow_views=True)
 
 
 def move_dim(kernel: Kernel, source: int, destination: int) -> Kernel:

@@ -1,5 +1,7 @@
 """Opts: validation with reasons, the default heuristic's tiles, and random valid opt sequences on
 random graphs, which must compute what the NPY device computes."""
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -460,6 +462,19 @@ def test_a_matmul_in_panels_with_a_long_reduce_runs_it_in_blocks():
     assert [opt.amount for opt in opts(4096)] == [256]
     assert [opt.amount for opt in opts(6272)] == [224]  # 2^7 * 7^2 steps
     assert opts(2048) == []
+
+
+def test_a_strided_spread_is_upcast_by_its_stride():
+    """A max pool's backward (3x3 windows, stride 2) reads each window's gradient at every other
+    input position: both spatial axes are upcast by 2, so each copy's parity test is a constant."""
+    from lazygrad.nn import functional as F
+    rng = np.random.default_rng(7)
+    x = Tensor(rng.permutation(2 * 4 * 16 * 16).reshape(2, 4, 16, 16).astype(np.float32), requires_grad=True)
+    (F.max_pool2d(x, 3, stride=2, padding=1) * Tensor(rng.standard_normal((2, 4, 8, 8)).astype(np.float32))).sum().backward()
+    kernels = [merge_dims(item.kernel) for item in create_schedule([x.grad.lazydata])
+               if item.kernel is not None and not item.kernel.reduce_axes and math.prod(item.kernel.full_shape) == x.numel()]
+    spread = [heuristic_opts(kernel, CRenderer()) for kernel in kernels]
+    assert any(len(opts) == 2 and all(opt.op == "UPCAST" and opt.amount == 2 for opt in opts) for opts in spread)
 
 
 def test_products_of_rows_get_a_small_tile_over_unrolled_steps():
