@@ -229,12 +229,18 @@ def apply_opts(kernel: Kernel, opts, renderer) -> OptimizedKernel:
 
 # ---- the default heuristic ------------------------------------------------------------------------
 
+def _probe(shape: tuple[int, ...]) -> list[Lin]:
+    """A variable `p<axis>` over each axis of more than one position (0 for the others): the indices
+    at which the heuristics read a view's offset and conditions."""
+    return [var(f"p{axis}", 0, size - 1) if size > 1 else Lin.of(0) for axis, size in enumerate(shape)]
+
+
 def load_strides(kernel: Kernel, nodes, ops=("LOAD",)) -> list[dict[int, int | None]]:
     """For each load (or other memory access of `ops`) over the full shape: how far its memory index
     moves per step along each axis (0 where the load does not move, so its value is reused along that
     axis; None where the step varies, as through a reshape of a padded window)."""
     shape = kernel.full_shape
-    probe = [var(f"p{axis}", 0, max(size - 1, 0)) if size > 1 else Lin.of(0) for axis, size in enumerate(shape)]
+    probe = _probe(shape)
     samples = [[0] * len(shape), [size // 2 for size in shape], [max(size - 2, 0) for size in shape]]
     strides = []
     for node in nodes:
@@ -424,7 +430,7 @@ def contiguous_run(kernel: Kernel, access: KernelNode, axis: int) -> int:
     padded window, or NCHW planes) is contiguous only along its innermost dim. The whole axis when
     it never jumps; a jump is looked for at the axis's divisors, where such dims end."""
     shape = kernel.full_shape
-    probe = [var(f"p{index}", 0, max(size - 1, 0)) if size > 1 else Lin.of(0) for index, size in enumerate(shape)]
+    probe = _probe(shape)
     offset, _ = access.arg[1].index_and_valid(probe)
     at = {f"p{index}": 0 for index, size in enumerate(shape) if size > 1}
 
@@ -575,18 +581,19 @@ def strided_spread_tile(kernel: Kernel) -> list[Opt]:
     is a constant, and its bounds tests and index arithmetic fold. ResNet-18's max pool backward at
     batch 16 (nine window terms, stride 2 on both spatial axes): 187 -> 43 ms."""
     shape = kernel.full_shape
-    probe = [var(f"p{axis}", 0, max(size - 1, 0)) if size > 1 else Lin.of(0) for axis, size in enumerate(shape)]
+    probe = _probe(shape)
+    axis_of = {f"p{axis}": axis for axis in range(len(shape))}
     strides: dict[int, int] = {}
     for node in kernel.ast.walk():
         if node.op != "LOAD":
             continue
         for expr, _, _ in node.arg[1].index_and_valid(probe)[1]:
             for atom in expr.terms:
-                terms = atom.inner.terms if atom.kind == "mod" and atom.divisor in SPREAD_STRIDES else {}
-                if len(terms) == 1 and next(iter(terms.values())) == 1 and next(iter(terms)).kind == "var":
-                    axis = int(next(iter(terms)).name[1:])
-                    if shape[axis] % atom.divisor == 0:
-                        strides[axis] = atom.divisor
+                if atom.kind != "mod" or atom.divisor not in SPREAD_STRIDES or len(atom.inner.terms) != 1:
+                    continue
+                (moving, coeff), = atom.inner.terms.items()  # (p + c) % d: one axis, unscaled
+                if moving.kind == "var" and coeff == 1 and shape[axis_of[moving.name]] % atom.divisor == 0:
+                    strides[axis_of[moving.name]] = atom.divisor
     return [Opt("UPCAST", axis, stride) for axis, stride in sorted(strides.items(), reverse=True)]
 
 
