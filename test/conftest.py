@@ -3,12 +3,14 @@ helpers beside it (gradcheck.py, recursion_limit.py).
 
 Opt-in markers: tests marked with one of OPT_IN_MARKERS are deselected unless the marker is asked
 for with `-m` (.ci/run asks for each): `onnx_cpu`, the ONNX backend node tests on CPU (test/onnx),
-and `fuzz`, the long random-graph run (test/ops).
+`fuzz`, the long random-graph run (test/ops), and `opencl_ops`, the OPENCL cases of the op, nn and jit
+tests (PoCL's builds made them three quarters of a cold run).
 """
 
 OPT_IN_MARKERS = {
     "onnx_cpu": "the ONNX backend node tests on CPU (run with -m onnx_cpu)",
     "fuzz": "the long random-graph run (run with -m fuzz)",
+    "opencl_ops": "the op, nn and jit tests on OPENCL (run with -m opencl_ops; see test/ops/ops_helpers.py)",
 }
 
 

@@ -7,9 +7,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "ops"))
 
-from ops_helpers import available_devices  # noqa: E402
+from ops_helpers import available_devices, device_params  # noqa: E402
 
 
 def pytest_generate_tests(metafunc):
     if "compiled_device" in metafunc.fixturenames:
-        metafunc.parametrize("compiled_device", [device for device in available_devices() if device != "NPY"])
+        metafunc.parametrize("compiled_device", device_params([device for device in available_devices() if device != "NPY"]))

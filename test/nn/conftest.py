@@ -7,10 +7,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "ops"))
 
-from ops_helpers import available_devices  # noqa: E402
+from ops_helpers import available_devices, device_params  # noqa: E402
 
 
 def pytest_generate_tests(metafunc):
     listed = any("device" in marker.args[0] for marker in metafunc.definition.iter_markers("parametrize"))
     if "device" in metafunc.fixturenames and not listed:
-        metafunc.parametrize("device", available_devices())
+        metafunc.parametrize("device", device_params(available_devices()))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import pytest
 
 from lazygrad import Tensor, dtypes
 from lazygrad.dtype import DType
@@ -42,6 +43,19 @@ def available_devices() -> list[str]:
     """The devices the op tests run on: CPU and NPY always, plus each of EXTRA_DEVICES this machine
     can run a kernel on (the others are named, with the reason, in pytest's header)."""
     return ["CPU", "NPY"] + [name for name in EXTRA_DEVICES if unavailable_reason(name) is None]
+
+
+# PoCL builds an OpenCL program in about half a second, several times gcc's time for the same kernel:
+# with an empty cache the op, nn and jit tests on OPENCL were three quarters of `make test`'s time
+# (2,060 of 2,690 test-seconds; the whole run 23.7 min on 2 cores). Their OPENCL cases carry an
+# opt-in marker (test/conftest.py): `make test` leaves them out, `.ci/run` runs them with `-m opencl_ops`.
+OPT_IN_DEVICE_MARKERS = {"OPENCL": "opencl_ops"}
+
+
+def device_params(devices) -> list:
+    """`devices` as pytest parameters, each device of OPT_IN_DEVICE_MARKERS with its marker."""
+    return [pytest.param(device, marks=getattr(pytest.mark, OPT_IN_DEVICE_MARKERS[device]))
+            if device in OPT_IN_DEVICE_MARKERS else device for device in devices]
 
 
 def ids(values) -> list[str]:
