@@ -97,7 +97,11 @@ class Compiler:
             raise RuntimeError(f"no C compiler found (tried {tried}); install one (e.g. apt-get install gcc) "
                                "or set CC=/path/to/compiler")
         self.path = path
-        version = subprocess.run([path, "--version"], capture_output=True, text=True)
+        try:
+            version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=COMPILE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"{path} did not answer --version in {COMPILE_TIMEOUT} s; it was stopped "
+                               "(a hung compiler? try another with CC=...)") from None
         self.version = version.stdout.splitlines()[0] if version.stdout else path
         self.openmp = True
 

@@ -141,8 +141,16 @@ def test_a_compiler_that_succeeds_without_writing_a_library_is_an_error(tmp_path
 def test_a_hung_compiler_is_stopped(tmp_path, monkeypatch):
     import lazygrad.devices.cpu as cpu
     monkeypatch.setattr(cpu, "COMPILE_TIMEOUT", 1)
-    compiler = fake_compiler(tmp_path, "exec sleep 30\n")
+    compiler = fake_compiler(tmp_path, 'case "$1" in --version) echo fake-cc 1.0; exit 0;; esac\nexec sleep 30\n')
     with pytest.raises(cpu.CompileError, match="did not finish compiling a kernel in 1 s"):
+        compile_with(compiler, tmp_path)
+
+
+def test_a_compiler_that_hangs_when_asked_its_version_is_stopped(tmp_path, monkeypatch):
+    import lazygrad.devices.cpu as cpu
+    monkeypatch.setattr(cpu, "COMPILE_TIMEOUT", 1)
+    compiler = fake_compiler(tmp_path, "exec sleep 30\n")
+    with pytest.raises(cpu.CompileError, match="did not answer --version in 1 s"):
         compile_with(compiler, tmp_path)
 
 
