@@ -20,6 +20,7 @@ import time
 from concurrent.futures import wait
 from dataclasses import dataclass
 
+from lazygrad import derived_values
 from lazygrad.beam import beam_opts
 from lazygrad.devices import get_device
 from lazygrad.devices.compile_pool import CompileBatch
@@ -220,15 +221,24 @@ def _render(device_name: str, kernel: Kernel) -> Rendered:
                     tuple(program.opts))
 
 
-def _run_item(item: ScheduleItem) -> float:
+def _run_item(item: ScheduleItem, derived: bool = False) -> float:
     """Run one schedule item and realize its outputs; returns seconds spent on the device (measured
     only with DEBUG >= 1, which prints it; 0.0 otherwise). Runs for every kernel of every realize:
-    plain loops, no per-launch work that only DEBUG output or a jit capture needs."""
+    plain loops, no per-launch work that only DEBUG output or a jit capture needs. `derived`: the
+    item reads only buffers realized before its schedule began (derived_values.py)."""
     outputs, inputs, in_place = item.outputs, item.inputs, item.in_place
     device_name = outputs[0].device
     for node in inputs:
         if node.buffer.version != node.version:
             node.check_current()  # raises StaleValueError
+    if derived:
+        kept = derived_values.cached_outputs(device_name, item.kernel, [node.buffer for node in inputs])
+        if kept is not None:
+            for output, buffer in zip(outputs, kept):
+                output.mark_realized(buffer)
+            if knobs.debug >= 2:
+                print(f"  {item.kernel.name:<40} kept from an earlier run (what it reads is unchanged)", file=sys.stderr)
+            return 0.0
     device = get_device(device_name)
     buffers = []
     for output, written in zip(outputs, in_place):
@@ -275,7 +285,29 @@ def _run_item(item: ScheduleItem) -> float:
         if written:
             buffer.version += 1
         output.mark_realized(buffer)
+    if derived:
+        derived_values.remember(device_name, item.kernel, input_buffers, buffers)
     return elapsed
+
+
+def _derived_items(targets: list[LazyBuffer], schedule: list[ScheduleItem]) -> list[bool]:
+    """Per item, whether derived_values may keep its outputs: a kernel, not in place, with elements,
+    reading at least one buffer and only buffers realized before the schedule began, whose outputs
+    are intermediates (none of `targets`, what the realize was asked for). Never while a jit
+    captures: its replays must see every launch (they skip derived ones themselves)."""
+    if recording is not None:
+        return [False] * len(schedule)
+    produced = set()
+    for item in schedule:
+        for output in item.outputs:
+            produced.add(id(output))
+    asked = {id(node) for node in targets}
+    flags = []
+    for item in schedule:
+        flags.append(item.kernel is not None and bool(item.inputs) and not any(item.in_place)
+                     and 0 not in item.outputs[0].shape and not any(id(node) in produced for node in item.inputs)
+                     and not any(id(node) in asked for node in item.outputs))
+    return flags
 
 
 def _run_schedule(device_name: str, outputs: list[LazyBuffer], schedule: list[ScheduleItem]) -> None:
@@ -288,16 +320,17 @@ def _run_schedule(device_name: str, outputs: list[LazyBuffer], schedule: list[Sc
             print(f"  schedule: {item.kernel.name if item.kernel else 'COPY'} -> {item.outputs}", file=sys.stderr)
     # Each item leaves the list as it runs: once no later item reads a node (and nothing else holds
     # it), its buffer goes back to the device's pool and a later kernel's output can take it.
+    derived = _derived_items(outputs, schedule)
     if knobs.debug == 0:
         for index in range(len(schedule)):
             item, schedule[index] = schedule[index], None
-            _run_item(item)
+            _run_item(item, derived[index])
         return
     start = time.perf_counter()
     device_time = 0.0
     for index in range(len(schedule)):
         item, schedule[index] = schedule[index], None
-        device_time += _run_item(item)
+        device_time += _run_item(item, derived[index])
     if schedule:
         total = time.perf_counter() - start
         print(f"realized {len(schedule)} kernel(s) on {device_name}: {device_time * 1e3:.3f} ms on device, "
