@@ -1,7 +1,7 @@
 """Values derived from buffers that did not change: kept between realizes, so an eager call does
 not compute them again.
 
-Engine layer (realize._run_schedule asks here before it runs a kernel). A kernel of a schedule that
+Engine layer (realize._run_item asks here before it runs a kernel). A kernel of a schedule that
 reads only buffers realized before the schedule started (a model's parameters: a convolution's
 weight copied into panels, a batch norm's scale and shift, a transposed linear weight) computes
 the same outputs as last time while those buffers are the same objects at the same versions
