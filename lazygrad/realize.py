@@ -228,11 +228,13 @@ def _run_item(item: ScheduleItem, derived: bool = False) -> float:
     item reads only buffers realized before its schedule began (derived_values.py)."""
     outputs, inputs, in_place = item.outputs, item.inputs, item.in_place
     device_name = outputs[0].device
+    input_buffers = []
     for node in inputs:
         if node.buffer.version != node.version:
             node.check_current()  # raises StaleValueError
+        input_buffers.append(node.buffer)
     if derived:
-        kept = derived_values.cached_outputs(device_name, item.kernel, [node.buffer for node in inputs])
+        kept = derived_values.cached_outputs(device_name, item.kernel, input_buffers)
         if kept is not None:
             for output, buffer in zip(outputs, kept):
                 output.mark_realized(buffer)
@@ -259,9 +261,6 @@ def _run_item(item: ScheduleItem, derived: bool = False) -> float:
             output.mark_realized(buffer)
         return 0.0
     compiled = get_program(device_name, item.kernel)
-    input_buffers = []
-    for node in inputs:
-        input_buffers.append(node.buffer)
     timed = knobs.debug >= 1
     if timed:
         start = time.perf_counter()
@@ -294,8 +293,9 @@ def _derived_items(targets: list[LazyBuffer], schedule: list[ScheduleItem]) -> l
     """Per item, whether derived_values may keep its outputs: a kernel, not in place, with elements,
     reading at least one buffer and only buffers realized before the schedule began, whose outputs
     are intermediates (none of `targets`, what the realize was asked for). Never while a jit
-    captures: its replays must see every launch (they skip derived ones themselves)."""
-    if recording is not None:
+    captures: its replays must see every launch (they skip derived ones themselves). A schedule of
+    one kernel has no intermediate (the per-op path: `(x + 1).realize()` pays nothing for this)."""
+    if recording is not None or len(schedule) < 2:
         return [False] * len(schedule)
     produced = set()
     for item in schedule:
