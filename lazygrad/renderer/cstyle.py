@@ -50,9 +50,9 @@ class CStyleRenderer(FloorSyntax):
         """The register type of a value of `width` lanes (`float16` for 16 float32 lanes)."""
         return self.type_name(dtype) + (str(width) if width > 1 else "")
 
-    def vector_width(self, dtype: DType) -> int:
-        """Lanes per vector value of `dtype` that linearize may build; 1 (scalar code) unless a
-        dialect says otherwise."""
+    def vector_width(self, dtype: DType, size: int) -> int:
+        """Lanes per vector value of `dtype` that linearize may build along an upcast axis of `size`
+        positions (a divisor of it); 1 (scalar code) unless a dialect says otherwise."""
         return 1
 
     # ---- expressions --------------------------------------------------------------------------

@@ -412,7 +412,7 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     # A tile's epilogue (bias, relu, ...) reads each sum back from the output, not from its register:
     # gcc keeps a tile's accumulators in vector registers only when every use after the loop
     # vectorizes too, and a relu's select does not (an 8x slower matmul+relu without this).
-    spill = (renderer.spills_tile_epilogue and len(reductions) == 1 and len(outputs) > 1 and values[0] is not reduce_node
+    spill = (renderer.spills_tile_epilogue and vector_width == 1 and len(reductions) == 1 and len(outputs) > 1 and values[0] is not reduce_node
              and reduce_node.dtype == kernel.buffer_dtypes[0] and reduce_node.dtype.itemsize >= 4)
     after_reduce = _walk_above(values, set(reduce_nodes))
     threads = next((opt.amount for opt in optimized.opts if opt.op == "THREADS"), None)
@@ -460,7 +460,7 @@ def _has_select_only_load(ast: KernelNode) -> bool:
 
 def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool, lanes_at) -> int:
     """How many lanes of the last upcast axis each copy of the body covers: the renderer's vector
-    width for the kernel's dtype, halved until it divides the axis, when every value has that dtype,
+    width for the kernel's dtype and that axis's length, when every value has that dtype,
     every op is one the renderer computes on vectors (`renderer.vector_ops`), the loops are plain
     (no BLOCK, GROUP or accumulator arrays) and every store is contiguous and aligned along the
     lanes; else 1."""
@@ -470,10 +470,8 @@ def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool,
     dtypes_ = {node.dtype for node in nodes}
     if len(dtypes_) != 1:
         return 1
-    width = renderer.vector_width(dtypes_.pop())
     axis = upcast_axes[-1]
-    while kernel.full_shape[axis] % width:  # widths are powers of two: halve to one that divides the axis
-        width //= 2
+    width = renderer.vector_width(dtypes_.pop(), kernel.full_shape[axis])
     if width <= 1:
         return 1
     if any(node.op not in LEAF_OPS and node.op not in renderer.vector_ops for node in nodes):
@@ -530,7 +528,8 @@ class _Reduction:
         """The loop body; the results of `earlier` reduces (run before this one) are read by name."""
         source, renderer, emitter = self.node.srcs[0], self.emitter.renderer, self.emitter
         dtype, width = self.node.dtype, self.width
-        nodes = _walk_above([source], {stage.node for stage in earlier})
+        # a fused product's factors go straight into the fma: the product itself is never written
+        nodes = _walk_above(list(source.srcs) if self.fused else [source], {stage.node for stage in earlier})
         seen: dict = {}
         for number, (target, positions) in enumerate(zip(self.targets, self.copies)):
             names = {stage.node: stage.targets[number % self.output_count] for stage in earlier}

@@ -223,10 +223,13 @@ class OpenCLRenderer(CStyleRenderer):
 
     # ---- vectors (linearize's vector copies) ---------------------------------------------------
 
-    def vector_width(self, dtype: DType) -> int:
-        """float32 values of an upcast axis are built as vectors of the device's width; other dtypes
-        stay scalar."""
-        return self.float_vector_width if dtype == dtypes.float32 else 1
+    def vector_width(self, dtype: DType, size: int) -> int:
+        """float32 values of an upcast axis are built as vectors of the device's width, halved until
+        it divides the axis; other dtypes stay scalar."""
+        width = self.float_vector_width if dtype == dtypes.float32 else 1
+        while size % width:  # widths are powers of two
+            width //= 2
+        return width
 
     def render_vector_load(self, param: str, dtype: DType, index: str, width: int) -> str:
         """An aligned vector read through a vector pointer: one load instruction. vloadN would say

@@ -61,7 +61,7 @@ def test_matmul_gets_a_register_tile_of_both_output_axes():
     b = Tensor(np.ones((16, 24), dtype=np.float32))
     program = program_for(a @ b)
     assert [str(opt) for opt in program.opts] == ["UPCAST(1,8)", "UPCAST(0,8)"]
-    assert len(program.accumulators) == 64 and not program.inner_loops
+    assert sum(accumulator.width for accumulator in program.accumulators) == 64 and not program.inner_loops
 
 
 def test_matmul_whose_columns_do_not_tile_moves_them_inside_the_reduce():

@@ -1,0 +1,100 @@
+"""C vector types: a register tile's rows rendered as GCC/clang vectors of the CPU's lane count.
+
+The renderer is built with explicit lanes (8: AVX2's float32 lanes; 16: AVX-512's), so the source
+checks do not depend on this machine; the values checks run the kernels on the CPU device.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import lazygrad.nn.functional as F
+from lazygrad import Tensor
+from lazygrad.devices import get_device
+from lazygrad.renderer.axes import merge_dims
+from lazygrad.renderer.c import CRenderer
+from lazygrad.renderer.linearize import linearize
+from lazygrad.schedule.fuse import create_schedule
+
+
+def realized(shape, seed: int = 0) -> Tensor:
+    return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32)).realize()
+
+
+def program_of(result: Tensor, lanes: int, name_prefix: str = "r_"):
+    """The loop program of `result`'s kernel whose name starts with `name_prefix`, default opts."""
+    kernels = [item.kernel for item in create_schedule([result.lazydata]) if item.kernel is not None]
+    (kernel,) = [kernel for kernel in kernels if kernel.name.startswith(name_prefix)]
+    renderer = CRenderer(simd_lanes=lanes, simd_registers=16 if lanes == 8 else 32)
+    return renderer, linearize(merge_dims(kernel), renderer)
+
+
+VECTOR_LOAD = re.compile(r"\(\*\(const lg_float(\d+)_unaligned\*\)\(data\d+ \+ \(")
+VECTOR_STORE = re.compile(r"\*\(lg_float(\d+)_unaligned\*\)\(data0 \+ \(")
+
+
+def test_convolution_tile_rows_are_vectors_of_the_lane_count():
+    x, w = realized((1, 64, 14, 14)), realized((64, 64, 3, 3), seed=1)
+    renderer, program = program_of(F.conv2d(x, w, padding=1), 8)
+    source = renderer.render_program(program)
+    assert program.vector_width == 8
+    tile = sum(accumulator.width for accumulator in program.accumulators)
+    assert VECTOR_LOAD.findall(source) == ["8"] * 2            # the weight panel's 16 channels, read once per step
+    assert VECTOR_STORE.findall(source) == ["8"] * (tile // 8)
+    assert source.count("lg_float8 acc") == tile // 8
+    assert "__builtin_fmaf(" in source and "__builtin_ia32" not in source and "#include <immintrin.h>" not in source
+    assert "#pragma omp simd reduction" not in source         # the reduction is the vectors' own
+
+
+def test_avx512_lanes_give_vectors_of_16():
+    x, w = realized((1, 64, 14, 14)), realized((64, 64, 3, 3), seed=1)
+    renderer, program = program_of(F.conv2d(x, w, padding=1), 16)
+    assert program.vector_width == 16
+    assert "typedef float lg_float16 __attribute__((vector_size(64)));" in renderer.render_program(program)
+
+
+def test_an_axis_the_lanes_do_not_divide_stays_scalar():
+    # a depthwise convolution's row of 14 columns: vectors of 2 measured slower than gcc's packing
+    x, w = realized((1, 32, 14, 14)), realized((32, 1, 3, 3), seed=1)
+    renderer, program = program_of(F.conv2d(x, w, padding=1, groups=32), 8)
+    assert program.vector_width == 1
+    assert "lg_float" not in renderer.render_program(program)
+
+
+def test_an_op_without_a_vector_form_keeps_the_kernel_scalar():
+    # a relu's max after the tile is not one of the renderer's vector ops
+    a, b = realized((64, 96)), realized((96, 64), seed=1)
+    renderer, program = program_of((a @ b).relu(), 8)
+    assert program.opts and program.vector_width == 1
+
+
+def test_two_vector_kernels_compile_in_one_source():
+    # the CPU device compiles several kernels' sources as one file: the typedefs are guarded
+    x, w = realized((1, 64, 14, 14)), realized((64, 64, 3, 3), seed=1)
+    sources = []
+    for number in range(2):
+        renderer, program = program_of(F.conv2d(x, w, padding=1), 8)
+        program.name = f"{program.name}_{number}"
+        sources.append(renderer.render_program(program))
+    assert all(source.count("typedef float lg_float8 ") == 1 for source in sources)
+    assert get_device("CPU").compiler.compile("\n".join(sources))
+
+
+@pytest.mark.parametrize("batch,channels,size,stride", [(1, 64, 14, 1), (2, 32, 9, 2), (1, 64, 7, 2)])
+def test_vectorized_convolutions_match_numpy(batch, channels, size, stride):
+    x, w = realized((batch, channels, size, size)), realized((channels, channels, 3, 3), seed=1)
+    result = F.conv2d(x, w, padding=1, stride=stride).numpy()
+    padded = np.pad(x.numpy(), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = (size + 2 - 3) // stride + 1
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::stride, ::stride][:, :, :out, :out]
+    expected = np.einsum("nchwij,ocij->nohw", windows.astype(np.float64), w.numpy().astype(np.float64))
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_vectorized_matmul_with_bias_matches_numpy():
+    a, b, bias = realized((96, 200)), realized((200, 48), seed=1), realized((48,), seed=2)
+    result = (a @ b + bias).numpy()
+    expected = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64) + bias.numpy()
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
