@@ -411,8 +411,26 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
     def __gt__(self, other): return self._binary("CMPLT", other, reverse=True, name="gt")
     def __ne__(self, other): return self._binary("CMPNE", other, name="ne")
     def __eq__(self, other): return self._binary("CMPNE", other, name="eq").logical_not()
-    def __le__(self, other): return (self < other).logical_or(self == other)
-    def __ge__(self, other): return (self > other).logical_or(self == other)
+    def __le__(self, other): return self._compare_or_equal(other, "le", greater=False)
+    def __ge__(self, other): return self._compare_or_equal(other, "ge", greater=True)
+
+    def _compare_or_equal(self, other, name: str, greater: bool) -> "Tensor":
+        """self <= other (>= when `greater`). Against a number c compared as a float, one strict comparison with
+        the next value of the compared dtype past c (x <= c is x < nextafter(c, inf)), which answers
+        the same for every x, NaN and infinities included, in one op instead of four (less-than, or
+        not not-equal): hardtanh and relu6 test both bounds this way."""
+        if isinstance(other, (int, float, np.integer, np.floating)) and not isinstance(other, bool):
+            node = self.lazydata
+            dtype = _scalar_result_type(node.dtype, len(node.shape) > 0, other)
+            _check_scalar_fits(other, dtype, name)
+            if dtype.is_float and math.isfinite(other):
+                bound = dtype.np_type(other)
+                with np.errstate(over="ignore"):  # past the largest finite value is infinity, as wanted
+                    past = np.nextafter(bound, dtype.np_type(-np.inf if greater else np.inf))
+                x = self if dtype is node.dtype else self.cast(dtype)
+                return x._binary("CMPLT", past.item(), reverse=greater, name=name)
+        strict = self > other if greater else self < other
+        return strict.logical_or(self == other)
 
     def _bitwise(self, op: str, other, name: str, reverse: bool = False) -> "Tensor":
         x, y = self._operands(other, name, reverse)

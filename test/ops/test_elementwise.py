@@ -334,6 +334,30 @@ def test_comparison_mixed_dtypes(device):
     check(tensor(i, device) >= tensor(f, device), i.astype(np.float32) >= f, BOOL)
 
 
+AT_BOUND_CASES = [(d, c) for d in (F16, F32, F64) for c in (0, -0.0, 0.1, 6, -1.5, "max", "tiny", "-max")] + [(I32, 2.5), (U8, 0.5)]
+
+
+@pytest.mark.parametrize("dtype,bound", AT_BOUND_CASES, ids=[f"{d.name}-{c}" for d, c in AT_BOUND_CASES])
+def test_at_most_and_at_least_a_number_at_and_around_it(dtype, bound, device):
+    # x <= c against a number is one comparison with the value past c: it must agree with numpy at c,
+    # at its neighbours, at the largest values, infinities and NaN
+    common = scalar_result(dtype, bound if not isinstance(bound, str) else 0.5)
+    if isinstance(bound, str):
+        info = np.finfo(common.np)
+        bound = {"max": float(info.max), "tiny": float(info.smallest_subnormal), "-max": -float(info.max)}[bound]
+    c = np.array(bound, dtype=common.np)
+    if dtype.is_float:
+        a = np.array([c, np.nextafter(c, np.inf), np.nextafter(c, -np.inf), np.nan, np.inf, -np.inf, 0.0, -0.0,
+                      np.finfo(common.np).max, -np.finfo(common.np).max, 1.0], dtype=common.np)
+    else:
+        a = sample(dtype)
+    x, wide = tensor(a, device), a.astype(common.np)
+    check(x <= bound, wide <= c, BOOL)
+    check(x >= bound, wide >= c, BOOL)
+    check(bound <= x, c <= wide, BOOL)
+    check(bound >= x, c >= wide, BOOL)
+
+
 # ---- logical and bitwise ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ids(ALL_DTYPES))
