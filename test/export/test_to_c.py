@@ -164,21 +164,28 @@ def test_many_ops_and_several_inputs_and_outputs_compile_strictly_and_match(tmp_
 
 
 def onnx_conv_relu_gemm(onnx):
-    """Conv(2->4, 3x3, pads 1) -> Relu -> Flatten -> Gemm(4*5*5 -> 3), weights from a fixed seed."""
+    """Conv(2->4, 3x3, pads 1) -> Relu -> Reshape to (batch, -1) -> Gemm(4*5*5 -> 3), weights from a
+    fixed seed. The target shape is computed from Shape: lazygrad.onnx folds that arithmetic on the
+    NPY device while the export captures, which must not stop the export."""
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(8)
     weight = numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32) * 0.3, "weight")
     bias = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bias")
     dense = numpy_helper.from_array(rng.standard_normal((3, 100)).astype(np.float32) * 0.1, "dense")
     dense_bias = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "dense_bias")
+    first = numpy_helper.from_array(np.array([0], np.int64), "first")
+    rest = numpy_helper.from_array(np.array([-1], np.int64), "rest")
     nodes = [helper.make_node("Conv", ["image", "weight", "bias"], ["conv"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["conv"], ["relu"]),
-             helper.make_node("Flatten", ["relu"], ["flat"]),
+             helper.make_node("Shape", ["relu"], ["shape"]),
+             helper.make_node("Gather", ["shape", "first"], ["batch"], axis=0),
+             helper.make_node("Concat", ["batch", "rest"], ["flat_shape"], axis=0),
+             helper.make_node("Reshape", ["relu", "flat_shape"], ["flat"]),
              helper.make_node("Gemm", ["flat", "dense", "dense_bias"], ["logits"], transB=1)]
     graph = helper.make_graph(nodes, "conv_relu_gemm",
                               [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 2, 5, 5])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
-                              [weight, bias, dense, dense_bias])
+                              [weight, bias, dense, dense_bias, first, rest])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
