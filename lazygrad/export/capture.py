@@ -130,31 +130,69 @@ def sort_buffers(recording: engine.Recording, inputs: list[Tensor], outputs: lis
     input_ids = {id(buffer) for buffer in input_buffers}
     if len(input_ids) < len(input_buffers):
         raise ExportError("export: two example inputs share one buffer; pass distinct tensors")
+    launches = _kernel_launches(recording)
+    writes = _count_writes(launches, input_ids)
+    output_buffers = _output_buffers(outputs, input_ids, writes)
+    output_ids = {id(buffer) for buffer in output_buffers}
+    constant_ids = {id(buffer) for launch in launches for buffer in launch.inputs
+                    if id(buffer) not in writes and id(buffer) not in input_ids}
+    steps, folded = [], 0
+    for launch in launches:
+        if _computes_from_constants(launch, constant_ids, writes, output_ids):
+            constant_ids.update(id(buffer) for buffer in launch.buffers[:len(launch.in_place)])
+            folded += 1
+        else:
+            steps.append(Step(launch.kernel, list(launch.buffers)))
+    constants, intermediates, seen = [], [], set(input_ids) | output_ids
+    for step in steps:
+        for buffer in step.buffers:
+            if id(buffer) not in seen:
+                seen.add(id(buffer))
+                (constants if id(buffer) in constant_ids else intermediates).append(buffer)
+    values = {id(buffer): buffer.array[:buffer.size].copy() for buffer in constants}
+    return Capture(steps, input_buffers, output_buffers, [tuple(tensor.shape) for tensor in inputs],
+                   [tuple(tensor.shape) for tensor in outputs], constants, intermediates, folded, values)
+
+
+def _kernel_launches(recording: engine.Recording) -> list[engine.Launch]:
+    """The launches that run a kernel, each on the CPU device with exportable dtypes."""
     launches = []
     for launch in recording.launches:
         if launch.program is None and launch.inputs:
             raise ExportError("export: the function copies a tensor between devices; keep the model and its inputs "
                               "on the CPU device")
-        if launch.program is not None:  # (None without inputs: outputs of no elements, nothing to run)
-            launches.append(launch)
-    if not launches:
-        raise ExportError("export: the function launched no kernels (it returns its inputs or constants as they "
-                          "are); there is nothing to export")
-    writes: dict[int, int] = {}
-    for launch in launches:
-        for buffer, in_place in zip(launch.buffers, launch.in_place):
+        if launch.program is None:  # outputs of no elements: nothing to run
+            continue
+        for buffer in launch.buffers:
             if _device_kind(buffer.device) != "CPU":
                 raise ExportError(f"export: a kernel runs on {buffer.device}; the exported C runs the CPU device's "
                                   "kernels: move the model and its inputs to CPU")
+            _check_exportable_dtype(buffer.dtype, f"a buffer of kernel {launch.kernel.name}")
+        launches.append(launch)
+    if not launches:
+        raise ExportError("export: the function launched no kernels (it returns its inputs or constants as they "
+                          "are); there is nothing to export")
+    return launches
+
+
+def _count_writes(launches: list[engine.Launch], input_ids: set[int]) -> dict[int, int]:
+    """How many launches write each buffer (by id); refuses a write in place into a buffer that
+    existed before the call (an input, a parameter, a running statistic)."""
+    writes: dict[int, int] = {}
+    for launch in launches:
+        for buffer, in_place in zip(launch.buffers, launch.in_place):
             if in_place and id(buffer) not in writes:
                 what = "an input" if id(buffer) in input_ids else "state that existed before the call"
                 raise ExportError(f"export: the function writes {what} in place (assign, or a batch norm in training "
                                   "mode updating its running statistics); the exported function keeps no state: "
                                   "call model.eval(), or export a function without assign")
             writes[id(buffer)] = writes.get(id(buffer), 0) + 1
-        for buffer in launch.buffers:
-            _check_exportable_dtype(buffer.dtype, f"a buffer of kernel {launch.kernel.name}")
-    output_buffers = []
+    return writes
+
+
+def _output_buffers(outputs: list[Tensor], input_ids: set[int], writes: dict[int, int]) -> list:
+    """The returned tensors' buffers: each computed by the function, and each once."""
+    buffers = []
     for position, tensor in enumerate(outputs):
         buffer = tensor.lazydata.buffer
         if id(buffer) in input_ids:
@@ -163,31 +201,17 @@ def sort_buffers(recording: engine.Recording, inputs: list[Tensor], outputs: lis
         if id(buffer) not in writes:
             raise ExportError(f"export: output {position} was not computed by the function (it returns a parameter or "
                               "constant as it is); return a copy (x.clone()) or leave it out")
-        if any(buffer is other for other in output_buffers):
+        if any(buffer is other for other in buffers):
             raise ExportError(f"export: output {position} is the same tensor as an earlier output; return it once")
-        output_buffers.append(buffer)
-    output_ids = {id(buffer) for buffer in output_buffers}
+        buffers.append(buffer)
+    return buffers
 
-    constant_ids = {id(buffer) for launch in launches for buffer in launch.inputs
-                    if id(buffer) not in writes and id(buffer) not in input_ids}
-    steps, folded = [], 0
-    for launch in launches:
-        targets, sources = launch.buffers[:len(launch.in_place)], launch.inputs
-        if sources and all(id(buffer) in constant_ids for buffer in sources) and not any(launch.in_place) \
-                and all(writes[id(buffer)] == 1 and id(buffer) not in output_ids for buffer in targets) \
-                and sum(buffer.nbytes for buffer in targets) <= sum(buffer.nbytes for buffer in sources):
-            constant_ids.update(id(buffer) for buffer in targets)
-            folded += 1
-            continue
-        steps.append(Step(launch.kernel, list(launch.buffers)))
 
-    constants, intermediates, seen = [], [], set(input_ids) | output_ids
-    for step in steps:
-        for buffer in step.buffers:
-            if id(buffer) in seen:
-                continue
-            seen.add(id(buffer))
-            (constants if id(buffer) in constant_ids else intermediates).append(buffer)
-    values = {id(buffer): buffer.array[:buffer.size].copy() for buffer in constants}
-    return Capture(steps, input_buffers, output_buffers, [tuple(tensor.shape) for tensor in inputs],
-                   [tuple(tensor.shape) for tensor in outputs], constants, intermediates, folded, values)
+def _computes_from_constants(launch: engine.Launch, constant_ids: set[int], writes: dict[int, int],
+                             output_ids: set[int]) -> bool:
+    """Whether a launch is folded: it reads constants only (at least one), writes buffers that no
+    other launch writes and that are not returned, and no more bytes than it reads."""
+    targets, sources = launch.buffers[:len(launch.in_place)], launch.inputs
+    return (bool(sources) and all(id(buffer) in constant_ids for buffer in sources) and not any(launch.in_place)
+            and all(writes[id(buffer)] == 1 and id(buffer) not in output_ids for buffer in targets)
+            and sum(buffer.nbytes for buffer in targets) <= sum(buffer.nbytes for buffer in sources))
