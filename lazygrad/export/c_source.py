@@ -156,7 +156,6 @@ def write_c(capture: Capture, path: str, name: str, weights: str = "inline",
     for buffer in capture.constants:
         weight_offsets.append(blob_size)
         blob_size = aligned(blob_size + buffer.nbytes) if weights == "file" else blob_size + buffer.nbytes
-    widest = max((buffer.dtype.itemsize for buffer in capture.constants), default=1)
     if weights == "file":
         blob = bytearray(blob_size)
         for buffer, offset in zip(capture.constants, weight_offsets):
@@ -212,35 +211,50 @@ def write_c(capture: Capture, path: str, name: str, weights: str = "inline",
     lines += [function + "\n" for function in functions]
 
     if weights == "file":
-        lines += [f"{load_signature} {{",
-                  *(["  const unsigned char *bytes = (const unsigned char *)blob;"] if capture.constants else []),
-                  "  if (blob == NULL) return 1;",
-                  f"  if (size != {upper}_WEIGHT_BYTES) return 2;",
-                  f"  if ((uintptr_t)blob % {widest} != 0) return 3;"]
-        for number, buffer in enumerate(capture.constants):
-            lines.append(f"  {variables[id(buffer)]} = (const {c_type(buffer.dtype)} *)(bytes + {weight_offsets[number]});")
-        lines += [f"  {name}_weights_loaded = 1;",
-                  "  return 0;",
-                  "}",
-                  ""]
-
-    lines.append(f"{signature} {{")
-    pointers = input_names + output_names
-    lines.append(f"  if ({' || '.join(f'{variable} == NULL' for variable in pointers)}) return 1;")
-    if weights == "file":
-        lines.append(f"  if (!{name}_weights_loaded) return 2;")
-    if capture.intermediates:
-        lines.append(f"  unsigned char *arena = (unsigned char *){name}_arena;")
-    for buffer, offset in zip(capture.intermediates, offsets):
-        lines.append(f"  {c_type(buffer.dtype)} *{variables[id(buffer)]} = ({c_type(buffer.dtype)} *)(arena + {offset});"
-                     f"  /* {buffer.dtype.name}[{buffer.size}] */")
-    for step in capture.steps:
-        lines.append(f"  {function_names[step.kernel]}({', '.join(variables[id(buffer)] for buffer in step.buffers)});")
-    lines += ["  return 0;", "}", ""]
+        lines += _load_weights_function(capture, name, load_signature, variables, weight_offsets)
+    lines += _forward_function(capture, name, signature, input_names + output_names, variables, offsets,
+                               function_names, weights == "file")
     with open(path, "w") as file:
         file.write("\n".join(lines))
     return ExportResult(path, header_path, weights_path, arena_bytes, blob_size, intermediate_bytes,
                         len(capture.steps), len(functions), capture.folded, input_arguments, output_arguments)
+
+
+def _load_weights_function(capture: Capture, name: str, signature: str, variables: dict[int, str],
+                           weight_offsets: list[int]) -> list[str]:
+    """`<name>_load_weights`: checks the blob (not NULL, the size the header defines, aligned for its
+    widest element) and points each constant into it."""
+    widest = max((buffer.dtype.itemsize for buffer in capture.constants), default=1)
+    lines = [f"{signature} {{"]
+    if capture.constants:
+        lines.append("  const unsigned char *bytes = (const unsigned char *)blob;")
+    lines += ["  if (blob == NULL) return 1;",
+              f"  if (size != {name.upper()}_WEIGHT_BYTES) return 2;",
+              f"  if ((uintptr_t)blob % {widest} != 0) return 3;"]
+    for buffer, offset in zip(capture.constants, weight_offsets):
+        lines.append(f"  {variables[id(buffer)]} = (const {c_type(buffer.dtype)} *)(bytes + {offset});")
+    lines += [f"  {name}_weights_loaded = 1;", "  return 0;", "}", ""]
+    return lines
+
+
+def _forward_function(capture: Capture, name: str, signature: str, pointers: list[str], variables: dict[int, str],
+                      offsets: list[int], function_names: dict, weights_file: bool) -> list[str]:
+    """`<name>_forward`: checks its pointers, places the intermediates in the arena and calls the
+    kernels in order on the caller's pointers, the constants and the intermediates."""
+    lines = [f"{signature} {{",
+             f"  if ({' || '.join(f'{variable} == NULL' for variable in pointers)}) return 1;"]
+    if weights_file:
+        lines.append(f"  if (!{name}_weights_loaded) return 2;")
+    if capture.intermediates:
+        lines.append(f"  unsigned char *arena = (unsigned char *){name}_arena;")
+    for buffer, offset in zip(capture.intermediates, offsets):
+        ctype = c_type(buffer.dtype)
+        lines.append(f"  {ctype} *{variables[id(buffer)]} = ({ctype} *)(arena + {offset});  "
+                     f"/* {buffer.dtype.name}[{buffer.size}] */")
+    for step in capture.steps:
+        lines.append(f"  {function_names[step.kernel]}({', '.join(variables[id(buffer)] for buffer in step.buffers)});")
+    lines += ["  return 0;", "}", ""]
+    return lines
 
 
 def _header(name: str, upper: str, arena_bytes: int, weight_bytes: int, input_arguments, output_arguments,
