@@ -444,17 +444,17 @@ class TinyJit:
 
     def _run_plainly(self, args, kwargs):
         result = self.function(*args, **kwargs)
-        _realize_effects(_flatten_outputs(result))
+        realize_effects(_flatten_outputs(result))
         return result
 
     def _capture(self, args, kwargs, inputs: list[Tensor]):
         self._realized(inputs)
-        _realize_effects([])  # assigns made before this call belong to no replay
+        realize_effects([])  # assigns made before this call belong to no replay
         engine.recording = recording = engine.Recording()
         try:
             result = self.function(*args, **kwargs)
             outputs = _flatten_outputs(result)
-            _realize_effects(outputs)
+            realize_effects(outputs)
         finally:
             engine.recording = None
         if recording.not_replayable is not None:
@@ -465,9 +465,10 @@ class TinyJit:
         return result
 
 
-def _realize_effects(outputs: list[Tensor]) -> None:
+def realize_effects(outputs: list[Tensor]) -> None:
     """Realize the outputs and every pending assign: a function's assigns are its side effects, so
-    they run in the call that made them (and, captured, in every replay)."""
+    they run in the call that made them (and, captured, in every replay). lazygrad.export's capture
+    calls it too."""
     realize([node for node in PENDING_ASSIGNS if not node.realized] + [tensor.lazydata for tensor in outputs])
     PENDING_ASSIGNS.clear()
     if outputs:

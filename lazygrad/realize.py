@@ -82,6 +82,7 @@ class Launch:
     program: object | None
     buffers: list
     in_place: tuple[bool, ...]  # per output: written into a buffer that existed before
+    kernel: Kernel | None = None  # what the program computes (lazygrad.export renders it again)
 
     @property
     def inputs(self) -> list:
@@ -98,6 +99,7 @@ class Recording:
         self.refills: list[tuple[object, object]] = []  # (buffer, function returning its new values)
         self.host_made: set[int] = set()                 # ids of buffers filled from host arrays
         self.not_replayable: str | None = None
+        self.data_dependent: str | None = None  # what made a shape depend on data, if anything did
 
 
 recording: Recording | None = None
@@ -111,9 +113,12 @@ def record_host_buffer(buffer) -> None:
 
 def record_data_dependent_shape(what: str) -> None:
     """A result whose shape its data decides (a boolean mask index, nonzero) calls this: a replay
-    would repeat the capture's shape, so the jit runs such a function plainly on every call."""
-    if recording is not None and recording.not_replayable is None:
-        recording.not_replayable = f"{what} has a shape that its data decides"
+    would repeat the capture's shape, so the jit runs such a function plainly on every call (and
+    lazygrad.export refuses it: `data_dependent`, kept apart from the other reasons)."""
+    if recording is not None:
+        reason = f"{what} has a shape that its data decides"
+        recording.data_dependent = recording.data_dependent or reason
+        recording.not_replayable = recording.not_replayable or reason
 
 
 def record_refill(buffer, make_values) -> None:
@@ -279,7 +284,7 @@ def _run_item(item: ScheduleItem, derived: bool = False) -> float:
         print(f"  {label:<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
               f"{compiled.flops / max(elapsed, 1e-9) / 1e9:8.2f} GFLOP/s {moved / max(elapsed, 1e-9) / 1e9:8.2f} GB/s", file=sys.stderr)
     if recording is not None:
-        recording.launches.append(Launch(compiled.program, [*buffers, *input_buffers], tuple(in_place)))
+        recording.launches.append(Launch(compiled.program, [*buffers, *input_buffers], tuple(in_place), item.kernel))
     for output, buffer, written in zip(outputs, buffers, in_place):
         if written:
             buffer.version += 1

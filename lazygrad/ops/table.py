@@ -191,9 +191,12 @@ _DEFS = [
     _binary("OR", np.bitwise_or, NOT_DIFFERENTIABLE, "({0}|{1})"),
     _binary("XOR", np.bitwise_xor, NOT_DIFFERENTIABLE, "({0}^{1})"),
     # Shifts by the operand's width or more are undefined in C; numpy gives 0 (or -1 for a
-    # negative value shifted right), and so do we.
-    _binary("SHL", np.left_shift, NOT_DIFFERENTIABLE, "({1} >= sizeof({0})*8 ? 0 : {0}<<{1})"),
-    _binary("SHR", np.right_shift, NOT_DIFFERENTIABLE, "({1} >= sizeof({0})*8 ? ({0} < 0 ? -1 : 0) : {0}>>{1})"),
+    # negative value shifted right), and so do we. The amount is compared as unsigned (a negative
+    # one is then too large too, as in numpy), said with a cast so -Wextra has no mixed-sign
+    # comparison to warn about in an exported file (lazygrad.export).
+    _binary("SHL", np.left_shift, NOT_DIFFERENTIABLE, "((unsigned long long)({1}) >= sizeof({0})*8 ? 0 : {0}<<{1})"),
+    _binary("SHR", np.right_shift, NOT_DIFFERENTIABLE,
+            "((unsigned long long)({1}) >= sizeof({0})*8 ? ({0} < 0 ? -1 : 0) : {0}>>{1})"),
     # elementwise, three operands: WHERE(condition, if_true, if_false)
     OpDef("WHERE", TERNARY, 3, ref=np.where,
           grad=lambda g, out, srcs, arg: (None, srcs[0].where(g, 0), srcs[0].where(0, g)),

@@ -14,6 +14,11 @@ to find them by packing scalar statements (its SLP vectorizer), which took most 
 fma of a vector is written lane by lane with `__builtin_fmaf`, which the compiler packs into one
 vector fma without an instruction-set header or builtin; loads and stores go through a vector type
 aligned to its element, since a view's offset need not be a multiple of the vector.
+
+`CRenderer(standalone=True)` renders the same loops for a C file of their own (lazygrad.export):
+one thread, ISO C99 with math.h, no OpenMP, attributes or builtins, each function `static`; a
+tile's multiply-adds are fused where math.h says fmaf is fast (FP_FAST_FMAF), else rounded twice;
+no vector types (a GNU extension), so gcc packs a tile's copies itself there.
 """
 from __future__ import annotations
 
@@ -24,14 +29,15 @@ from lazygrad.dtype import dtypes
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.linearize import LoopProgram
 
-def _exp2_helper(ctype: str, degree: int, exponent_bias: int, mantissa_bits: int) -> str:
+def _exp2_helper(ctype: str, degree: int, exponent_bias: int, mantissa_bits: int, standalone: bool = False) -> str:
     """2^x for float or double, branch-free so loops calling it vectorize (libm's exp2 is a call per
     element). x = n + f with n = rint(x), |f| <= 1/2; 2^f is a Taylor polynomial of `degree` (float:
     7, truncation error ~5e-9; double: 13, ~4e-18, within 1 ulp of numpy); 2^n is applied as two
     exact power-of-two factors, so results reach the subnormal range and overflow cleanly to inf.
     Below the smallest subnormal the result rounds to 0 and is given as 0 from a harmless input:
     computed, it would underflow through subnormals, each a microcode assist on x86 (a softmax over
-    BERT's masked scores, -3.4e38, ran 3-4x slower). NaN fails every comparison and flows through."""
+    BERT's masked scores, -3.4e38, ran 3-4x slower). NaN fails every comparison and flows through.
+    `standalone`: in ISO C99 (math.h's rint, the powers of two built in a union) for an exported file."""
     single = ctype == "float"
     name, suffix = ("lg_exp2f", "f") if single else ("lg_exp2", "")
     integer, size = ("int", 4) if single else ("long long", 8)
@@ -43,19 +49,26 @@ def _exp2_helper(ctype: str, degree: int, exponent_bias: int, mantissa_bits: int
              f"  int zero = x < {float(zero_below)!r}{suffix};",
              f"  {ctype} clamped = x > {float(exponent_bias + 7)!r}{suffix} ? {float(exponent_bias + 7)!r}{suffix} "
              f": (zero ? 0.0{suffix} : x);",
-             f"  {ctype} n = __builtin_rint{suffix}(clamped);",
+             f"  {ctype} n = {'' if standalone else '__builtin_'}rint{suffix}(clamped);",
              f"  {ctype} f = clamped - n;",
              f"  {ctype} p = {coefficients[0]!r}{suffix};"]
     lines += [f"  p = p * f + {coefficient!r}{suffix};" for coefficient in coefficients[1:]]
     lines += [f"  int whole = (int)(n == n ? n : 0.0{suffix});",
               "  int half = whole / 2;",
               f"  {integer} low_bits = ({integer})(half + {exponent_bias}) << {mantissa_bits}, "
-              f"high_bits = ({integer})(whole - half + {exponent_bias}) << {mantissa_bits};",
-              f"  {ctype} low, high;",
-              f"  __builtin_memcpy(&low, &low_bits, {size});",
-              f"  __builtin_memcpy(&high, &high_bits, {size});",
-              f"  return zero ? 0.0{suffix} : p * low * high;",
-              "}"]
+              f"high_bits = ({integer})(whole - half + {exponent_bias}) << {mantissa_bits};"]
+    if standalone:
+        lines += [f"  union {{ {integer} bits; {ctype} value; }} low, high;",
+                  "  low.bits = low_bits;",
+                  "  high.bits = high_bits;",
+                  f"  return zero ? 0.0{suffix} : p * low.value * high.value;",
+                  "}"]
+    else:
+        lines += [f"  {ctype} low, high;",
+                  f"  __builtin_memcpy(&low, &low_bits, {size});",
+                  f"  __builtin_memcpy(&high, &high_bits, {size});",
+                  f"  return zero ? 0.0{suffix} : p * low * high;",
+                  "}"]
     return "\n".join(lines)
 
 
@@ -97,7 +110,32 @@ HELPERS = {
     "lg_log2f": "static inline float lg_log2f(float x) { return log2f(x); }",
     "lg_log2(": "static inline double lg_log2(double x) { return log2(x); }",
 }
+# The float vectors of the lane counts CPUs have (renderer/c.py CRenderer.vector_width): one type for
+# values, one for memory accesses, aligned to its element.
+HELPERS.update({f"lg_float{lanes}": f"typedef float lg_float{lanes} __attribute__((vector_size({4 * lanes})));\n"
+                                    f"typedef float lg_float{lanes}_unaligned __attribute__((vector_size({4 * lanes}), "
+                                    "aligned(4)));" for lanes in (4, 8, 16)})
 HELPERS = {marker: _once(text) for marker, text in HELPERS.items()}
+
+# The helpers of a standalone kernel (an exported file, lazygrad/export/): ISO C99 with math.h, no
+# OpenMP, so no declared reductions; BITCAST is a union (CRenderer.render_op). The file that holds
+# the kernels includes each helper once.
+STANDALONE_HELPERS = {
+    # A fused multiply-add where math.h says it is fast (FP_FAST_FMAF: an FMA instruction, e.g.
+    # -march=native on x86-64 since Haswell), as lazygrad computes it; elsewhere fmaf is a library
+    # call (the digits CNN 5x slower), and a product and a sum rounded separately stand in.
+    "lg_fmaf(": _once("#if defined(FP_FAST_FMAF)\n#define lg_fmaf(a, b, c) fmaf(a, b, c)\n#else\n"
+                      "#define lg_fmaf(a, b, c) ((a) * (b) + (c))\n#endif"),
+    "lg_fma(": _once("#if defined(FP_FAST_FMA)\n#define lg_fma(a, b, c) fma(a, b, c)\n#else\n"
+                     "#define lg_fma(a, b, c) ((a) * (b) + (c))\n#endif"),
+    "lg_floordiv": HELPERS["lg_floordiv"],
+    "lg_floormod": HELPERS["lg_floormod"],
+    "lg_exp2f": _once(_exp2_helper("float", degree=7, exponent_bias=127, mantissa_bits=23, standalone=True)),
+    "lg_exp2(": _once(_exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52, standalone=True)),
+    "lg_log2f": HELPERS["lg_log2f"],
+    "lg_log2(": HELPERS["lg_log2("],
+}
+STANDALONE_INCLUDES = ["#include <math.h>", "#include <stdbool.h>"]
 
 
 # For kernels whose opts expand the loop body into copies (register tiles): gcc packs the copies
@@ -123,7 +161,11 @@ SELECT_ONLY_LOAD_ATTRIBUTE = '__attribute__((optimize("no-tree-loop-vectorize"))
 class CRenderer(CStyleRenderer):
     """`simd_lanes` and `simd_registers`: float32 lanes per vector register and how many there are
     on the CPU compiled for (devices/cpu.py); a register tile's accumulators must fit in them. The
-    defaults are an AVX-512 CPU's."""
+    defaults are an AVX-512 CPU's.
+
+    `standalone`: kernels for a C file of their own (lazygrad/export/): ISO C99 with math.h, one
+    thread (no OpenMP pragmas, no THREADS opt), no compiler-specific attributes or builtins, each a
+    `static` function. The loops and their opts are the CPU device's, so the arithmetic is too."""
     dialect = "c"
     supports_threads = True
     accumulator_arrays = True
@@ -133,16 +175,21 @@ class CRenderer(CStyleRenderer):
     # Ops computed on float vectors: C's operators act lane by lane on GCC/clang vector types.
     vector_ops = frozenset({"NEG", "ADD", "MUL", "SUM"})
 
-    def __init__(self, simd_lanes: int = 16, simd_registers: int = 32):
+    def __init__(self, simd_lanes: int = 16, simd_registers: int = 32, standalone: bool = False):
         self.simd_lanes, self.simd_registers = simd_lanes, simd_registers
+        self.standalone = standalone
+        if standalone:
+            self.supports_threads = False
 
     # ---- vectors (linearize's vector copies) ---------------------------------------------------
 
     def vector_width(self, dtype, size: int) -> int:
         """float32 values of an upcast axis whose length the CPU's lanes divide are built as vectors
         of one register; narrower vectors compiled no faster and ran slower than gcc's own packing
-        (MobileNetV2's depthwise rows of 14 as vectors of 2)."""
-        return self.simd_lanes if dtype == dtypes.float32 and size % self.simd_lanes == 0 else 1
+        (MobileNetV2's depthwise rows of 14 as vectors of 2). None in a standalone file (ISO C)."""
+        if self.standalone or dtype != dtypes.float32 or size % self.simd_lanes:
+            return 1
+        return self.simd_lanes
 
     def value_type_name(self, dtype, width: int = 1) -> str:
         return f"lg_float{width}" if width > 1 else self.type_name(dtype)
@@ -169,14 +216,17 @@ class CRenderer(CStyleRenderer):
         lanes = [f"__builtin_fmaf({left}[{lane}], {right}[{lane}], {accumulator}[{lane}])" for lane in range(width)]
         return self.render_vector(dtype, lanes)
 
-    @staticmethod
-    def vector_types(width: int) -> str:
-        """The typedefs of float vectors of `width` lanes: one for values, one for memory accesses."""
-        return _once(f"typedef float lg_float{width} __attribute__((vector_size({4 * width})));\n"
-                     f"typedef float lg_float{width}_unaligned __attribute__((vector_size({4 * width}), aligned(4)));")
 
     def render_fma(self, dtype, left: str, right: str, accumulator: str) -> str:
+        if self.standalone:
+            return f"{'lg_fma' if dtype == dtypes.float64 else 'lg_fmaf'}({left}, {right}, {accumulator})"
         return f"{'fma' if dtype == dtypes.float64 else '__builtin_fmaf'}({left}, {right}, {accumulator})"
+
+    def render_op(self, op: str, src_dtypes, dtype, operands: list[str]) -> str:
+        if op == "BITCAST" and self.standalone:  # the op table's lg_bitcast is a GNU statement expression
+            source = self.type_name(src_dtypes[0])
+            return f"((union {{ {source} from; {self.type_name(dtype)} to; }}){{ {operands[0]} }}).to"
+        return super().render_op(op, src_dtypes, dtype, operands)
 
     @staticmethod
     def simd_reduction(accumulator) -> str | None:
@@ -197,16 +247,34 @@ class CRenderer(CStyleRenderer):
         return WINDOWED_TILE_ATTRIBUTE if len(program.reduce_loops) > 1 else EXPANDED_BODY_ATTRIBUTE
 
     def render_program(self, program: LoopProgram) -> str:
+        """The kernel's whole source: what it needs declared (prelude), then its function."""
+        function = self.render_function(program)
+        return "\n".join(self.prelude(function)) + "\n\n" + function + "\n"
+
+    def prelude(self, function: str) -> list[str]:
+        """The declarations a kernel's function needs before it: the libm functions (the lazygrad
+        device declares them itself; a standalone file includes math.h) and the helpers it calls."""
+        if self.standalone:
+            return STANDALONE_INCLUDES + [text for marker, text in STANDALONE_HELPERS.items() if marker in function]
+        return [MATH_DECLARATIONS, "#include <stdbool.h>"] + [text for marker, text in HELPERS.items() if marker in function]
+
+    def render_function(self, program: LoopProgram) -> str:
+        """The kernel as one C function named program.name (its outputs first, then its inputs)."""
         params = []
         for name, dtype, is_output in program.params:
             qualifier = "" if is_output else "const "
             params.append(f"{qualifier}{self.type_name(dtype)}* restrict {name}")
-        attribute = self.function_attribute(program)
+        standalone = self.standalone
+        attribute = "static " if standalone else self.function_attribute(program)
         lines = [f"{attribute}void {program.name}({', '.join(params)}) {{"]
         depth = 1
 
         def line(text: str) -> None:
             lines.append("  " * depth + text)
+
+        def openmp_pragma(text: str) -> None:
+            if not standalone:  # a standalone kernel runs on one thread, compiled without OpenMP
+                line(text)
 
         block = program.block_loop
         if block is not None:
@@ -214,14 +282,14 @@ class CRenderer(CStyleRenderer):
             depth += 1
         for number, loop in enumerate(program.global_loops):
             if number == 0 and program.parallel:
-                line("#pragma omp parallel for" + (f" num_threads({program.threads})" if program.threads else ""))
+                openmp_pragma("#pragma omp parallel for" + (f" num_threads({program.threads})" if program.threads else ""))
             line(f"for (long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
             depth += 1
         def open_loops(loops, simd_pragma: str | None = None) -> None:
             nonlocal depth
             for number, loop in enumerate(loops):
                 if simd_pragma and number == len(loops) - 1:
-                    line(simd_pragma)
+                    openmp_pragma(simd_pragma)
                 line(f"for (long {loop.var} = 0; {loop.var} < {loop.size}; {loop.var}++) {{")
                 depth += 1
 
@@ -294,9 +362,4 @@ class CRenderer(CStyleRenderer):
             depth -= 1
             line("}")
         lines.append("}")
-        body = "\n".join(lines)
-        helpers = [text for marker, text in HELPERS.items() if marker in body]
-        header = [MATH_DECLARATIONS, "#include <stdbool.h>"] + helpers
-        if program.vector_width > 1:
-            header.append(self.vector_types(program.vector_width))
-        return "\n".join(header) + "\n\n" + body + "\n"
+        return "\n".join(lines)

@@ -528,7 +528,8 @@ class _Reduction:
         """The loop body; the results of `earlier` reduces (run before this one) are read by name."""
         source, renderer, emitter = self.node.srcs[0], self.emitter.renderer, self.emitter
         dtype, width = self.node.dtype, self.width
-        # a fused product's factors go straight into the fma: the product itself is never written
+        # a fused multiply-add reads the product's operands: the product itself is not emitted (an
+        # unused variable, which an exported file compiled with -Wall -Werror must not have)
         nodes = _walk_above(list(source.srcs) if self.fused else [source], {stage.node for stage in earlier})
         seen: dict = {}
         for number, (target, positions) in enumerate(zip(self.targets, self.copies)):
