@@ -415,10 +415,12 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
     def __ge__(self, other): return self._compare_or_equal(other, "ge", greater=True)
 
     def _compare_or_equal(self, other, name: str, greater: bool) -> "Tensor":
-        """self <= other (>= when `greater`). Against a number c compared as a float, one strict comparison with
-        the next value of the compared dtype past c (x <= c is x < nextafter(c, inf)), which answers
-        the same for every x, NaN and infinities included, in one op instead of four (less-than, or
-        not not-equal): hardtanh and relu6 test both bounds this way."""
+        """self <= other (>= when `greater`). Against a number c compared as a float, one strict
+        comparison with the next value of the compared dtype past c (x <= 6 is x < nextafter(6, inf)),
+        which answers the same for every x, NaN and infinities included, in one op instead of four
+        (less-than, or not not-equal). Not where that next value is subnormal (c = 0): a CPU thread
+        with denormals-are-zero set (by a library built with -ffast-math) or an OpenCL device that
+        flushes them would compare with 0 instead."""
         if isinstance(other, (int, float, np.integer, np.floating)) and not isinstance(other, bool):
             node = self.lazydata
             dtype = _scalar_result_type(node.dtype, len(node.shape) > 0, other)
@@ -427,8 +429,9 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
                 bound = dtype.np_type(other)
                 with np.errstate(over="ignore"):  # past the largest finite value is infinity, as wanted
                     past = np.nextafter(bound, dtype.np_type(-np.inf if greater else np.inf))
-                x = self if dtype is node.dtype else self.cast(dtype)
-                return x._binary("CMPLT", past.item(), reverse=greater, name=name)
+                if abs(past) >= np.finfo(dtype.np).tiny:  # a normal number (or infinity)
+                    x = self if dtype is node.dtype else self.cast(dtype)
+                    return x._binary("CMPLT", past.item(), reverse=greater, name=name)
         strict = self > other if greater else self < other
         return strict.logical_or(self == other)
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from lazygrad import dtypes
+from lazygrad import Tensor, dtypes
 from ops_helpers import check, sample, small_sample, tensor
 
 I32, F16, F32, F64, BOOL = dtypes.int32, dtypes.float16, dtypes.float32, dtypes.float64, dtypes.bool
@@ -102,6 +102,15 @@ def test_function_0d_empty_and_non_contiguous(name, device):
     check(function(tensor(np.zeros((0, 3), np.float32), device)), np.zeros((0, 3), np.float32), F32)
     a = small_sample(F32, shape=(4, 6))
     check(function(tensor(a, device).T[::2]), reference(name, a.T[::2]), F32, transcendental=True)
+
+
+@pytest.mark.parametrize("tracked", [False, True], ids=["no-grad", "requires-grad"])
+def test_hardtanh_and_relu6_at_their_bounds_infinities_and_nan(tracked, device):
+    # without a gradient to keep, the bounds are tested strictly (one op each): values must not change
+    a = np.array([-np.inf, -1.0, -0.0, 0.0, 1e-45, 3.0, 6.0, np.nextafter(6.0, 7.0), 7.0, np.inf, np.nan], np.float32)
+    x = Tensor(a, device=device, requires_grad=tracked)
+    check(x.relu6(), np.clip(a, 0, 6), F32)
+    check(x.hardtanh(-1.0, 1e-45), np.clip(a, -1.0, np.float32(1e-45)), F32)
 
 
 def test_integer_inputs_give_float32(device):
