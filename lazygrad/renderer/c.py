@@ -5,8 +5,9 @@ simple (restrict pointers, no calls into libm for exp2) so the C compiler vector
 sums, products and maxima are marked as `omp simd` reductions so they vectorize without
 -ffast-math (a max through a declared reduction that keeps NaN).
 
-Vector copies: a float32 kernel whose ops are all additions, multiplications and negations (a
-register tile of a matmul or convolution, a bias added after it) gets linearize's vector copies
+Vector copies: a float32 kernel whose ops are all additions, multiplications, negations,
+comparisons and selects (a register tile of a matmul or convolution, a bias, batch norm or clamp
+after it) gets linearize's vector copies
 (see renderer/linearize.py), as GCC/clang vector types of the CPU's lane count (`lg_float8` on
 AVX2): each tile row is written as the vector fmas it should become, so the compiler does not have
 to find them by packing scalar statements (its SLP vectorizer), which took most of a tile's compile
@@ -114,7 +115,13 @@ HELPERS = {
 # values, one for memory accesses, aligned to its element.
 HELPERS.update({f"lg_float{lanes}": f"typedef float lg_float{lanes} __attribute__((vector_size({4 * lanes})));\n"
                                     f"typedef float lg_float{lanes}_unaligned __attribute__((vector_size({4 * lanes}), "
-                                    "aligned(4)));" for lanes in (4, 8, 16)})
+                                    "aligned(4)));\n"
+                                    f"typedef int lg_mask{lanes} __attribute__((vector_size({4 * lanes})));"
+                 for lanes in (4, 8, 16)})
+# A select of float vectors by a mask of -1/0 lanes, bit by bit (C's ?: takes no vector condition); gcc
+# makes it one blend. A generic macro, so one definition serves every lane count.
+HELPERS["lg_select("] = ("#define lg_select(mask, a, b) ((__typeof__(a))(((mask) & (__typeof__(mask))(a)) "
+                         "| (~(mask) & (__typeof__(mask))(b))))")
 HELPERS = {marker: _once(text) for marker, text in HELPERS.items()}
 
 # The helpers of a standalone kernel (an exported file, lazygrad/export/): ISO C99 with math.h, no
@@ -172,8 +179,9 @@ class CRenderer(CStyleRenderer):
     expands_tiles = True
     spills_tile_epilogue = True
 
-    # Ops computed on float vectors: C's operators act lane by lane on GCC/clang vector types.
-    vector_ops = frozenset({"NEG", "ADD", "MUL", "SUM"})
+    # Ops computed on float vectors: C's operators act lane by lane on GCC/clang vector types (a
+    # comparison gives a mask of -1/0 lanes; WHERE is a select by it, lg_select).
+    vector_ops = frozenset({"NEG", "ADD", "MUL", "SUM", "CMPLT", "WHERE"})
 
     def __init__(self, simd_lanes: int = 16, simd_registers: int = 32, standalone: bool = False):
         self.simd_lanes, self.simd_registers = simd_lanes, simd_registers
@@ -192,7 +200,9 @@ class CRenderer(CStyleRenderer):
         return self.simd_lanes
 
     def value_type_name(self, dtype, width: int = 1) -> str:
-        return f"lg_float{width}" if width > 1 else self.type_name(dtype)
+        if width == 1:
+            return self.type_name(dtype)
+        return f"lg_mask{width}" if dtype == dtypes.bool else f"lg_float{width}"
 
     def render_vector_load(self, param: str, dtype, index: str, width: int) -> str:
         return f"(*(const lg_float{width}_unaligned*)({param} + ({index})))"
@@ -201,7 +211,10 @@ class CRenderer(CStyleRenderer):
         return f"*(lg_float{width}_unaligned*)({param} + ({index})) = {value};"
 
     def render_vector(self, dtype, lanes: list[str]) -> str:
-        """A vector of separately computed lanes (a gather)."""
+        """A vector of separately computed lanes (a gather); a mask's lanes are -1 (true) or 0, as a
+        vector comparison gives them."""
+        if dtype == dtypes.bool:
+            return f"(-(lg_mask{len(lanes)}){{{', '.join(lanes)}}})"
         return f"((lg_float{len(lanes)}){{{', '.join(lanes)}}})"
 
     def render_broadcast(self, dtype, width: int, value: str) -> str:
@@ -209,7 +222,9 @@ class CRenderer(CStyleRenderer):
 
     def render_vector_op(self, op: str, src_dtypes, dtype, operands: list[str]) -> str:
         """An op of vector_ops: the op table's template, which C applies lane by lane to vector types."""
-        assert op in self.vector_ops and dtype == dtypes.float32, f"{op} on {dtype.name} vectors is not rendered"
+        assert op in self.vector_ops and dtype in (dtypes.float32, dtypes.bool), f"{op} on {dtype.name} vectors is not rendered"
+        if op == "WHERE":  # C's ?: takes no vector condition: the mask selects bits
+            return f"lg_select({operands[0]}, {operands[1]}, {operands[2]})"
         return self.template(op, src_dtypes[-1] if src_dtypes else dtype).format(*operands, f="", ctype="")
 
     def render_vector_fma(self, dtype, width: int, left: str, right: str, accumulator: str) -> str:

@@ -460,15 +460,18 @@ def _has_select_only_load(ast: KernelNode) -> bool:
 
 def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool, lanes_at) -> int:
     """How many lanes of the last upcast axis each copy of the body covers: the renderer's vector
-    width for the kernel's dtype and that axis's length, when every value has that dtype,
+    width for the kernel's dtype and that axis's length, when every value has that dtype (or is a
+    mask that one of the renderer's vector ops makes, a comparison, and is not stored),
     every op is one the renderer computes on vectors (`renderer.vector_ops`), the loops are plain
     (no BLOCK, GROUP or accumulator arrays) and every store is contiguous and aligned along the
     lanes; else 1."""
     if not upcast_axes or not plain:
         return 1
     nodes = [node for node in kernel.ast.walk() if node.op not in ("SINK", "STORE")]
-    dtypes_ = {node.dtype for node in nodes}
-    if len(dtypes_) != 1:
+    # masks (comparisons, and the selects they steer) may be vectors too where the renderer says so
+    masks = {node for node in nodes if node.dtype == dtypes.bool and node.op in renderer.vector_ops}
+    dtypes_ = {node.dtype for node in nodes if node not in masks}
+    if len(dtypes_) != 1 or any(store.srcs[0] in masks for store in kernel.stores):
         return 1
     axis = upcast_axes[-1]
     width = renderer.vector_width(dtypes_.pop(), kernel.full_shape[axis])

@@ -70,6 +70,22 @@ def test_an_op_without_a_vector_form_keeps_the_kernel_scalar():
     assert program.opts and program.vector_width == 1
 
 
+def test_a_clamp_after_the_tile_selects_with_vector_masks():
+    # relu6 without a gradient is two comparisons and two selects: masks of -1/0 lanes, a bitwise select
+    a, b = realized((64, 96)), realized((96, 64), seed=1)
+    renderer, program = program_of((a @ b).relu6(), 8)
+    source = renderer.render_program(program)
+    assert program.vector_width == 8
+    assert "lg_mask8 " in source and source.count("lg_select(") >= 2
+
+
+def test_a_stored_comparison_stays_scalar():
+    # a bool output is one byte per element: no float vector store
+    a, b = realized((64, 96)), realized((96, 64), seed=1)
+    renderer, program = program_of((a @ b) < 0.5, 8)
+    assert program.opts and program.vector_width == 1
+
+
 def test_two_vector_kernels_compile_in_one_source():
     # the CPU device compiles several kernels' sources as one file: the typedefs are guarded
     x, w = realized((1, 64, 14, 14)), realized((64, 64, 3, 3), seed=1)
@@ -91,6 +107,17 @@ def test_vectorized_convolutions_match_numpy(batch, channels, size, stride):
     windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::stride, ::stride][:, :, :out, :out]
     expected = np.einsum("nchwij,ocij->nohw", windows.astype(np.float64), w.numpy().astype(np.float64))
     np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_vectorized_clamped_matmul_matches_numpy_at_the_bounds_and_nan():
+    a, b = realized((96, 200)), realized((200, 48), seed=1)
+    a_values = a.numpy()
+    a_values[0, 0] = np.nan                                   # NaN flows through the selects to one row
+    product = Tensor(a_values).realize() @ b
+    result = (product * 3).clamp(-1.0, 2.0).numpy()
+    expected = np.clip(a_values.astype(np.float64) @ b.numpy().astype(np.float64) * 3, -1.0, 2.0)
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
+    assert np.isnan(result[0]).all() and not np.isnan(result[1:]).any()
 
 
 def test_vectorized_matmul_with_bias_matches_numpy():
