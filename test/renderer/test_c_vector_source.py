@@ -63,6 +63,22 @@ def test_an_axis_the_lanes_do_not_divide_stays_scalar():
     assert "lg_float" not in renderer.render_program(program)
 
 
+def test_a_depthwise_row_is_tiled_in_whole_vectors():
+    # columns alone (no output axis reuses a load): 56 = 7 vectors of 8, not the 28 a scalar tile takes
+    x, w, scale = realized((1, 32, 56, 56)), realized((32, 1, 3, 3), seed=1), realized((1, 32, 1, 1), seed=2)
+    renderer, program = program_of((F.conv2d(x, w, padding=1, groups=32) * scale).relu6(), 8)
+    assert [str(opt) for opt in program.opts] == ["UPCAST(2,56)"] and program.vector_width == 8
+
+
+def test_vectorized_depthwise_convolution_matches_numpy():
+    x, w = realized((1, 16, 56, 56)), realized((16, 1, 3, 3), seed=1)
+    result = F.conv2d(x, w, padding=1, groups=16).relu6().numpy()
+    padded = np.pad(x.numpy().astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+    expected = np.clip(np.einsum("nchwij,cij->nchw", windows, w.numpy()[:, 0].astype(np.float64)), 0, 6)
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
+
+
 def test_an_op_without_a_vector_form_keeps_the_kernel_scalar():
     # a relu's max after the tile is not one of the renderer's vector ops
     a, b = realized((64, 96)), realized((96, 64), seed=1)
