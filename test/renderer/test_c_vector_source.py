@@ -55,6 +55,14 @@ def test_avx512_lanes_give_vectors_of_16():
     assert "typedef float lg_float16 __attribute__((vector_size(64)));" in renderer.render_program(program)
 
 
+def test_a_row_that_half_the_lanes_divide_takes_half_registers():
+    # 28 columns: vectors of 4 (AVX2's 128-bit halves)
+    x, w = realized((1, 32, 28, 28)), realized((32, 1, 3, 3), seed=1)
+    renderer, program = program_of(F.conv2d(x, w, padding=1, groups=32), 8)
+    assert program.vector_width == 4
+    assert "typedef float lg_float4 " in renderer.render_program(program)
+
+
 def test_an_axis_the_lanes_do_not_divide_stays_scalar():
     # a depthwise convolution's row of 14 columns: vectors of 2 measured slower than gcc's packing
     x, w = realized((1, 32, 14, 14)), realized((32, 1, 3, 3), seed=1)
