@@ -194,8 +194,8 @@ class CRenderer(CStyleRenderer):
     def vector_width(self, dtype, size: int) -> int:
         """float32 values of an upcast axis are built as vectors of one register where the CPU's
         lanes divide the axis, else of half a register (AVX2's 4 lanes) where those do, down to 4
-        lanes: MobileNetV2's depthwise rows of 28 as vectors of 4, kernel alone, 0.15 -> 0.12 and
-        0.13 -> 0.09 ms, where rows of 14 as vectors of 2 ran slower than gcc's own packing. None in
+        lanes: MobileNetV2's depthwise rows of 28 as vectors of 4, kernel alone, 0.15-0.18 -> 0.12-0.14
+        and 0.13 -> 0.08-0.09 ms, where rows of 14 as vectors of 2 ran slower than gcc's own packing. None in
         a standalone file (ISO C)."""
         if self.standalone or dtype != dtypes.float32:
             return 1

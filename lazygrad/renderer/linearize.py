@@ -411,8 +411,10 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     seen: dict = {}
     # A tile's epilogue (bias, relu, ...) reads each sum back from the output, not from its register:
     # gcc keeps a tile's accumulators in vector registers only when every use after the loop
-    # vectorizes too, and a relu's select does not (an 8x slower matmul+relu without this).
-    spill = (renderer.spills_tile_epilogue and vector_width == 1 and len(reductions) == 1 and len(outputs) > 1 and values[0] is not reduce_node
+    # vectorizes too, and a relu's select does not (an 8x slower matmul+relu without this). Vector
+    # copies need no such help: their sums are vector variables.
+    spill = (renderer.spills_tile_epilogue and vector_width == 1 and len(reductions) == 1 and len(outputs) > 1
+             and values[0] is not reduce_node
              and reduce_node.dtype == kernel.buffer_dtypes[0] and reduce_node.dtype.itemsize >= 4)
     after_reduce = _walk_above(values, set(reduce_nodes))
     threads = next((opt.amount for opt in optimized.opts if opt.op == "THREADS"), None)
