@@ -12,10 +12,12 @@ import pytest
 
 import lazygrad.nn.functional as F
 from lazygrad import Tensor
+from lazygrad.beam import KernelBench
 from lazygrad.devices import get_device
 from lazygrad.renderer.axes import merge_dims
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.linearize import linearize
+from lazygrad.renderer.opts import heuristic_opts
 from lazygrad.schedule.fuse import create_schedule
 
 
@@ -142,6 +144,25 @@ def test_vectorized_clamped_matmul_matches_numpy_at_the_bounds_and_nan():
     expected = np.clip(a_values.astype(np.float64) @ b.numpy().astype(np.float64) * 3, -1.0, 2.0)
     np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
     assert np.isnan(result[0]).all() and not np.isnan(result[1:]).any()
+
+
+@pytest.mark.parametrize("lanes", [4, 16], ids=["sse-lanes", "avx512-lanes"])
+def test_other_cpus_lane_counts_compute_the_same_here(lanes):
+    # vectors of 4 and 16 lanes (SSE, AVX-512) compile and run on any CPU gcc targets; each tile with
+    # its epilogue matches the kernel's plain loops on the same random inputs
+    x, w = realized((1, 64, 14, 14)), realized((64, 64, 3, 3), seed=1)
+    rows, depthwise, scale = realized((1, 32, 56, 56), seed=4), realized((32, 1, 3, 3), seed=2), realized((1, 32, 1, 1), seed=3)
+    for result in (F.conv2d(x, w, padding=1), (F.conv2d(rows, depthwise, padding=1, groups=32) * scale).relu6()):
+        (kernel,) = [item.kernel for item in create_schedule([result.lazydata])
+                     if item.kernel is not None and item.kernel.name.startswith("r_")]
+        renderer = CRenderer(simd_lanes=lanes, simd_registers=16 if lanes == 4 else 32)
+        merged = merge_dims(kernel)
+        opts = heuristic_opts(merged, renderer)
+        assert linearize(merged, renderer, opts=opts).vector_width in (lanes, lanes // 2)
+        bench = KernelBench("CPU", kernel, renderer)
+        bench.clear_outputs()
+        bench.run(bench.build(opts))
+        assert bench.matches()
 
 
 def test_vectorized_matmul_with_bias_matches_numpy():
