@@ -7,9 +7,9 @@ Convolution and pooling read their input through a windowed view (`pool_windows`
 input seen with shape (..., output positions..., kernel offsets...), where element [o, k] is
 input[o * stride + k * dilation]. Movement ops never copy, so there is no im2col buffer: conv2d of
 realized tensors, bias included, is one kernel whose loads index the input directly, except where a
-convolution with wide windows computes with its output channels last on CPU
-(`_output_channels_last_product`: its weight copied into panels first, its epilogue a kernel of its
-own). Resampling
+convolution computes with its output channels last on CPU (`_output_channels_last_product`: its
+weight copied into panels first, its epilogue a kernel of its own; a depthwise one,
+`_depthwise_channels_last_product`, from a channels-last copy of its input). Resampling
 (adaptive pooling, interpolation) applies a host-computed (out, in) matrix along one dim at a time.
 """
 from __future__ import annotations
@@ -165,6 +165,8 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
         return _pointwise_product(windows, weight)
     if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride)):
         return _output_channels_last_product(windows, weight)
+    if _depthwise_channels_last(x.device, groups, weight.shape):
+        return _depthwise_channels_last_product(x, windows, weight, stride, dilation)
     windows = windows.reshape((batch, groups, group_channels) + outputs + kernel)
     output_axes, kernel_axes = tuple(range(3, 3 + dims)), tuple(range(3 + dims, 3 + 2 * dims))
     windows = windows.permute((0, 1) + output_axes + (2,) + kernel_axes).unsqueeze(2)
@@ -214,6 +216,8 @@ def _pointwise_product(windows: Tensor, weight: Tensor) -> Tensor:
 # Output channels per weight panel of a convolution computed with its output channels last
 # (`_output_channels_last_product`): two AVX2 vectors.
 CHANNEL_PANEL = 16
+# Where 16 does not divide the output channels (MobileNetV2's 24): panels of 8, one AVX2 vector.
+CHANNEL_PANEL_NARROW = 8
 
 
 # Window elements (input channels times kernel positions) from which a convolution computes with
@@ -223,8 +227,12 @@ CHANNELS_LAST_MIN_WINDOW = 512
 
 def _channels_last(device: str, groups: int, weight_shape, strided: bool = False) -> bool:
     """Whether a convolution runs as `_output_channels_last_product`: on the CPU device, ungrouped,
-    with whole panels of output channels, a kernel larger than 1x1 and windows of at least
-    CHANNELS_LAST_MIN_WINDOW elements. AVX2, 2 threads, conv2d + bias + relu, ms (channels in the
+    with whole panels of 8 output channels, and either a 1x1 kernel, a stride or windows of at least
+    CHANNELS_LAST_MIN_WINDOW elements. A 1x1 convolution (over more positions than
+    `_pointwise_product` takes) computes channels last so that a depthwise convolution after it,
+    which computes channels last too (`_depthwise_channels_last_product`), copies its input without
+    a transpose: MobileNetV2, one thread, AVX-512, its kernels' times summed, 11.5 -> 10.3 ms with
+    both; 12.0 with the depthwise convolutions alone channels last. AVX2, 2 threads, conv2d + bias + relu, ms (channels in the
     middle -> last): 1x512x7x7 by 512x512x3x3 7.5 -> 3.0, 1x256x14x14 by 256 5.1 -> 3.4,
     1x128x28x28 by 128 4.4 -> 3.1, 1x64x56x56 by 64 5.1 -> 4.2, 16x512x7x7 by 512 124 -> 34,
     1x256x14x14 by 512 stride 2 5.9 -> 2.2. Below: 32x16x28x28 by 32 5.7 -> 6.7 (16 channels fill a
@@ -237,9 +245,9 @@ def _channels_last(device: str, groups: int, weight_shape, strided: bool = False
     then reads across channels, 0.5-0.7 -> 1.0-1.1 ms; MobileNetV2's first, 3x3x3 to 32 channels,
     0.73-0.91 -> 0.36-0.39 ms)."""
     out_channels, channels, kernel = weight_shape[0], weight_shape[1], weight_shape[2:]
-    if device.split(":")[0] != "CPU" or groups != 1 or out_channels % CHANNEL_PANEL:
+    if device.split(":")[0] != "CPU" or groups != 1 or out_channels % CHANNEL_PANEL_NARROW:
         return False
-    return strided or (math.prod(kernel) > 1 and channels * math.prod(kernel) >= CHANNELS_LAST_MIN_WINDOW)
+    return strided or math.prod(kernel) == 1 or channels * math.prod(kernel) >= CHANNELS_LAST_MIN_WINDOW
 
 
 def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
@@ -257,7 +265,8 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
     `_windowed_product_gradient`'s, of the same product laid out channels in the middle."""
     dims = weight.ndim - 2
     batch, channels, outputs = windows.shape[0], windows.shape[1], windows.shape[2:2 + dims]
-    out_channels, kernel, width = weight.shape[0], weight.shape[2:], CHANNEL_PANEL
+    out_channels, kernel = weight.shape[0], weight.shape[2:]
+    width = CHANNEL_PANEL if out_channels % CHANNEL_PANEL == 0 else CHANNEL_PANEL_NARROW
     spatial, kernel_axes = tuple(range(2, 2 + dims)), tuple(range(2 + dims, 2 + 2 * dims))
     with no_grad():
         panels = weight.reshape((out_channels // width, width, channels) + kernel)
@@ -272,6 +281,47 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
     laid_out_weight = weight.reshape((1, 1, out_channels) + (1,) * dims + (channels,) + kernel)
     laid_out_windows = windows.permute((0,) + spatial + (1,) + kernel_axes).unsqueeze(1).unsqueeze(1)
     grouped = result.reshape((batch, 1, out_channels) + outputs)
+    return grouped._with_gradient((laid_out_weight, laid_out_windows), _windowed_product_gradient).reshape(result.shape)
+
+
+def _depthwise_channels_last(device: str, groups: int, weight_shape) -> bool:
+    """Whether a convolution runs as `_depthwise_channels_last_product`: on the CPU device, one input
+    and one output channel per group, in whole vectors of 8 channels."""
+    out_channels, group_channels = weight_shape[0], weight_shape[1]
+    return (device.split(":")[0] == "CPU" and group_channels == 1 and out_channels == groups
+            and groups % CHANNEL_PANEL_NARROW == 0)
+
+
+def _depthwise_channels_last_product(x: Tensor, windows: Tensor, weight: Tensor, stride, dilation) -> Tensor:
+    """A depthwise convolution of the padded x (N, C, *spatial) computed in (N, *outputs, C) order
+    from a channels-last copy of x, and returned as an (N, C, *outputs) view.
+
+    Each output channel reads only its own input channel, so with the channels last every load of
+    the kernel walks them contiguously: they are the vector (renderer/opts.py
+    `channels_vector_tile`), by a run of output columns that reuses each weight vector, read from a
+    (*kernel, C) copy of the weight. Channels in the middle, the vector was a run of columns: 28 or
+    14 columns fill 16-lane vectors poorly or not at all, and the padded copy of the input read a
+    channels-last 1x1 convolution's output across its channels. The copy of x takes the place of the
+    padded copy the scheduler stores for the other layout. MobileNetV2, one thread, AVX-512, kernels
+    alone (ms, channels in the middle -> last): 192 channels at 28x28 0.21 -> 0.04, 576 at 14x14
+    0.055 -> 0.036-0.048, 144 at 56x56 0.13-0.20 -> 0.13; the padded copy of 576 channels at 14x14
+    0.17 -> 0.02. The gradient is `_windowed_product_gradient`'s, of the same product laid out
+    channels in the middle."""
+    dims = weight.ndim - 2
+    batch, channels, outputs = windows.shape[0], windows.shape[1], windows.shape[2:2 + dims]
+    kernel = weight.shape[2:]
+    spatial = tuple(range(2, 2 + dims))
+    with no_grad():
+        stored = x.detach().permute((0,) + spatial + (1,)).contiguous()                  # (N, *padded, C)
+        stored_windows = pool_windows(stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims))), kernel, stride, dilation)
+        left = stored_windows.permute((0,) + tuple(range(2, 2 + dims)) + (1,) + tuple(range(2 + dims, 2 + 2 * dims)))  # (N, *outputs, C, *kernel)
+        taps = weight.detach().reshape((channels,) + kernel).permute(tuple(range(1, 1 + dims)) + (0,)).contiguous()
+        taps = taps.permute((dims,) + tuple(range(dims)))                                  # (C, *kernel) of a (*kernel, C) copy
+        summed = (taps * left).sum(tuple(range(2 + dims, 2 + 2 * dims)))                   # (N, *outputs, C)
+        result = summed.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
+    laid_out_weight = weight.reshape((1, channels, 1) + (1,) * dims + (1,) + kernel)
+    laid_out_windows = windows.reshape((batch, channels, 1) + outputs + (1,) + kernel)
+    grouped = result.reshape((batch, channels, 1) + outputs)
     return grouped._with_gradient((laid_out_weight, laid_out_windows), _windowed_product_gradient).reshape(result.shape)
 
 

@@ -367,6 +367,37 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     return tile
 
 
+# Vectors of channels by output columns in `channels_vector_tile`, the widest run of columns first.
+CHANNEL_VECTOR_CHOICES = (4, 3, 2, 1)
+CHANNEL_COLUMN_CHOICES = (8, 7, 4, 2)
+
+
+def channels_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
+    """Register tile for a convolution whose every load walks the last output axis contiguously: a
+    depthwise convolution computed with its channels last (nn/spatial.py), where each output channel
+    reads only its own input channel. That axis is the vector, in whole vectors of the renderer's
+    lanes, by a run of the output axis before it (columns), along which the weight stays put, so
+    each step loads a weight vector once for the run. Empty when the kernel is not like that."""
+    source = _reduce_source(kernel)
+    if source is None or len(kernel.reduce_axes) < 2 or not getattr(renderer, "simd_lanes", None):
+        return []
+    globals_ = [axis for axis, size in enumerate(kernel.full_shape) if axis not in kernel.reduce_axes and size > 1]
+    strides = load_strides(kernel, source.walk())
+    if len(globals_) < 2 or len(strides) < 2 or any(load.get(globals_[-1]) != 1 for load in strides):
+        return []
+    channels, column_axis = globals_[-1], globals_[-2]
+    lanes = renderer.vector_width(source.dtype, kernel.full_shape[channels])
+    if lanes <= 1 or not any(load.get(column_axis) == 0 for load in strides):
+        return []
+    fits = _accumulators_fit(renderer, reserved=OPERAND_REGISTERS)
+    for columns in CHANNEL_COLUMN_CHOICES:
+        for vectors in CHANNEL_VECTOR_CHOICES:
+            if kernel.full_shape[column_axis] % columns == 0 and kernel.full_shape[channels] % (vectors * lanes) == 0 \
+                    and fits(vectors * lanes, columns) and vectors * lanes * columns <= MAX_UPCAST:
+                return [Opt("UPCAST", channels, vectors * lanes), Opt("UPCAST", column_axis, columns)]
+    return [Opt("UPCAST", channels, lanes)]
+
+
 # Vector registers the columns of a tile without rows may fill (`_in_whole_vectors`).
 LONE_VECTOR_REGISTERS = 8
 
@@ -636,7 +667,7 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
         # chained or side-by-side reduces (softmax's max, then sum): plain loops, each a SIMD
         # reduction, unless they read across their outputs
         return transposed_reduce_tile(kernel)
-    tile = matmul_tile(kernel, renderer)
+    tile = matmul_tile(kernel, renderer) or channels_vector_tile(kernel, renderer)
     opts = tile or row_reduce_tile(kernel) or transposed_reduce_tile(kernel)
     try:
         tiled = apply_opts(kernel, opts, renderer)

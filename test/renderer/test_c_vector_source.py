@@ -57,27 +57,42 @@ def test_avx512_lanes_give_vectors_of_16():
     assert "typedef float lg_float16 __attribute__((vector_size(64)));" in renderer.render_program(program)
 
 
+# Depthwise convolutions of 12 channels (which whole vectors of 8 do not divide) keep their channels in
+# the middle, where a row of columns is the vector; with 8, 16, ... channels they compute channels
+# last (nn/spatial.py), below.
+
 def test_a_row_that_half_the_lanes_divide_takes_half_registers():
     # 28 columns: vectors of 4 (AVX2's 128-bit halves)
-    x, w = realized((1, 32, 28, 28)), realized((32, 1, 3, 3), seed=1)
-    renderer, program = program_of(F.conv2d(x, w, padding=1, groups=32), 8)
+    x, w = realized((1, 12, 28, 28)), realized((12, 1, 3, 3), seed=1)
+    renderer, program = program_of(F.conv2d(x, w, padding=1, groups=12), 8)
     assert program.vector_width == 4
     assert "typedef float lg_float4 " in renderer.render_program(program)
 
 
 def test_an_axis_the_lanes_do_not_divide_stays_scalar():
     # a depthwise convolution's row of 14 columns: vectors of 2 measured slower than gcc's packing
-    x, w = realized((1, 32, 14, 14)), realized((32, 1, 3, 3), seed=1)
-    renderer, program = program_of(F.conv2d(x, w, padding=1, groups=32), 8)
+    x, w = realized((1, 12, 14, 14)), realized((12, 1, 3, 3), seed=1)
+    renderer, program = program_of(F.conv2d(x, w, padding=1, groups=12), 8)
     assert program.vector_width == 1
     assert "lg_float" not in renderer.render_program(program)
 
 
 def test_a_depthwise_row_is_tiled_in_whole_vectors():
     # columns alone (no output axis reuses a load): 56 = 7 vectors of 8, not the 28 a scalar tile takes
-    x, w, scale = realized((1, 32, 56, 56)), realized((32, 1, 3, 3), seed=1), realized((1, 32, 1, 1), seed=2)
-    renderer, program = program_of((F.conv2d(x, w, padding=1, groups=32) * scale).relu6(), 8)
+    x, w, scale = realized((1, 12, 56, 56)), realized((12, 1, 3, 3), seed=1), realized((1, 12, 1, 1), seed=2)
+    renderer, program = program_of((F.conv2d(x, w, padding=1, groups=12) * scale).relu6(), 8)
     assert [str(opt) for opt in program.opts] == ["UPCAST(2,56)"] and program.vector_width == 8
+
+
+@pytest.mark.parametrize("lanes, channels_tile", [(8, 8), (16, 32)], ids=["avx2-lanes", "avx512-lanes"])
+def test_a_channels_last_depthwise_tile_is_vectors_of_channels_by_a_run_of_columns(lanes, channels_tile):
+    # every load walks the channels: they are the vector, by 8 columns along which the weight stays
+    # put, as many vectors of channels as fit beside them in the registers
+    x, w = realized((1, 32, 56, 56)), realized((32, 1, 3, 3), seed=1)
+    renderer, program = program_of(F.conv2d(x, w, padding=1, groups=32), lanes)
+    assert program.vector_width == lanes
+    assert sorted(opt.amount for opt in program.opts) == sorted([channels_tile, 8])
+    assert all(opt.op == "UPCAST" for opt in program.opts)
 
 
 def test_vectorized_depthwise_convolution_matches_numpy():

@@ -99,20 +99,21 @@ def test_tiles_keep_their_accumulators_within_the_vector_registers():
 def test_strided_convolutions_tile_the_columns_their_input_skips_along():
     """The input is read every second column: no load walks the columns contiguously, but a tile of
     them still reuses each weight from a register (ResNet-18's first layer, AVX2: 68 -> 5.8 ms). (With
-    whole panels of 16 output channels such a convolution computes them last instead.)"""
+    whole panels of 8 output channels such a convolution computes them last instead.)"""
     x = Tensor(np.ones((1, 3, 38, 38), np.float32))
-    w = Tensor(np.ones((8, 3, 7, 7), np.float32))
-    assert heuristic_opts(kernel_of(x.conv2d(w, stride=2)), AVX2) == [Opt("UPCAST", 2, 16), Opt("UPCAST", 0, 8)]
+    w = Tensor(np.ones((12, 3, 7, 7), np.float32))
+    assert heuristic_opts(kernel_of(x.conv2d(w, stride=2)), AVX2) == [Opt("UPCAST", 2, 16), Opt("UPCAST", 0, 6)]
     x = Tensor(np.ones((1, 8, 56, 56), np.float32))
-    w = Tensor(np.ones((8, 8, 1, 1), np.float32))
+    w = Tensor(np.ones((12, 8, 1, 1), np.float32))
     assert heuristic_opts(kernel_of(x.conv2d(w, stride=2)), AVX2)[:2] == [Opt("UPCAST", 2, 28), Opt("UPCAST", 0, 2)]
 
 
 def test_pointwise_convolutions_over_rows_no_power_of_two_divides_take_a_convolution_width():
-    """A 1x1 convolution is a matmul over pixels: 14x14 = 196 takes 28 columns (MobileNetV2's 96 -> 576
+    """A 1x1 convolution with its channels in the middle (output channels that whole panels of 8 do
+    not divide) is a matmul over pixels: 14x14 = 196 takes 28 columns (MobileNetV2's 96 -> 576
     channels, AVX2: 1.1 ms untiled, 0.55 ms as 28 x 4; 32 -> 64 channels 0.029 ms as 28 x 2, 0.032 as
     28 x 4); 7x7 = 49 keeps linearize's loops (7 columns: 2-3x slower)."""
-    w = Tensor(np.ones((64, 32, 1, 1), np.float32))
+    w = Tensor(np.ones((12, 32, 1, 1), np.float32))
     assert heuristic_opts(kernel_of(Tensor(np.ones((1, 32, 14, 14), np.float32)).conv2d(w)), AVX2) == \
         [Opt("UPCAST", 1, 28), Opt("UPCAST", 0, 2)]
     assert heuristic_opts(kernel_of(Tensor(np.ones((1, 32, 7, 7), np.float32)).conv2d(w)), AVX2) == []
@@ -190,8 +191,8 @@ def test_a_strided_convolution_computes_output_channels_last():
     assert kernel.full_shape[:4] == (28, 28, 8, 16)
     assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 4)]
     assert count == 3  # the weight's panels, the product, its (N, C, H, W) copy
-    kernel, _ = product_kernel_of(x.conv2d(w))  # unstrided, the columns are read contiguously
-    assert kernel.full_shape[:2] == (128, 3136)
+    kernel, _ = product_kernel_of(x.conv2d(w))  # unstrided 1x1: channels last too (see the next tests)
+    assert kernel.full_shape[:3] == (3136, 8, 16)
     stem = Tensor(np.ones((64, 3, 7, 7), np.float32))
     kernel, _ = product_kernel_of(Tensor(np.ones((1, 3, 224, 224), np.float32)).conv2d(stem, stride=2, padding=3))
     assert kernel.full_shape[:4] == (112, 112, 4, 16)
@@ -199,30 +200,41 @@ def test_a_strided_convolution_computes_output_channels_last():
 
 
 def test_a_1x1_convolution_with_a_small_weight_runs_its_channel_rows_inside_the_pixels():
-    """MobileNetV2's 1x1 convolutions at 56x56 and 112x112 (channels in the middle): the weight fits
-    in L1 and the input does not, so a PANEL of the whole output-channel axis runs the row tiles
-    inside the loop over pixel tiles and the input is read once (96 -> 24 channels at 56x56, AVX2,
-    2 threads: 0.52 -> 0.32 ms). A weight beyond 4096 elements keeps the rows outside."""
+    """A 1x1 convolution with its channels in the middle (output channels that whole panels of 8 do
+    not divide) whose weight fits in L1 and whose input does not: a PANEL of the whole
+    output-channel axis runs the row tiles inside the loop over pixel tiles and the input is read
+    once (MobileNetV2's 96 -> 24 channels at 56x56, which computed so before it took panels of 8,
+    AVX2, 2 threads: 0.52 -> 0.32 ms). A weight beyond 4096 elements keeps the rows outside."""
     x = Tensor(np.ones((1, 96, 56, 56), np.float32))
-    kernel = kernel_of(x.conv2d(Tensor(np.ones((24, 96, 1, 1), np.float32))))
-    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 2), Opt("PANEL", 0, 12)]
-    kernel = kernel_of(x.conv2d(Tensor(np.ones((64, 96, 1, 1), np.float32))))
+    kernel = kernel_of(x.conv2d(Tensor(np.ones((12, 96, 1, 1), np.float32))))
+    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 2), Opt("PANEL", 0, 6)]
+    kernel = kernel_of(x.conv2d(Tensor(np.ones((60, 96, 1, 1), np.float32))))
     assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 2)]
     rng = np.random.default_rng(5)
-    x_value, w_value = rng.standard_normal((1, 96, 56, 56), np.float32), rng.standard_normal((24, 96), np.float32)
-    out = Tensor(x_value).conv2d(Tensor(w_value.reshape(24, 96, 1, 1))).numpy()
+    x_value, w_value = rng.standard_normal((1, 96, 56, 56), np.float32), rng.standard_normal((12, 96), np.float32)
+    out = Tensor(x_value).conv2d(Tensor(w_value.reshape(12, 96, 1, 1))).numpy()
     np.testing.assert_allclose(out, np.einsum("oc,nchw->nohw", w_value, x_value), rtol=1e-4, atol=1e-4)
+
+
+def test_a_1x1_convolution_over_many_positions_computes_output_channels_last():
+    """MobileNetV2's 1x1 convolutions at 28x28 to 112x112: output channels last, so the depthwise
+    convolution after each reads its input channels last without a transposing copy (nn/spatial.py);
+    24 output channels take panels of 8 (a tile of 8 channels by 8 positions on AVX2)."""
+    x = Tensor(np.ones((1, 96, 56, 56), np.float32))
+    kernel, count = product_kernel_of(x.conv2d(Tensor(np.ones((24, 96, 1, 1), np.float32))))
+    assert kernel.full_shape[:3] == (3136, 3, 8) and count == 3  # the weight's panels, the product, its NCHW copy
+    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 2, 8), Opt("UPCAST", 0, 8)]
 
 
 def test_a_1x1_convolution_over_few_positions_is_a_matmul_in_panels():
     """MobileNetV2's 7x7 and 14x14 1x1 convolutions (nn/spatial.py `_pointwise_product`): 6 positions
-    by 16 output channels per tile, as a matmul's; at 56x56 the channels stay in the middle."""
+    by 16 output channels per tile, as a matmul's; at 56x56 a product with its output channels last."""
     w = Tensor(np.ones((320, 160, 1, 1), np.float32))
     kernel, count = product_kernel_of(Tensor(np.ones((1, 160, 7, 7), np.float32)).conv2d(w))
     assert kernel.full_shape[:4] == (9, 6, 20, 16) and count == 4  # both packs, the product, its (N, C, H, W) copy
     assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 6)]
     kernel, _ = product_kernel_of(Tensor(np.ones((1, 160, 56, 56), np.float32)).conv2d(w))
-    assert kernel.full_shape[:2] == (320, 3136)
+    assert kernel.full_shape[:3] == (3136, 20, 16)
 
 
 @pytest.mark.parametrize("batch, channels, size, panel", [(1, 512, 7, Opt("PANEL", 0, 7)), (1, 256, 14, Opt("PANEL", 0, 14)),
