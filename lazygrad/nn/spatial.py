@@ -159,14 +159,14 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
     dims = weight.ndim - 2
     batch = x.shape[0]
     out_channels, group_channels, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+    if _depthwise_channels_last(x.device, groups, weight.shape):
+        return _depthwise_channels_last_product(x, weight, stride, dilation)
     windows = pool_windows(x, kernel, stride, dilation)
     outputs = windows.shape[2:2 + dims]
     if _pointwise(x.device, groups, weight.shape, batch * math.prod(outputs)):
         return _pointwise_product(windows, weight)
     if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride)):
         return _output_channels_last_product(windows, weight)
-    if _depthwise_channels_last(x.device, groups, weight.shape):
-        return _depthwise_channels_last_product(x, windows, weight, stride, dilation)
     windows = windows.reshape((batch, groups, group_channels) + outputs + kernel)
     output_axes, kernel_axes = tuple(range(3, 3 + dims)), tuple(range(3 + dims, 3 + 2 * dims))
     windows = windows.permute((0, 1) + output_axes + (2,) + kernel_axes).unsqueeze(2)
@@ -292,7 +292,7 @@ def _depthwise_channels_last(device: str, groups: int, weight_shape) -> bool:
             and groups % CHANNEL_PANEL_NARROW == 0)
 
 
-def _depthwise_channels_last_product(x: Tensor, windows: Tensor, weight: Tensor, stride, dilation) -> Tensor:
+def _depthwise_channels_last_product(x: Tensor, weight: Tensor, stride, dilation) -> Tensor:
     """A depthwise convolution of the padded x (N, C, *spatial) computed in (N, *outputs, C) order
     from a channels-last copy of x, and returned as an (N, C, *outputs) view.
 
@@ -308,19 +308,22 @@ def _depthwise_channels_last_product(x: Tensor, windows: Tensor, weight: Tensor,
     0.17 -> 0.02. The gradient is `_windowed_product_gradient`'s, of the same product laid out
     channels in the middle."""
     dims = weight.ndim - 2
-    batch, channels, outputs = windows.shape[0], windows.shape[1], windows.shape[2:2 + dims]
-    kernel = weight.shape[2:]
+    batch, channels, kernel = x.shape[0], x.shape[1], weight.shape[2:]
     spatial = tuple(range(2, 2 + dims))
     with no_grad():
         stored = x.detach().permute((0,) + spatial + (1,)).contiguous()                  # (N, *padded, C)
-        stored_windows = pool_windows(stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims))), kernel, stride, dilation)
-        left = stored_windows.permute((0,) + tuple(range(2, 2 + dims)) + (1,) + tuple(range(2 + dims, 2 + 2 * dims)))  # (N, *outputs, C, *kernel)
+        channels_first = stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))      # a view of the copy
+        windows = pool_windows(channels_first, kernel, stride, dilation)                   # (N, C, *outputs, *kernel)
+        outputs = windows.shape[2:2 + dims]
+        left = windows.permute((0,) + spatial + (1,) + tuple(range(2 + dims, 2 + 2 * dims)))  # (N, *outputs, C, *kernel)
         taps = weight.detach().reshape((channels,) + kernel).permute(tuple(range(1, 1 + dims)) + (0,)).contiguous()
         taps = taps.permute((dims,) + tuple(range(dims)))                                  # (C, *kernel) of a (*kernel, C) copy
         summed = (taps * left).sum(tuple(range(2 + dims, 2 + 2 * dims)))                   # (N, *outputs, C)
         result = summed.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
+    if not (Tensor.grad_enabled and (x.requires_grad or weight.requires_grad)):
+        return result
     laid_out_weight = weight.reshape((1, channels, 1) + (1,) * dims + (1,) + kernel)
-    laid_out_windows = windows.reshape((batch, channels, 1) + outputs + (1,) + kernel)
+    laid_out_windows = pool_windows(x, kernel, stride, dilation).reshape((batch, channels, 1) + outputs + (1,) + kernel)
     grouped = result.reshape((batch, channels, 1) + outputs)
     return grouped._with_gradient((laid_out_weight, laid_out_windows), _windowed_product_gradient).reshape(result.shape)
 
