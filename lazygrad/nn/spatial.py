@@ -216,8 +216,9 @@ def _pointwise_product(windows: Tensor, weight: Tensor) -> Tensor:
 # Output channels per weight panel of a convolution computed with its output channels last
 # (`_output_channels_last_product`): two AVX2 vectors.
 CHANNEL_PANEL = 16
-# Where 16 does not divide the output channels (MobileNetV2's 24): panels of 8, one AVX2 vector.
-CHANNEL_PANEL_NARROW = 8
+# Channels of a depthwise convolution computed channels last come in whole vectors of this many
+# (`_depthwise_channels_last`): one AVX2 vector, half an AVX-512 one.
+DEPTHWISE_CHANNEL_VECTOR = 8
 
 
 # Window elements (input channels times kernel positions) from which a convolution computes with
@@ -227,12 +228,15 @@ CHANNELS_LAST_MIN_WINDOW = 512
 
 def _channels_last(device: str, groups: int, weight_shape, strided: bool = False) -> bool:
     """Whether a convolution runs as `_output_channels_last_product`: on the CPU device, ungrouped,
-    with whole panels of 8 output channels, and either a 1x1 kernel, a stride or windows of at least
+    with whole panels of output channels, and either a 1x1 kernel, a stride or windows of at least
     CHANNELS_LAST_MIN_WINDOW elements. A 1x1 convolution (over more positions than
     `_pointwise_product` takes) computes channels last so that a depthwise convolution after it,
     which computes channels last too (`_depthwise_channels_last_product`), copies its input without
     a transpose: MobileNetV2, one thread, AVX-512, its kernels' times summed, 11.5 -> 10.3 ms with
-    both; 12.0 with the depthwise convolutions alone channels last. AVX2, 2 threads, conv2d + bias + relu, ms (channels in the
+    both; 12.0 with the depthwise convolutions alone channels last. Output channels that 16 does not
+    divide keep the other layout: in panels of 8 (half an AVX-512 vector) MobileNetV2's 1x1
+    convolutions to 24 channels at 56x56 took 0.28-0.38 ms, 0.19-0.29 with channels in the middle,
+    and the model 10.4 ms against 10.1. AVX2, 2 threads, conv2d + bias + relu, ms (channels in the
     middle -> last): 1x512x7x7 by 512x512x3x3 7.5 -> 3.0, 1x256x14x14 by 256 5.1 -> 3.4,
     1x128x28x28 by 128 4.4 -> 3.1, 1x64x56x56 by 64 5.1 -> 4.2, 16x512x7x7 by 512 124 -> 34,
     1x256x14x14 by 512 stride 2 5.9 -> 2.2. Below: 32x16x28x28 by 32 5.7 -> 6.7 (16 channels fill a
@@ -245,7 +249,7 @@ def _channels_last(device: str, groups: int, weight_shape, strided: bool = False
     then reads across channels, 0.5-0.7 -> 1.0-1.1 ms; MobileNetV2's first, 3x3x3 to 32 channels,
     0.73-0.91 -> 0.36-0.39 ms)."""
     out_channels, channels, kernel = weight_shape[0], weight_shape[1], weight_shape[2:]
-    if device.split(":")[0] != "CPU" or groups != 1 or out_channels % CHANNEL_PANEL_NARROW:
+    if device.split(":")[0] != "CPU" or groups != 1 or out_channels % CHANNEL_PANEL:
         return False
     return strided or math.prod(kernel) == 1 or channels * math.prod(kernel) >= CHANNELS_LAST_MIN_WINDOW
 
@@ -265,8 +269,7 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
     `_windowed_product_gradient`'s, of the same product laid out channels in the middle."""
     dims = weight.ndim - 2
     batch, channels, outputs = windows.shape[0], windows.shape[1], windows.shape[2:2 + dims]
-    out_channels, kernel = weight.shape[0], weight.shape[2:]
-    width = CHANNEL_PANEL if out_channels % CHANNEL_PANEL == 0 else CHANNEL_PANEL_NARROW
+    out_channels, kernel, width = weight.shape[0], weight.shape[2:], CHANNEL_PANEL
     spatial, kernel_axes = tuple(range(2, 2 + dims)), tuple(range(2 + dims, 2 + 2 * dims))
     with no_grad():
         panels = weight.reshape((out_channels // width, width, channels) + kernel)
@@ -289,7 +292,7 @@ def _depthwise_channels_last(device: str, groups: int, weight_shape) -> bool:
     and one output channel per group, in whole vectors of 8 channels."""
     out_channels, group_channels = weight_shape[0], weight_shape[1]
     return (device.split(":")[0] == "CPU" and group_channels == 1 and out_channels == groups
-            and groups % CHANNEL_PANEL_NARROW == 0)
+            and groups % DEPTHWISE_CHANNEL_VECTOR == 0)
 
 
 def _depthwise_channels_last_product(x: Tensor, weight: Tensor, stride, dilation) -> Tensor:

@@ -50,12 +50,12 @@ CASES = {
                                                                           groups=2)),
                                          [randn(1, 4, 6, 5), randn(4, 2, 3, 2)]),
     # channels last on CPU (nn/spatial.py): a depthwise convolution of 8 channels, unstrided and strided,
-    # and a 1x1 convolution in panels of 8 output channels
+    # and a 1x1 convolution to 16 channels
     "conv2d_depthwise_channels_last": (lambda x, w, b: projected(F.conv2d(x, w, b, padding=1, groups=8)),
                                        [randn(1, 8, 4, 5), randn(8, 1, 3, 3), randn(8)]),
     "conv2d_depthwise_channels_last_strided": (lambda x, w: projected(F.conv2d(x, w, stride=2, padding=1, groups=8)),
                                                [randn(2, 8, 5, 5), randn(8, 1, 3, 3)]),
-    "conv2d_pointwise_narrow_panels": (lambda x, w: projected(F.conv2d(x, w)), [randn(1, 3, 4, 5), randn(8, 3, 1, 1)]),
+    "conv2d_pointwise_channels_last": (lambda x, w: projected(F.conv2d(x, w)), [randn(1, 3, 4, 5), randn(16, 3, 1, 1)]),
     "conv2d_same_even_kernel": (lambda x, w: projected(F.conv2d(x, w, padding="same")),  # padded 0 before, 1 after
                                 [randn(1, 2, 4, 5), randn(3, 2, 2, 2)]),
     "conv1d_batched_strided": (lambda x, w: projected(F.conv1d(x, w, stride=2, padding=1)),

@@ -99,17 +99,17 @@ def test_tiles_keep_their_accumulators_within_the_vector_registers():
 def test_strided_convolutions_tile_the_columns_their_input_skips_along():
     """The input is read every second column: no load walks the columns contiguously, but a tile of
     them still reuses each weight from a register (ResNet-18's first layer, AVX2: 68 -> 5.8 ms). (With
-    whole panels of 8 output channels such a convolution computes them last instead.)"""
+    whole panels of 16 output channels such a convolution computes them last instead.)"""
     x = Tensor(np.ones((1, 3, 38, 38), np.float32))
-    w = Tensor(np.ones((12, 3, 7, 7), np.float32))
-    assert heuristic_opts(kernel_of(x.conv2d(w, stride=2)), AVX2) == [Opt("UPCAST", 2, 16), Opt("UPCAST", 0, 6)]
+    w = Tensor(np.ones((8, 3, 7, 7), np.float32))
+    assert heuristic_opts(kernel_of(x.conv2d(w, stride=2)), AVX2) == [Opt("UPCAST", 2, 16), Opt("UPCAST", 0, 8)]
     x = Tensor(np.ones((1, 8, 56, 56), np.float32))
-    w = Tensor(np.ones((12, 8, 1, 1), np.float32))
+    w = Tensor(np.ones((8, 8, 1, 1), np.float32))
     assert heuristic_opts(kernel_of(x.conv2d(w, stride=2)), AVX2)[:2] == [Opt("UPCAST", 2, 28), Opt("UPCAST", 0, 2)]
 
 
 def test_pointwise_convolutions_over_rows_no_power_of_two_divides_take_a_convolution_width():
-    """A 1x1 convolution with its channels in the middle (output channels that whole panels of 8 do
+    """A 1x1 convolution with its channels in the middle (output channels that whole panels of 16 do
     not divide) is a matmul over pixels: 14x14 = 196 takes 28 columns (MobileNetV2's 96 -> 576
     channels, AVX2: 1.1 ms untiled, 0.55 ms as 28 x 4; 32 -> 64 channels 0.029 ms as 28 x 2, 0.032 as
     28 x 4); 7x7 = 49 keeps linearize's loops (7 columns: 2-3x slower)."""
@@ -191,7 +191,7 @@ def test_a_strided_convolution_computes_output_channels_last():
     assert kernel.full_shape[:4] == (28, 28, 8, 16)
     assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 4)]
     assert count == 3  # the weight's panels, the product, its (N, C, H, W) copy
-    kernel, _ = product_kernel_of(x.conv2d(w))  # unstrided 1x1: channels last too (see the next tests)
+    kernel, _ = product_kernel_of(x.conv2d(w))  # unstrided 1x1: channels last too (see below)
     assert kernel.full_shape[:3] == (3136, 8, 16)
     stem = Tensor(np.ones((64, 3, 7, 7), np.float32))
     kernel, _ = product_kernel_of(Tensor(np.ones((1, 3, 224, 224), np.float32)).conv2d(stem, stride=2, padding=3))
@@ -200,30 +200,20 @@ def test_a_strided_convolution_computes_output_channels_last():
 
 
 def test_a_1x1_convolution_with_a_small_weight_runs_its_channel_rows_inside_the_pixels():
-    """A 1x1 convolution with its channels in the middle (output channels that whole panels of 8 do
-    not divide) whose weight fits in L1 and whose input does not: a PANEL of the whole
+    """MobileNetV2's 1x1 convolutions to 24 channels at 56x56 (channels in the middle: 16 does not
+    divide them): the weight fits in L1 and the input does not, so a PANEL of the whole
     output-channel axis runs the row tiles inside the loop over pixel tiles and the input is read
-    once (MobileNetV2's 96 -> 24 channels at 56x56, which computed so before it took panels of 8,
-    AVX2, 2 threads: 0.52 -> 0.32 ms). A weight beyond 4096 elements keeps the rows outside."""
+    once (96 -> 24 channels, AVX2, 2 threads: 0.52 -> 0.32 ms). A weight beyond 4096 elements keeps
+    the rows outside."""
     x = Tensor(np.ones((1, 96, 56, 56), np.float32))
-    kernel = kernel_of(x.conv2d(Tensor(np.ones((12, 96, 1, 1), np.float32))))
-    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 2), Opt("PANEL", 0, 6)]
+    kernel = kernel_of(x.conv2d(Tensor(np.ones((24, 96, 1, 1), np.float32))))
+    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 2), Opt("PANEL", 0, 12)]
     kernel = kernel_of(x.conv2d(Tensor(np.ones((60, 96, 1, 1), np.float32))))
     assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 1, 32), Opt("UPCAST", 0, 2)]
     rng = np.random.default_rng(5)
-    x_value, w_value = rng.standard_normal((1, 96, 56, 56), np.float32), rng.standard_normal((12, 96), np.float32)
-    out = Tensor(x_value).conv2d(Tensor(w_value.reshape(12, 96, 1, 1))).numpy()
+    x_value, w_value = rng.standard_normal((1, 96, 56, 56), np.float32), rng.standard_normal((24, 96), np.float32)
+    out = Tensor(x_value).conv2d(Tensor(w_value.reshape(24, 96, 1, 1))).numpy()
     np.testing.assert_allclose(out, np.einsum("oc,nchw->nohw", w_value, x_value), rtol=1e-4, atol=1e-4)
-
-
-def test_a_1x1_convolution_over_many_positions_computes_output_channels_last():
-    """MobileNetV2's 1x1 convolutions at 28x28 to 112x112: output channels last, so the depthwise
-    convolution after each reads its input channels last without a transposing copy (nn/spatial.py);
-    24 output channels take panels of 8 (a tile of 8 channels by 8 positions on AVX2)."""
-    x = Tensor(np.ones((1, 96, 56, 56), np.float32))
-    kernel, count = product_kernel_of(x.conv2d(Tensor(np.ones((24, 96, 1, 1), np.float32))))
-    assert kernel.full_shape[:3] == (3136, 3, 8) and count == 3  # the weight's panels, the product, its NCHW copy
-    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 2, 8), Opt("UPCAST", 0, 8)]
 
 
 def test_a_1x1_convolution_over_few_positions_is_a_matmul_in_panels():
@@ -235,6 +225,16 @@ def test_a_1x1_convolution_over_few_positions_is_a_matmul_in_panels():
     assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 6)]
     kernel, _ = product_kernel_of(Tensor(np.ones((1, 160, 56, 56), np.float32)).conv2d(w))
     assert kernel.full_shape[:3] == (3136, 20, 16)
+
+
+def test_a_1x1_convolution_over_many_positions_computes_output_channels_last():
+    """MobileNetV2's 1x1 convolutions before each depthwise one (24 -> 144 channels at 56x56): output
+    channels last, so the depthwise convolution, which computes channels last too, copies its input
+    without a transpose (nn/spatial.py); 16 output channels by 4 positions on AVX2."""
+    x = Tensor(np.ones((1, 24, 56, 56), np.float32))
+    kernel, count = product_kernel_of(x.conv2d(Tensor(np.ones((144, 24, 1, 1), np.float32))))
+    assert kernel.full_shape[:3] == (3136, 9, 16) and count == 3  # the weight's panels, the product, its NCHW copy
+    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 2, 16), Opt("UPCAST", 0, 4)]
 
 
 @pytest.mark.parametrize("batch, channels, size, panel", [(1, 512, 7, Opt("PANEL", 0, 7)), (1, 256, 14, Opt("PANEL", 0, 14)),
