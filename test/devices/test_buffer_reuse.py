@@ -72,3 +72,20 @@ def test_an_intermediate_someone_holds_keeps_its_value(fresh_blocks):
     expected = numpy_chain(start, 16)
     np.testing.assert_allclose(result.numpy(), expected[-1], rtol=1e-5)
     np.testing.assert_allclose(held.numpy(), expected[5], rtol=1e-5)
+
+
+def test_the_host_pool_keeps_a_quarter_of_the_machines_memory_and_at_least_1_gib():
+    from lazygrad.devices.buffer import MIN_HOST_POOL_BYTES, HostAllocator, host_pool_limit
+    assert host_pool_limit(24 << 30) == 6 << 30
+    assert host_pool_limit(2 << 30) == MIN_HOST_POOL_BYTES == 1 << 30
+    assert host_pool_limit(0) == MIN_HOST_POOL_BYTES
+    assert HostAllocator().pool_limit == host_pool_limit() >= MIN_HOST_POOL_BYTES
+    assert HostAllocator(1 << 20).pool_limit == 1 << 20
+
+
+def test_a_freed_block_larger_than_1_gib_stays_pooled_where_the_limit_allows():
+    # the pool keys blocks by size and takes any block within its limit, however large
+    from lazygrad.devices.buffer import PooledAllocator
+    pool = PooledAllocator(pool_limit=4 << 30)
+    pool.free(("a block", 0), nbytes=(1 << 30) + 64)
+    assert pool.pooled_bytes == (1 << 30) + 64 and pool.alloc((1 << 30) + 64) == ("a block", 0)
