@@ -473,6 +473,9 @@ def _vector_and_row_tile(kernel: Kernel, globals_: list[int], strides: list[dict
 # cache lines of each output, which should stay in L1 for the next passes (256 lines are 16 KiB, half
 # of a 32 KiB L1; BERT's keys transposed for QK^T, 384 rows of 128 tokens, ran 0.34 -> 0.66 ms).
 TRANSPOSED_READ_MAX = 256
+# A matmul operand packed into panels of at most ROW_PANEL_MAX rows (linalg's 6), its rows up to
+# ROW_PANEL_READ_MAX long, takes a cache line of its rows per pass too (`transposed_read_panel`).
+ROW_PANEL_MAX, ROW_PANEL_READ_MAX = 8, 1024
 # Memory pages one pass of that loop may touch at a page or more apart each (the L1 data TLB's
 # entries on the CPUs measured; beyond them every access of the pass is a TLB miss).
 PAGE_BYTES, PANEL_PAGES = 4096, 64
@@ -512,7 +515,8 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     2 threads: the 3x3 windows of 64 channels at 56x56 packed into panels of 16, 63-66 -> 16.5 ms
     (20 with passes of 16), at 28x28 37 -> 7.6 ms, 14x14 17 -> 3.6, 7x7 8.3 -> 2.2; an activation
     packed into panels of 6, 5.5 -> 2.3 ms. Where the axis is contiguous whole, one cache line's
-    worth (16 float32; the whole axis, at most TRANSPOSED_READ_MAX, when no line divides it). Not
+    worth (16 float32; the whole axis, at most TRANSPOSED_READ_MAX, when no line divides it; a line also for
+    a matmul operand packed into panels of at most ROW_PANEL_MAX rows, rows up to ROW_PANEL_READ_MAX long). Not
     when the pass would touch more than PANEL_PAGES pages a page or more apart (each output row,
     and each input read in the stored order, is one such page per step when its rows are 4 KiB or
     more apart). ResNet-18 at batch 1 (its batch norms' per-channel values stored by the
@@ -536,8 +540,11 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
         line = CACHE_LINE_BYTES // access.dtype.itemsize
         if 4 <= run < shape[across[0]]:
             amount = run
+        elif shape[across[0]] % line == 0 and (shape[across[0]] <= TRANSPOSED_READ_MAX
+                                                or (shape[stored[0]] <= ROW_PANEL_MAX and shape[across[0]] <= ROW_PANEL_READ_MAX)):
+            amount = line
         elif shape[across[0]] <= TRANSPOSED_READ_MAX:
-            amount = line if shape[across[0]] % line == 0 else shape[across[0]]
+            amount = shape[across[0]]
         else:
             continue
         paged = sum(abs(steps.get(across[0]) or 0) * other.dtype.itemsize >= PAGE_BYTES
