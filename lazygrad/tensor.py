@@ -288,6 +288,18 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         self.lazydata.check_current()
         return self.lazydata.buffer.array.reshape(self.shape).copy()
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export (lazygrad/dlpack.py): the realized tensor's host memory, shared, not copied."""
+        from lazygrad.dlpack import to_dlpack
+        return to_dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from lazygrad.dlpack import DLPACK_CPU, HOST_DEVICES
+        if self.device.split(":")[0] not in HOST_DEVICES:
+            raise BufferError(f"__dlpack_device__: the tensor is on {self.device}, and lazygrad shares host memory "
+                              "only; move it first with .to('CPU') (a copy)")
+        return (DLPACK_CPU, 0)
+
     def item(self):
         if self.numel() != 1:
             raise ValueError(f"item(): only a tensor with one element can be converted to a Python scalar, "
