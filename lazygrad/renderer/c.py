@@ -24,10 +24,9 @@ no vector types (a GNU extension), so gcc packs a tile's copies itself there.
 from __future__ import annotations
 
 import math
-import re
 
 from lazygrad.dtype import dtypes
-from lazygrad.renderer.cstyle import CStyleRenderer
+from lazygrad.renderer.cstyle import CStyleRenderer, define_once
 from lazygrad.renderer.linearize import LoopProgram
 
 def _exp2_helper(ctype: str, degree: int, exponent_bias: int, mantissa_bits: int, standalone: bool = False) -> str:
@@ -83,13 +82,6 @@ double fma(double, double, double);
 #define INFINITY __builtin_inff()
 #define NAN __builtin_nanf("")"""
 
-def _once(text: str) -> str:
-    """A helper guarded so that it is defined once however many kernel sources precede it in one
-    file: the CPU device compiles the kernels of a realize together (devices/cpu.py)."""
-    guard = "LG_HAVE_" + re.search(r"lg_\w+", text).group(0)
-    return f"#ifndef {guard}\n#define {guard}\n{text}\n#endif"
-
-
 # Each helper is emitted only when the kernel body uses it.
 HELPERS = {
     "lg_bitcast": "#define lg_bitcast(T, x) ({ __typeof__(x) lg_src_ = (x); T lg_dst_; "
@@ -122,7 +114,7 @@ HELPERS.update({f"lg_float{lanes}": f"typedef float lg_float{lanes} __attribute_
 # makes it one blend. A generic macro, so one definition serves every lane count.
 HELPERS["lg_select("] = ("#define lg_select(mask, a, b) ((__typeof__(a))(((mask) & (__typeof__(mask))(a)) "
                          "| (~(mask) & (__typeof__(mask))(b))))")
-HELPERS = {marker: _once(text) for marker, text in HELPERS.items()}
+HELPERS = {marker: define_once(text) for marker, text in HELPERS.items()}
 
 # The helpers of a standalone kernel (an exported file, lazygrad/export/): ISO C99 with math.h, no
 # OpenMP, so no declared reductions; BITCAST is a union (CRenderer.render_op). The file that holds
@@ -131,14 +123,14 @@ STANDALONE_HELPERS = {
     # A fused multiply-add where math.h says it is fast (FP_FAST_FMAF: an FMA instruction, e.g.
     # -march=native on x86-64 since Haswell), as lazygrad computes it; elsewhere fmaf is a library
     # call (the digits CNN 5x slower), and a product and a sum rounded separately stand in.
-    "lg_fmaf(": _once("#if defined(FP_FAST_FMAF)\n#define lg_fmaf(a, b, c) fmaf(a, b, c)\n#else\n"
+    "lg_fmaf(": define_once("#if defined(FP_FAST_FMAF)\n#define lg_fmaf(a, b, c) fmaf(a, b, c)\n#else\n"
                       "#define lg_fmaf(a, b, c) ((a) * (b) + (c))\n#endif"),
-    "lg_fma(": _once("#if defined(FP_FAST_FMA)\n#define lg_fma(a, b, c) fma(a, b, c)\n#else\n"
+    "lg_fma(": define_once("#if defined(FP_FAST_FMA)\n#define lg_fma(a, b, c) fma(a, b, c)\n#else\n"
                      "#define lg_fma(a, b, c) ((a) * (b) + (c))\n#endif"),
     "lg_floordiv": HELPERS["lg_floordiv"],
     "lg_floormod": HELPERS["lg_floormod"],
-    "lg_exp2f": _once(_exp2_helper("float", degree=7, exponent_bias=127, mantissa_bits=23, standalone=True)),
-    "lg_exp2(": _once(_exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52, standalone=True)),
+    "lg_exp2f": define_once(_exp2_helper("float", degree=7, exponent_bias=127, mantissa_bits=23, standalone=True)),
+    "lg_exp2(": define_once(_exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52, standalone=True)),
     "lg_log2f": HELPERS["lg_log2f"],
     "lg_log2(": HELPERS["lg_log2("],
 }

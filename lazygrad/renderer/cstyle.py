@@ -13,12 +13,20 @@ linearize's vector copies) are declared with `value_type_name`; only a dialect w
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.ops import OPS, reduce_identity
 from lazygrad.shape.symbolic import FloorSyntax
+
+
+def define_once(text: str) -> str:
+    """A helper guarded so that it is defined once however many kernel sources precede it in one
+    file: the CPU and OpenCL devices compile several kernels of a realize together."""
+    guard = "LG_HAVE_" + re.search(r"lg_\w+", text).group(0)
+    return f"#ifndef {guard}\n#define {guard}\n{text}\n#endif"
 
 
 def _category(dtype: DType) -> str:

@@ -67,7 +67,7 @@ import math
 import numpy as np
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.renderer.cstyle import CStyleRenderer
+from lazygrad.renderer.cstyle import CStyleRenderer, define_once
 from lazygrad.renderer.linearize import Loop, LoopProgram
 
 
@@ -154,6 +154,8 @@ VECTOR_WIDTHS = (2, 4, 8, 16)
 # their meaning, NaN handling of MAX included. Math functions (exp2, sqrt, ...) stay scalar.
 VECTOR_OPS = frozenset({"NEG", "ADD", "MUL", "DIV", "RECIP", "MAX", "SUM", "PROD", "MAX_REDUCE"})
 HELPERS.update({f"lg_fma{width}(": render_vector_fma_helper(width) for width in VECTOR_WIDTHS})
+# guarded: the OPENCL device builds several kernels' sources as one program (devices/opencl.py)
+HELPERS = {marker: define_once(text) for marker, text in HELPERS.items()}
 
 # Shifts as numpy defines them for every amount: by a negative amount or by the (promoted) width
 # or more, a left shift gives 0 and a right shift the sign fill. The op table's C template checks

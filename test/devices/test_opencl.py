@@ -346,6 +346,48 @@ def test_program_binaries_come_back_from_the_disk_cache(tmp_path):
     np.testing.assert_array_equal(output.numpy(), [2, 3, 4])
 
 
+SCALE_SOURCE = ("// launch: global=3\n\n__kernel void scale(__global float* restrict data0, "
+                "__global const float* restrict data1) {{\n  long i0 = get_global_id(0);\n"
+                "  data0[i0] = data1[i0] * {factor}.0f;\n}}\n")
+
+
+def test_kernels_built_as_one_program_keep_their_own_names_code_and_cache_entries(tmp_path):
+    """Two kernels named alike, built together: each entry runs its own kernel, and each is cached."""
+    device = get_device("OPENCL")
+    sources = [SCALE_SOURCE.format(factor=2), SCALE_SOURCE.format(factor=3)]
+    with Context(LAZYGRAD_CACHE=tmp_path, DISABLE_CACHE=False):
+        binaries = device.compile_together([("scale", source) for source in sources])
+        assert [device.cached(source) for source in sources] == binaries
+    values = device.alloc(dtypes.float32, 3).copyin(np.array([1, 2, 3], dtype=np.float32))
+    for factor, binary in zip((2, 3), binaries):
+        output = device.alloc(dtypes.float32, 3)
+        device.load("scale", binary, 2)(output, values)
+        np.testing.assert_array_equal(output.numpy(), [factor, 2 * factor, 3 * factor])
+
+
+def test_the_small_kernels_of_one_realize_build_as_fewer_programs(tmp_path, monkeypatch):
+    """Kernels without a reduce share a program build, their helpers (float16 rounding, floor
+    division) defined once; each still computes its own result."""
+    from lazygrad.devices import compile_pool
+    device = get_device("OPENCL")
+    builds = []
+    original = device.compiler.build
+    monkeypatch.setattr(device.compiler, "build", lambda source: builds.append(source) or original(source))
+    monkeypatch.setattr(compile_pool, "compile_workers", lambda device: 1)
+    floats = np.linspace(-2, 2, 12, dtype=np.float32)
+    ints = np.arange(-6, 6, dtype=np.int32)
+    cases = [(floats.astype(np.float16), lambda t: t * 1.0471975, lambda a: a * np.float16(1.0471975)),
+             (floats.astype(np.float16), lambda t: (t + 2.4142135).sqrt(), lambda a: np.sqrt(a + np.float16(2.4142135))),
+             (ints, lambda t: t // 4, lambda a: a // 4),
+             (ints, lambda t: t % 5, lambda a: a % 5)]
+    with Context(LAZYGRAD_CACHE=tmp_path, DISABLE_CACHE=False):
+        results = [function(Tensor(array.copy(), device="OPENCL")) for array, function, _ in cases]
+        Tensor.realize(*results)
+    assert len(builds) < len(cases)
+    for result, (array, _, reference) in zip(results, cases):
+        np.testing.assert_allclose(result.numpy(), reference(array), rtol=1e-3)
+
+
 DAMAGE_PROGRAM = """
 import pathlib, shutil, sys
 import numpy as np
