@@ -200,10 +200,11 @@ def _pointwise(device: str, groups: int, weight_shape, positions: int) -> bool:
 
 def _pointwise_product(windows: Tensor, weight: Tensor) -> Tensor:
     """A 1x1 convolution of `windows` (N, C, *outputs, 1...) with weight (O, C, 1...) as the matmul
-    (N * outputs, C) @ (C, O) in panels of 6 positions by 16 output channels (linalg's
-    `matmul_in_panels`), returned as an (N, O, *outputs) view of its (N, *outputs, O) result. With few
-    positions, the other layout's vector, a run of them (7 or 14 pixels), fills AVX2 vectors poorly;
-    here each tile reads one panel of the weight and broadcasts 6 positions' values."""
+    (N * outputs, C) @ (C, O) in linalg's panels (`matmul_in_panels`: 6 positions by 16 output
+    channels with AVX2, 8 by 32 with AVX-512), returned as an (N, O, *outputs) view of its
+    (N, *outputs, O) result. With few positions, the other layout's vector, a run of them (7 or 14
+    pixels), fills AVX2 vectors poorly; here each tile reads one panel of the weight and broadcasts
+    a panel's positions' values."""
     dims = weight.ndim - 2
     batch, channels, outputs = windows.shape[0], windows.shape[1], windows.shape[2:2 + dims]
     out_channels = weight.shape[0]

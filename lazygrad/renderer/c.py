@@ -5,16 +5,18 @@ simple (restrict pointers, no calls into libm for exp2) so the C compiler vector
 sums, products and maxima are marked as `omp simd` reductions so they vectorize without
 -ffast-math (a max through a declared reduction that keeps NaN).
 
-Vector copies: a float32 kernel whose ops are all additions, multiplications, negations,
-comparisons and selects (a register tile of a matmul or convolution, a bias, batch norm or clamp
-after it) gets linearize's vector copies
+Vector copies: a float32 kernel whose reduce, if any, is a sum (a register tile of a matmul or
+convolution, and a bias, batch norm, clamp or gelu after it) gets linearize's vector copies
 (see renderer/linearize.py), as GCC/clang vector types of the CPU's lane count (`lg_float8` on
 AVX2): each tile row is written as the vector fmas it should become, so the compiler does not have
 to find them by packing scalar statements (its SLP vectorizer), which took most of a tile's compile
 (ResNet-18's 3x3 convolution over 64 channels at 56x56: 0.34 -> 0.11 s of gcc, and no slower). The
 fma of a vector is written lane by lane with `__builtin_fmaf`, which the compiler packs into one
 vector fma without an instruction-set header or builtin; loads and stores go through a vector type
-aligned to its element, since a view's offset need not be a multiple of the vector.
+aligned to its element, since a view's offset need not be a multiple of the vector. Arithmetic,
+comparisons (masks of -1/0 lanes), selects, max and exp2 (`lg_exp2f8`: the scalar helper's steps
+on whole vectors, bit for bit the same) are vector expressions; any other op is computed lane by
+lane (`v[0]` ... `v[7]`) and gathered into a vector again.
 
 `CRenderer(standalone=True)` renders the same loops for a C file of their own (lazygrad.export):
 one thread, ISO C99 with math.h, no OpenMP, attributes or builtins, each function `static`; a
@@ -29,6 +31,13 @@ from lazygrad.dtype import dtypes
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once
 from lazygrad.renderer.linearize import LoopProgram
 
+def _taylor_steps(degree: int, suffix: str) -> str:
+    """2^f as a Taylor polynomial of `degree` in Horner's steps, each product and sum rounded (the
+    kernels compile with -ffp-contract=off): `c0;\n  p = p * f + c1; ...`, after `p = `."""
+    coefficients = [math.log(2) ** k / math.factorial(k) for k in range(degree, -1, -1)]
+    return ";\n".join([f"{coefficients[0]!r}{suffix}"] + [f"  p = p * f + {c!r}{suffix}" for c in coefficients[1:]])
+
+
 def _exp2_helper(ctype: str, degree: int, exponent_bias: int, mantissa_bits: int, standalone: bool = False) -> str:
     """2^x for float or double, branch-free so loops calling it vectorize (libm's exp2 is a call per
     element). x = n + f with n = rint(x), |f| <= 1/2; 2^f is a Taylor polynomial of `degree` (float:
@@ -42,7 +51,6 @@ def _exp2_helper(ctype: str, degree: int, exponent_bias: int, mantissa_bits: int
     name, suffix = ("lg_exp2f", "f") if single else ("lg_exp2", "")
     integer, size = ("int", 4) if single else ("long long", 8)
     zero_below = -(exponent_bias + mantissa_bits)  # 2^-150 (float) and 2^-1075 (double) round to 0
-    coefficients = [math.log(2) ** k / math.factorial(k) for k in range(degree, -1, -1)]
     lines = [f"/* 2^x: a Taylor polynomial of 2^f, |f| <= 1/2, times two exact powers of two; 0 below 2^{zero_below}",
              "   without computing through subnormals (see renderer/c.py _exp2_helper) */",
              f"static inline {ctype} {name}({ctype} x) {{",
@@ -51,8 +59,7 @@ def _exp2_helper(ctype: str, degree: int, exponent_bias: int, mantissa_bits: int
              f": (zero ? 0.0{suffix} : x);",
              f"  {ctype} n = {'' if standalone else '__builtin_'}rint{suffix}(clamped);",
              f"  {ctype} f = clamped - n;",
-             f"  {ctype} p = {coefficients[0]!r}{suffix};"]
-    lines += [f"  p = p * f + {coefficient!r}{suffix};" for coefficient in coefficients[1:]]
+             f"  {ctype} p = {_taylor_steps(degree, suffix)};"]
     lines += [f"  int whole = (int)(n == n ? n : 0.0{suffix});",
               "  int half = whole / 2;",
               f"  {integer} low_bits = ({integer})(half + {exponent_bias}) << {mantissa_bits}, "
@@ -69,6 +76,32 @@ def _exp2_helper(ctype: str, degree: int, exponent_bias: int, mantissa_bits: int
                   f"  __builtin_memcpy(&high, &high_bits, {size});",
                   f"  return zero ? 0.0{suffix} : p * low * high;",
                   "}"]
+    return "\n".join(lines)
+
+
+def _vector_exp2_helper(lanes: int) -> str:
+    """lg_exp2f on a vector of float32 lanes, the same steps as the scalar helper in vector operations,
+    so each lane's result is the scalar one's bit for bit: rint as the sum and difference with 1.5 *
+    2^23 (exact rounding to nearest even for |x| <= 2^22, and the argument is clamped to [-150,
+    134]; without -ffast-math the compiler keeps both), the powers of two from the integer lanes'
+    bits (a cast between vector types of one size keeps the bits)."""
+    vector, mask = f"lg_float{lanes}", f"lg_mask{lanes}"
+
+    def select(condition: str, chosen: str, other: str) -> str:  # lg_select's bits, which may not be defined
+        return f"({vector})((({condition}) & ({mask})({chosen})) | (~({condition}) & ({mask})({other})))"
+    lines = [f"/* lg_exp2f{lanes}: lg_exp2f lane by lane */",
+             f"static inline {vector} lg_exp2f{lanes}({vector} x) {{",
+             f"  {vector} zeros = ({vector}){{0.0f}};",
+             f"  {mask} zero = x < -150.0f;",
+             f"  {vector} clamped = {select('x > 134.0f', 'zeros + 134.0f', select('zero', 'zeros', 'x'))};",
+             f"  {vector} n = (clamped + 12582912.0f) - 12582912.0f;",
+             f"  {vector} f = clamped - n;",
+             f"  {vector} p = zeros + {_taylor_steps(7, 'f')};"]
+    lines += [f"  {mask} whole = __builtin_convertvector({select('n == n', 'n', 'zeros')}, {mask});",
+              f"  {mask} half = whole / 2;",
+              f"  {mask} low_bits = (half + 127) << 23, high_bits = (whole - half + 127) << 23;",
+              f"  return {select('zero', 'zeros', f'p * ({vector})low_bits * ({vector})high_bits')};",
+              "}"]
     return "\n".join(lines)
 
 
@@ -114,6 +147,7 @@ HELPERS.update({f"lg_float{lanes}": f"typedef float lg_float{lanes} __attribute_
 # makes it one blend. A generic macro, so one definition serves every lane count.
 HELPERS["lg_select("] = ("#define lg_select(mask, a, b) ((__typeof__(a))(((mask) & (__typeof__(mask))(a)) "
                          "| (~(mask) & (__typeof__(mask))(b))))")
+HELPERS.update({f"lg_exp2f{lanes}(": _vector_exp2_helper(lanes) for lanes in (4, 8, 16)})
 HELPERS = {marker: define_once(text) for marker, text in HELPERS.items()}
 
 # The helpers of a standalone kernel (an exported file, lazygrad/export/): ISO C99 with math.h, no
@@ -173,7 +207,8 @@ class CRenderer(CStyleRenderer):
 
     # Ops computed on float vectors: C's operators act lane by lane on GCC/clang vector types (a
     # comparison gives a mask of -1/0 lanes; WHERE is a select by it, lg_select).
-    vector_ops = frozenset({"NEG", "ADD", "MUL", "SUM", "CMPLT", "WHERE"})
+    vector_ops = frozenset({"NEG", "ADD", "MUL", "SUM", "MAX", "CMPLT", "CMPNE", "XOR", "WHERE", "EXP2"})
+    lanewise_ops = True  # other ops of a vector copy computed lane by lane (render_lane, render_vector)
 
     def __init__(self, simd_lanes: int = 16, simd_registers: int = 32, standalone: bool = False):
         self.simd_lanes, self.simd_registers = simd_lanes, simd_registers
@@ -214,14 +249,23 @@ class CRenderer(CStyleRenderer):
             return f"(-(lg_mask{len(lanes)}){{{', '.join(lanes)}}})"
         return f"((lg_float{len(lanes)}){{{', '.join(lanes)}}})"
 
+    def render_lane(self, name: str, dtype, lane: int) -> str:
+        """One lane of a vector: a mask's lane (-1 or 0) as a C truth value."""
+        return f"({name}[{lane}] != 0)" if dtype == dtypes.bool else f"{name}[{lane}]"
+
     def render_broadcast(self, dtype, width: int, value: str) -> str:
         return self.render_vector(dtype, [value] * width)
 
-    def render_vector_op(self, op: str, src_dtypes, dtype, operands: list[str]) -> str:
+    def render_vector_op(self, op: str, src_dtypes, dtype, operands: list[str], width: int) -> str:
         """An op of vector_ops: the op table's template, which C applies lane by lane to vector types."""
         assert op in self.vector_ops and dtype in (dtypes.float32, dtypes.bool), f"{op} on {dtype.name} vectors is not rendered"
         if op == "WHERE":  # C's ?: takes no vector condition: the mask selects bits
             return f"lg_select({operands[0]}, {operands[1]}, {operands[2]})"
+        if op == "EXP2":
+            return f"lg_exp2f{width}({operands[0]})"
+        if op == "MAX":  # the larger, or a NaN of the first operand, as the scalar template
+            left, right = operands
+            return f"lg_select((({left}>{right}) | ({left}!={left})), {left}, {right})"
         return self.template(op, src_dtypes[-1] if src_dtypes else dtype).format(*operands, f="", ctype="")
 
     def render_vector_fma(self, dtype, width: int, left: str, right: str, accumulator: str) -> str:

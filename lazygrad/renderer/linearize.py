@@ -293,7 +293,8 @@ class _Emitter:
     def vector_expression(self, node: KernelNode, names: dict, lanes: list) -> tuple[str, int]:
         """(text, width) of a node across the lanes of a vector copy: a leaf the same in every lane
         stays a scalar, an aligned contiguous unmasked load is one vector load, other leaves gather
-        their lanes; an op is scalar over scalars, else a vector op with scalar operands broadcast."""
+        their lanes; an op is scalar over scalars, else a vector op with scalar operands broadcast, or
+        one that the renderer computes lane by lane (`vector_dtype`) a vector of its lanes' results."""
         renderer, width = self.renderer, len(lanes)
         if node.op in LEAF_OPS:
             texts = [self.scalar_expression(node, [], indexer) for indexer in lanes]
@@ -306,8 +307,17 @@ class _Emitter:
         operands = [names[src] for src in node.srcs]
         if all(operand not in self.widths for operand in operands):
             return self.scalar_expression(node, operands, lanes[0]), 1
+        if node.op not in renderer.vector_ops:  # lane by lane, each lane's op on its operands' lanes
+            texts = [self.scalar_expression(node, [self.lane_operand(operand, src.dtype, lane) for operand, src
+                                                   in zip(operands, node.srcs)], indexer)
+                     for lane, indexer in enumerate(lanes)]
+            return renderer.render_vector(node.dtype, texts), width
         operands = [self.vector_operand(operand, src.dtype, width) for operand, src in zip(operands, node.srcs)]
-        return renderer.render_vector_op(node.op, [src.dtype for src in node.srcs], node.dtype, operands), width
+        return renderer.render_vector_op(node.op, [src.dtype for src in node.srcs], node.dtype, operands, width), width
+
+    def lane_operand(self, name: str, dtype: DType, lane: int) -> str:
+        """One lane of a value (a scalar is the same in every lane)."""
+        return self.renderer.render_lane(name, dtype, lane) if name in self.widths else name
 
     def vector_operand(self, name: str, dtype: DType, width: int) -> str:
         """A value as a vector of `width` lanes: a scalar is broadcast."""
@@ -460,6 +470,26 @@ def _has_select_only_load(ast: KernelNode) -> bool:
                for node in nodes)
 
 
+def vector_dtype(kernel: Kernel, renderer) -> DType | None:
+    """The one dtype of a kernel's values when every op is one the renderer computes on vectors
+    (`renderer.vector_ops`), the only other values being masks those ops make that no store
+    writes: what linearize needs to write a tile as vector copies (with plain loops and stores
+    along the lanes, _vector_width). None otherwise. A renderer with `lanewise_ops` (C)
+    computes the other elementwise ops lane by lane on vectors (an epilogue's sqrt, gelu's erf
+    tests), masks included, so there a reduce's op, the one dtype and the unstored masks count."""
+    operations = getattr(renderer, "vector_ops", frozenset())
+    lanewise = getattr(renderer, "lanewise_ops", False)
+    nodes = [node for node in kernel.ast.walk() if node.op not in ("SINK", "STORE")]
+    # masks (comparisons, and the selects they steer) may be vectors too where the renderer says so
+    masks = {node for node in nodes if node.dtype == dtypes.bool and (lanewise or node.op in operations)}
+    kinds = {node.dtype for node in nodes if node not in masks}
+    if len(kinds) != 1 or any(store.srcs[0] in masks for store in kernel.stores):
+        return None
+    if any(node.op not in LEAF_OPS and node.op not in operations and (node.is_reduce or not lanewise) for node in nodes):
+        return None  # a reduce's accumulator is updated with the vector op itself
+    return kinds.pop()
+
+
 def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool, lanes_at) -> int:
     """How many lanes of the last upcast axis each copy of the body covers: the renderer's vector
     width for the kernel's dtype and that axis's length, when every value has that dtype (or is a
@@ -467,19 +497,12 @@ def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool,
     every op is one the renderer computes on vectors (`renderer.vector_ops`), the loops are plain
     (no BLOCK, GROUP or accumulator arrays) and every store is contiguous and aligned along the
     lanes; else 1."""
-    if not upcast_axes or not plain:
-        return 1
-    nodes = [node for node in kernel.ast.walk() if node.op not in ("SINK", "STORE")]
-    # masks (comparisons, and the selects they steer) may be vectors too where the renderer says so
-    masks = {node for node in nodes if node.dtype == dtypes.bool and node.op in renderer.vector_ops}
-    dtypes_ = {node.dtype for node in nodes if node not in masks}
-    if len(dtypes_) != 1 or any(store.srcs[0] in masks for store in kernel.stores):
+    dtype = vector_dtype(kernel, renderer)
+    if not upcast_axes or not plain or dtype is None:
         return 1
     axis = upcast_axes[-1]
-    width = renderer.vector_width(dtypes_.pop(), kernel.full_shape[axis])
+    width = renderer.vector_width(dtype, kernel.full_shape[axis])
     if width <= 1:
-        return 1
-    if any(node.op not in LEAF_OPS and node.op not in renderer.vector_ops for node in nodes):
         return 1
     starts = [position for position in _combinations(kernel.full_shape, upcast_axes) if position[axis] % width == 0]
     for start in starts:

@@ -248,7 +248,7 @@ class OpenCLRenderer(CStyleRenderer):
     def render_broadcast(self, dtype: DType, width: int, value: str) -> str:
         return f"(({self.value_type_name(dtype, width)})({value}))"
 
-    def render_vector_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
+    def render_vector_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str], width: int) -> str:
         """An op of VECTOR_OPS on vector operands: the op table's template, which OpenCL applies lane by lane."""
         assert op in VECTOR_OPS and dtype == dtypes.float32, f"{op} on {dtype.name} vectors is not rendered"
         return self.template(op, src_dtypes[-1] if src_dtypes else dtype).format(*operands, f="", ctype="")

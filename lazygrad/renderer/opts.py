@@ -339,7 +339,7 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
         return []
     fits = _accumulators_fit(renderer)
     if len(kernel.reduce_axes) == 1:
-        vector_choices, row_choices = (32, 16, 8), (8, 6, 4, 2)
+        vector_choices, row_choices = (32, 16, 8), MATMUL_ROW_CHOICES
         if not large_operands(kernel, strides):
             # the widest vector of which 2 rows of accumulators fit beside OPERAND_REGISTERS, then
             # as many rows as fit there (AVX2: 32 x 2, where 16 x 8 filled all 16 registers with
@@ -365,6 +365,24 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     if len(tile) == 1 and renderer is not None:
         tile = [_in_whole_vectors(kernel, tile[0], source.dtype, renderer)]
     return tile
+
+
+# Row counts a matmul's register tile takes (`matmul_tile`), most first.
+MATMUL_ROW_CHOICES = (8, 6, 4, 2)
+
+
+def panel_tile(renderer) -> tuple[int, int]:
+    """(rows, columns) of the register tile of a matmul whose operands are packed into panels of
+    that many rows and columns (tensor_methods/linalg.py `_panel_product`): two vectors of columns
+    by the most rows whose accumulators fit beside those two vectors and a broadcast value. AVX2
+    (16 registers of 8 floats): 6 x 16, where 8 x 16 spilled 3 accumulators (1024x384 @ 384x1536,
+    2 threads: 95 -> 159 GFLOP/s of a 171 peak). AVX-512 (32 of 16): 8 x 32; against 6 x 16 there,
+    operands packed included, one thread: ResNet-18's weight gradients at batch 16 (64x50176 @
+    50176x576, 64x200704 @ 200704x147, 128x12544 @ 12544x1152) 97-100 -> 103-104, 83-86 -> 90-92,
+    99-100 -> 103-104 GFLOP/s, 512x3136 @ 3136x2304 77-79 -> 87-93, BERT's 1024x384 @ 384x1536
+    105-106 -> 111-112; 12 x 32 or 8 x 48 were slower on the weight gradients."""
+    lanes, fits = getattr(renderer, "simd_lanes", 8), _accumulators_fit(renderer, reserved=3)
+    return next((rows for rows in MATMUL_ROW_CHOICES if fits(2 * lanes, rows)), 2), 2 * lanes
 
 
 # Vectors of channels by output columns in `channels_vector_tile`, the widest run of columns first.
@@ -704,7 +722,8 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
             # a panel's row tiles reuse its block of steps from L1; without the block they read it
             # from farther (AVX2, one thread, 1024x384 @ 384x1536 in panels: 40 GFLOP/s with the
             # PANEL, 53 with the tile alone, 48 with blocks of 64 steps)
-            return opts
+            block = long_reduce_block(tiled)
+            return opts if block is None else opts + [block]
         tiled = panelled
         opts.append(panel)
     if block is not None:

@@ -216,10 +216,7 @@ class LinalgMethods:
 
 
 # On the CPU device, a matmul with at least PANEL_MIN_ROWS rows and a right operand of at least
-# PANEL_MIN_ELEMENTS elements whose columns come in whole PANEL_WIDTHs first copies its operands
-# into panels (_panel_product).
-PANEL_ROWS = 6
-PANEL_WIDTH = 16
+# PANEL_MIN_ELEMENTS elements first copies its operands into panels (_panel_product).
 PANEL_MIN_ROWS = 64
 PANEL_MIN_ELEMENTS = 1 << 17
 
@@ -231,27 +228,33 @@ def packs_operands(device: str, m: int, k: int, n: int) -> bool:
     return device.split(":")[0] == "CPU" and m >= PANEL_MIN_ROWS and k * n >= PANEL_MIN_ELEMENTS
 
 
+def panel_shape(device: str) -> tuple[int, int]:
+    """(rows, columns) of the panels `_panel_product` packs into on the device: its register tile,
+    which follows the CPU's vector registers (renderer/opts.py `panel_tile`: 6 x 16 with AVX2, 8 x 32
+    with AVX-512)."""
+    from lazygrad.realize import renderer_for
+    from lazygrad.renderer.opts import panel_tile
+    return panel_tile(renderer_for(device))
+
+
 def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
     """x @ w with both operands first copied into panels, as BLAS libraries pack them: w into panels
-    of PANEL_WIDTH columns, shape (n / PANEL_WIDTH, k, PANEL_WIDTH), and x into panels of PANEL_ROWS
-    rows, shape (m / PANEL_ROWS, k, PANEL_ROWS), each first padded with zeros to whole panels (the
-    product's extra rows and columns are cut off again: ResNet-18's stem weight gradient, 147
-    columns, at batch 16 133 -> 45 ms, where it read its operands in place). The kernel's register
-    tile (PANEL_ROWS rows by PANEL_WIDTH columns, renderer/opts.py) then reads each operand as one
-    contiguous stream per reduce step.
+    of `width` columns, shape (n / width, k, width), and x into panels of `rows` rows, shape
+    (m / rows, k, rows), each first padded with zeros to whole panels (the product's extra rows and
+    columns are cut off again: ResNet-18's stem weight gradient, 147 columns, at batch 16 133 -> 45
+    ms, where it read its operands in place). The kernel's register tile (rows by width, `panel_shape`)
+    then reads each operand as one contiguous stream per reduce step.
     Read in place, consecutive rows of w lie n elements apart, a stride that maps them onto the
-    same few cache sets, and the tile's rows of x are PANEL_ROWS separate streams. The copies are
+    same few cache sets, and the tile's rows of x are separate streams. The copies are
     (m + n) * k elements against m * k * n multiply-adds; a transposed w needs a copy anyway.
 
-    6 x 16 is the largest tile whose 12 accumulators, 2 vectors of w and a broadcast value of x fit
-    in AVX2's 16 registers: 8 x 16 spills 3 accumulators to the stack, and their store-to-load
-    round trips bound each step (AVX2, 2 threads, 1024 x 384 @ 384 x 1536: 95 GFLOP/s as 8 x 16,
-    159 as 6 x 16, of a 171 peak). An x computed with expensive ops is stored before it is packed:
+    An x computed with expensive ops is stored before it is packed:
     packing reads it across its rows, so BERT's gelu would be computed one element at a time. A
     cheap one (a batch norm and clip of a depthwise convolution's output) is computed in the pack,
     which saves storing it transposed first (MobileNetV2's 14x14 and 7x7 stages, 0.1-0.14 ms a copy)."""
-    m, k, n, width = x.shape[-2], x.shape[-1], w.shape[-1], PANEL_WIDTH
-    padded = -(-m // PANEL_ROWS) * PANEL_ROWS
+    m, k, n = x.shape[-2], x.shape[-1], w.shape[-1]
+    rows, width = panel_shape(x.device)
+    padded = -(-m // rows) * rows
     columns = -(-n // width) * width
     if _has_expensive_op(x.lazydata):
         x = x.contiguous()
@@ -260,9 +263,9 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
     if columns != n:  # a computed w is stored first: panels of a padded view of windows index slowly
         w = (w if w.lazydata.realized else w.contiguous()).pad(((0, 0),) * (w.ndim - 1) + ((0, columns - n),))
     right_panels = w.reshape(w.shape[:-2] + (k, columns // width, width)).transpose(-3, -2).contiguous()
-    left_panels = x.reshape(x.shape[:-2] + (padded // PANEL_ROWS, PANEL_ROWS, k)).transpose(-1, -2).contiguous()
+    left_panels = x.reshape(x.shape[:-2] + (padded // rows, rows, k)).transpose(-1, -2).contiguous()
     right = right_panels.transpose(-1, -2).reshape(w.shape[:-2] + (1, 1, columns // width, width, k))
-    left = left_panels.transpose(-1, -2).reshape(x.shape[:-2] + (padded // PANEL_ROWS, PANEL_ROWS, 1, 1, k))
+    left = left_panels.transpose(-1, -2).reshape(x.shape[:-2] + (padded // rows, rows, 1, 1, k))
     result = (left * right)._reduce("SUM", -1, False, "matmul")  # (..., m / rows, rows, n / width, width)
     result = result.reshape(result.shape[:-4] + (padded, columns))
     return result if (padded, columns) == (m, n) else result[..., :m, :n]

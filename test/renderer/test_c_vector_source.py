@@ -104,11 +104,54 @@ def test_vectorized_depthwise_convolution_matches_numpy():
     np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_an_op_without_a_vector_form_keeps_the_kernel_scalar():
-    # a relu's max after the tile is not one of the renderer's vector ops
+def test_a_relu_after_the_tile_is_a_vector_max():
+    # max(x, 0) keeping a NaN of x, as the scalar template: a select by two vector comparisons
     a, b = realized((64, 96)), realized((96, 64), seed=1)
     renderer, program = program_of((a @ b).relu(), 8)
-    assert program.opts and program.vector_width == 1
+    source = renderer.render_program(program)
+    assert program.vector_width == 8 and "lg_select(" in source
+
+
+def test_an_op_without_a_vector_form_is_computed_lane_by_lane():
+    # sqrt after the tile: each lane's sqrtf on its lane of the row's vector, the tile still vectors
+    a, b = realized((64, 96)), realized((96, 64), seed=1)
+    result = (a @ b).abs().sqrt()
+    renderer, program = program_of(result, 8)
+    source = renderer.render_program(program)
+    assert program.vector_width == 8 and re.search(r"sqrtf\(v\d+\[7\]\)", source)
+    expected = np.sqrt(np.abs(a.numpy().astype(np.float64) @ b.numpy().astype(np.float64)))
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_max_reduce_keeps_its_reduce_scalar_across_its_rows():
+    # a row maximum (the logits' max of a log_softmax) has no vector form of its accumulator update
+    x = realized((16, 1000))
+    np.testing.assert_array_equal(x.max(axis=1).numpy(), x.numpy().max(axis=1))
+    renderer, program = program_of(x.max(axis=1), 16)
+    assert program.vector_width == 1
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_exp2_after_the_tile_is_the_scalar_helper_lane_for_lane(lanes):
+    """gelu's erf and a sigmoid after a matmul call lg_exp2f on whole vectors (lg_exp2f8, lg_exp2f16),
+    which gives each lane the scalar helper's result bit for bit: the same values as the product
+    stored first and the epilogue computed by plain loops, at the exponent's edges too (0 below
+    2^-150, inf above 2^128, NaN through)."""
+    a, b = realized((64, 96)), realized((96, 64), seed=1)
+    a_values = a.numpy() * 12
+    a_values[0, :4] = [np.nan, 0.0, 0.0, 0.0]
+    a = Tensor(a_values).realize()
+    for epilogue in (lambda x: x.exp(), lambda x: x.sigmoid(), lambda x: x.gelu(), lambda x: (x * 40).exp2()):
+        renderer, program = program_of(epilogue(a @ b), lanes)
+        assert program.vector_width == lanes and f"lg_exp2f{lanes}(" in renderer.render_program(program)
+        if lanes == get_device("CPU").simd[0]:  # the program this CPU runs: bitwise the same as unfused
+            fused = epilogue(a @ b).numpy()
+            apart = epilogue((a @ b).realize()).numpy()
+            np.testing.assert_array_equal(fused, apart)
+    result = ((a @ b) * 40).exp2().numpy()
+    with np.errstate(over="ignore"):
+        np.testing.assert_allclose(result, np.exp2((a @ b).numpy() * np.float32(40)), rtol=1e-6, atol=0)
+    assert np.isnan(result[0]).all() and np.isinf(result).any() and (result == 0).any()
 
 
 def test_a_clamp_after_the_tile_selects_with_vector_masks():

@@ -8,13 +8,15 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import lazygrad.realize as realize
 import lazygrad.renderer.linearize as linearize_module
+import lazygrad.tensor_methods.linalg as linalg
 from lazygrad import Tensor, dtypes
 from lazygrad.renderer.axes import merge_dims
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
 from lazygrad.renderer.linearize import linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
-from lazygrad.renderer.opts import Opt, OptError, apply_opt, apply_opts, candidate_opts, heuristic_opts, initial
+from lazygrad.renderer.opts import Opt, OptError, apply_opt, apply_opts, candidate_opts, heuristic_opts, initial, \
+    panel_tile
 from lazygrad.schedule.fuse import create_schedule
 
 
@@ -80,6 +82,13 @@ def product_kernel_of(tensor: Tensor):
 
 
 AVX2 = CRenderer(simd_lanes=8, simd_registers=16)
+
+
+@pytest.fixture
+def avx2_panels(monkeypatch):
+    """Matmul operands packed into AVX2's panels (6 x 16, linalg.panel_shape), whatever this CPU's
+    vector registers: the tests that use it read a packed product's opts under AVX2's tiles."""
+    monkeypatch.setattr(linalg, "panel_shape", lambda device: panel_tile(AVX2))
 
 
 def test_tiles_keep_their_accumulators_within_the_vector_registers():
@@ -216,13 +225,25 @@ def test_a_1x1_convolution_with_a_small_weight_runs_its_channel_rows_inside_the_
     np.testing.assert_allclose(out, np.einsum("oc,nchw->nohw", w_value, x_value), rtol=1e-4, atol=1e-4)
 
 
+def test_the_panels_of_a_packed_matmul_are_a_register_tile_that_fits_the_cpu():
+    """Two vectors of columns by the most rows whose accumulators leave three registers free."""
+    assert panel_tile(AVX2) == (6, 16)
+    assert panel_tile(CRenderer(simd_lanes=16, simd_registers=32)) == (8, 32)  # AVX-512
+    assert panel_tile(CRenderer(simd_lanes=4, simd_registers=32)) == (8, 8)    # Arm NEON
+    assert panel_tile(CRenderer(simd_lanes=4, simd_registers=16)) == (6, 8)    # SSE
+
+
 def test_a_1x1_convolution_over_few_positions_is_a_matmul_in_panels():
-    """MobileNetV2's 7x7 and 14x14 1x1 convolutions (nn/spatial.py `_pointwise_product`): 6 positions
-    by 16 output channels per tile, as a matmul's; at 56x56 a product with its output channels last."""
+    """MobileNetV2's 7x7 and 14x14 1x1 convolutions (nn/spatial.py `_pointwise_product`): a panel
+    of positions by a panel of output channels per tile, as a matmul's (8 x 32 with AVX-512, 6 x 16
+    with AVX2); at 56x56 a product with its output channels last."""
     w = Tensor(np.ones((320, 160, 1, 1), np.float32))
     kernel, count = product_kernel_of(Tensor(np.ones((1, 160, 7, 7), np.float32)).conv2d(w))
-    assert kernel.full_shape[:4] == (9, 6, 20, 16) and count == 4  # both packs, the product, its (N, C, H, W) copy
-    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 6)]
+    renderer = realize.renderer_for("CPU")
+    rows, width = panel_tile(renderer)
+    assert kernel.full_shape[:4] == (-(-49 // rows), rows, 320 // width, width)
+    assert count == 4  # both packs, the product, its (N, C, H, W) copy
+    assert heuristic_opts(kernel, renderer) == [Opt("UPCAST", 3, width), Opt("UPCAST", 1, rows)]
     kernel, _ = product_kernel_of(Tensor(np.ones((1, 160, 56, 56), np.float32)).conv2d(w))
     assert kernel.full_shape[:3] == (3136, 20, 16)
 
@@ -476,6 +497,7 @@ def test_a_reduce_reading_across_its_outputs_computes_a_cache_line_of_them():
     assert upcasts((Tensor(gradient[:, :, :4, :4]) * activation[:, :, :4, :4]).sum((0, 2, 3))) == []  # 64 steps
 
 
+@pytest.mark.usefixtures("avx2_panels")
 def test_a_matmul_in_panels_with_a_long_reduce_runs_it_in_blocks():
     """A weight gradient's matmul, 64 rows (11 row tiles: no PANEL divides them) by a reduce of
     thousands of steps: each row tile's operands would stream from beyond L2 for every panel of
@@ -598,6 +620,7 @@ def test_only_matmuls_of_large_operands_are_blocked():
 
 # ---- PANEL: operands in panels, row tiles run inside the column loop --------------------------------
 
+@pytest.mark.usefixtures("avx2_panels")
 def test_a_large_matmul_copies_both_operands_into_panels_and_panels_its_row_tiles():
     x, w = Tensor(np.ones((264, 2048), np.float32)), Tensor(np.ones((2048, 1024), np.float32))
     kernel, count = last_kernel_of(x @ w)
@@ -609,6 +632,7 @@ def test_a_large_matmul_copies_both_operands_into_panels_and_panels_its_row_tile
     assert [loop.size for loop in program.global_loops] == [11, 64, 4]
 
 
+@pytest.mark.usefixtures("avx2_panels")
 def test_rows_that_fill_no_whole_panel_are_padded_and_cut_off():
     """256 rows make 42 panels of 6 and 4 rows over: x is padded to 258 rows, and the product's
     last 2 rows are cut off by a copy of the result (a user of it would read it through the cut)."""
@@ -617,6 +641,7 @@ def test_rows_that_fill_no_whole_panel_are_padded_and_cut_off():
     assert count == 4 and kernel.full_shape[:2] == (43, 6)
 
 
+@pytest.mark.usefixtures("avx2_panels")
 def test_a_panelled_matmul_of_small_operands_takes_its_tile_alone():
     """BERT's FFN (1024x1536 @ 1536x384 in panels), AVX2, 2 threads: 95 GFLOP/s with a tile of
     8 x 16 (its 16 accumulators leave no register for the operands: 3 spill), 159 with 6 x 16."""
@@ -652,6 +677,7 @@ def test_small_matmuls_read_their_operands_in_place():
         assert count == 1, (m, k, n)
 
 
+@pytest.mark.usefixtures("avx2_panels")
 def test_a_matmul_whose_columns_fill_no_whole_panel_pads_the_last():
     """147 columns (a 7x7 convolution over 3 channels, its weight gradient's im2col): panels of 16
     with the last one padded with zeros, the extra columns cut off the product."""
@@ -674,12 +700,27 @@ def test_a_panel_is_taken_only_with_its_block_of_steps():
         assert [opt.op for opt in heuristic_opts(kernel, renderer)] == ["UPCAST", "UPCAST"]
 
 
+@pytest.mark.usefixtures("avx2_panels")
 def test_panel_keeps_enough_row_panels_for_the_threads():
     x, w = Tensor(np.ones((96, 2048), np.float32)), Tensor(np.ones((2048, 1024), np.float32))
     kernel, _ = last_kernel_of(x @ w)
     assert Opt("PANEL", 0, 4) in heuristic_opts(kernel, AVX2)  # 16 row tiles: 4 panels of 4
 
 
+def test_a_panel_whose_steps_make_no_block_runs_a_long_reduce_in_blocks_without_it(monkeypatch):
+    """ResNet-18's weight gradients at 14x14, batch 16, in AVX-512's 8 x 32 panels: 256 x 3136 @
+    3136 x 2304. Its 32 row tiles would take a PANEL, but 3136 steps make no block of 256 for it, so
+    the tile runs alone with its long reduce in blocks of 224 steps, as row tiles that take no PANEL
+    do (2 threads, kernel alone: 19.7-20.2 -> 18.6-18.8 ms)."""
+    monkeypatch.setattr(linalg, "panel_shape", lambda device: (8, 32))
+    x, w = Tensor(np.ones((256, 3136), np.float32)), Tensor(np.ones((3136, 2304), np.float32))
+    kernel, _ = last_kernel_of(x @ w)
+    assert kernel.full_shape[:4] == (32, 8, 72, 32)
+    assert heuristic_opts(kernel, CRenderer(simd_lanes=16, simd_registers=32)) == [
+        Opt("UPCAST", 3, 32), Opt("UPCAST", 1, 8), Opt("BLOCK", 6, 224)]
+
+
+@pytest.mark.usefixtures("avx2_panels")
 def test_row_panels_that_take_no_panel_keep_the_tile_alone():
     """43 row tiles (a prime) take no PANEL; blocks of 64 steps measured 96 GFLOP/s there against 134
     for the tile alone (256x2048 @ 2048x1024, AVX2, 2 threads)."""
