@@ -14,7 +14,9 @@ setup(
     python_requires=">=3.10",
     install_requires=["numpy"],
     extras_require={
-        "test": ["pytest", "hypothesis", "pytest-xdist", "safetensors", "scikit-learn", "matplotlib", "tqdm"],
+        # array-api-compat: how scikit-learn finds the namespace of lazygrad arrays (test/ops/test_array_api.py)
+        "test": ["pytest", "hypothesis", "pytest-xdist", "safetensors", "scikit-learn", "array-api-compat", "matplotlib",
+                 "tqdm"],
         "opencl": ["pyopencl", "pocl-binary-distribution"],
         "cuda": ["cupy-cuda12x"],
         "examples": ["scikit-learn", "matplotlib", "tqdm", "safetensors"],

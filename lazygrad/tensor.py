@@ -293,6 +293,18 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         from lazygrad.dlpack import to_dlpack
         return to_dlpack(self, stream, max_version, dl_device, copy)
 
+    def __array_namespace__(self, /, *, api_version: str | None = None):
+        """The array API standard's namespace for Tensors (lazygrad/array_api.py)."""
+        from lazygrad import array_api
+        if api_version not in (None, array_api.__array_api_version__):
+            raise ValueError(f"__array_namespace__: lazygrad implements the array API {array_api.__array_api_version__}, "
+                             f"not {api_version!r}")
+        return array_api
+
+    def to_device(self, device: str, /, *, stream=None) -> "Tensor":
+        """The array API standard's name for `.to(device)`."""
+        return self.to(device)
+
     def __dlpack_device__(self) -> tuple[int, int]:
         from lazygrad.dlpack import DLPACK_CPU, HOST_DEVICES
         if self.device.split(":")[0] not in HOST_DEVICES:
@@ -326,6 +338,21 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
 
     def __bool__(self) -> bool:
         return bool(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __index__(self) -> int:
+        """A one-element integer tensor as a Python int (an index, a range's bound), as PyTorch allows."""
+        if not (self.dtype.is_int or self.dtype.is_bool):
+            raise TypeError(f"__index__: only an integer tensor can be used as an index, not {self.dtype.name}")
+        return int(self.item())
+
+    def __pos__(self) -> "Tensor":
+        return self
 
     # ---- type conversion ----------------------------------------------------------------------
 

@@ -264,7 +264,7 @@ class ElementwiseMethods:
         with no_grad():
             em = (-2 * x.abs()).expm1()
             magnitude = -em / (2 + em)
-            out = (x < 0).where(-magnitude, magnitude)
+            out = (x == 0).where(x, (x < 0).where(-magnitude, magnitude))  # tanh(-0.0) is -0.0
         return out._with_gradient((x,), lambda grad, out, sources, rule: [grad * (1 - out * out)])
 
     def relu(self) -> "Tensor":
@@ -342,6 +342,7 @@ class ElementwiseMethods:
             odd = floor._apply("MOD", floor._const_like(2)) != 0
             up = (fraction > 0.5).logical_or((fraction == 0.5).logical_and(odd))
             value = up.where(floor + 1, floor)
+            value = (value == 0).where(self * 0, value)  # a zero keeps x's sign: round(-0.3) is -0.0
         return self._with_zero_gradient(value)
 
     def clamp(self, min=None, max=None) -> "Tensor":
