@@ -7,6 +7,7 @@ PyTorch state dict maps onto the same model 1:1:
     state = get_state_dict(model)            # {"conv1.weight": Tensor, ..., "bn.running_mean": ...}
     safe_save(state, "model.safetensors")
     load_state_dict(fresh_model, safe_load("model.safetensors"))
+    load_state_dict(fresh_model, torch_load("model.pth"))   # torch.save's format, torch not needed (torch_checkpoint.py)
 
 The checkpoint format is safetensors, written and read here by hand: an 8-byte little-endian header
 length, a JSON header giving each tensor's dtype, shape and byte range (`data_offsets`, relative
@@ -31,6 +32,7 @@ from lazygrad.devices import canonical_device, get_device
 from lazygrad.devices.buffer import ALIGNMENT
 from lazygrad.dtype import DType, dtypes
 from lazygrad.lazy import LazyBuffer
+from lazygrad.nn.torch_checkpoint import UnsafeCheckpointError, torch_load  # noqa: F401  (PyTorch checkpoints)
 from lazygrad.tensor import Tensor
 
 # ---- walking a model ----------------------------------------------------------------------------
