@@ -13,8 +13,9 @@ code only through the globals it names, and none of these run any.
 Each tensor is a view of its storage: `storage_offset`, `size` and `stride`, checked against the
 storage's length. A contiguous view on a host device wraps the storage's bytes without a copy
 (memory-mapped with `mmap=True`, as `safe_load`); others are copied. Storages whose dtype lazygrad
-lacks (bfloat16, complex) raise `TypeError` naming it. The legacy formats (before torch 1.6: a
-tar archive or concatenated pickles) raise `ValueError` saying how to convert the file.
+lacks (bfloat16, complex) raise `TypeError` naming it. The legacy format before torch 1.6
+(concatenated pickles, then each storage's bytes) is read too, into memory; the tar archives of
+torch before 0.4 are not.
 """
 from __future__ import annotations
 
@@ -113,9 +114,11 @@ class _CheckpointUnpickler(pickle.Unpickler):
             "state_dict() rather than the model object")
 
     def persistent_load(self, pid):
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], DType)):
+        # ("storage", dtype, key, location, count), and in the legacy format a view of it last (None: none)
+        if not (isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage" and isinstance(pid[1], DType)
+                and (len(pid) == 5 or pid[5] is None)):
             raise ValueError(f"torch_load: {self.path} refers to an unknown kind of storage: {pid!r}")
-        _, dtype, key, _, count = pid
+        _, dtype, key, _, count = pid[:5]
         key = str(key)
         if key not in self.storages:
             self.storages[key] = _Storage(dtype, key, int(count), self.reader)
@@ -134,8 +137,7 @@ def torch_load(path: str | os.PathLike, device: str | None = None, mmap: bool = 
     state dict's parts raises UnsafeCheckpointError."""
     path = os.fspath(path)
     if not zipfile.is_zipfile(path):
-        raise ValueError(f"torch_load: {path} is not a zip archive: only the format of torch.save since torch 1.6 "
-                         "is read; re-save it with a recent torch (torch.save(torch.load(path), new_path))")
+        return _to_tensors(_load_legacy(path), canonical_device(device))
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as error:
@@ -154,6 +156,49 @@ def torch_load(path: str | os.PathLike, device: str | None = None, mmap: bool = 
         except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, AttributeError, IndexError, KeyError) as error:
             raise ValueError(f"torch_load: {path}'s pickle is damaged: {type(error).__name__}: {error}") from None
         return _to_tensors(loaded, canonical_device(device))
+
+
+LEGACY_MAGIC, LEGACY_PROTOCOL = 0x1950a86a20f9469cfc6c, 1001
+
+
+def _load_legacy(path: str):
+    """torch.save's format before torch 1.6 (and with _use_new_zipfile_serialization=False): pickles
+    of the magic number, the protocol version and the writer's system, then the object, then the
+    list of storage keys, then each storage as its element count (8 bytes) and its bytes."""
+    def unpickler(file):
+        return _CheckpointUnpickler(file, path, None)
+    not_a_checkpoint = (f"torch_load: {path} is not a PyTorch checkpoint: neither a zip archive (torch.save since "
+                        "torch 1.6) nor the legacy format before it")
+    with open(path, "rb") as file:
+        try:
+            if unpickler(file).load() != LEGACY_MAGIC:
+                raise ValueError(not_a_checkpoint)
+            if unpickler(file).load() != LEGACY_PROTOCOL:
+                raise ValueError(f"torch_load: {path} is of an unknown legacy protocol; re-save it with a recent torch")
+            system = unpickler(file).load()
+            main = unpickler(file)
+            loaded = main.load()
+            keys = unpickler(file).load()
+        except (UnsafeCheckpointError, TypeError, ValueError):
+            raise
+        except (pickle.UnpicklingError, EOFError, AttributeError, IndexError, KeyError) as error:
+            raise ValueError(f"{not_a_checkpoint} (or a damaged one: {type(error).__name__}: {error})") from None
+        order = "<" if not isinstance(system, dict) or system.get("little_endian", True) else ">"
+        for key in keys if isinstance(keys, list) else []:
+            storage = main.storages.get(str(key))
+            if storage is None:
+                raise ValueError(f"torch_load: {path} lists storage {key!r}, which no tensor uses: the file is damaged")
+            count = int.from_bytes(file.read(8), "little" if order == "<" else "big", signed=True)
+            data = file.read(count * storage.dtype.itemsize)
+            if count != storage.count or len(data) != count * storage.dtype.itemsize:
+                raise ValueError(f"torch_load: {path}'s storage {key!r} holds {count} elements of the {storage.count} its "
+                                 "tensors need, or ends early: the file is damaged")
+            storage._array = np.frombuffer(bytearray(data), dtype=storage.dtype.np.newbyteorder(order)) \
+                .astype(storage.dtype.np)
+        missing = [key for key, storage in main.storages.items() if storage._array is None]
+        if missing:
+            raise ValueError(f"torch_load: {path} lacks the data of storage(s) {', '.join(missing)}: the file is damaged")
+    return loaded
 
 
 class _StorageReader:

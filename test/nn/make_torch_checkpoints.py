@@ -1,6 +1,6 @@
-"""Writes the PyTorch checkpoint that test_torch_load.py reads without torch, and torch's own values
-of its tensors beside it (as numpy arrays), so the test compares lazygrad with torch, not with itself.
-Run once with torch installed; the two files are committed:
+"""Writes the PyTorch checkpoint that test_torch_load.py reads without torch (in the zip format and
+in the legacy one before torch 1.6), and torch's own values of its tensors beside it (as numpy arrays), so the test compares lazygrad with torch, not with itself.
+Run once with torch installed; the three files are committed:
 
     python test/nn/make_torch_checkpoints.py
 """
@@ -31,7 +31,9 @@ def main() -> None:
         "empty": torch.zeros(0, 3),
     }
     DATA.mkdir(exist_ok=True)
-    torch.save({"model": state, "epoch": 7, "note": "made by make_torch_checkpoints.py"}, DATA / "torch_checkpoint.pt")
+    checkpoint = {"model": state, "epoch": 7, "note": "made by make_torch_checkpoints.py"}
+    torch.save(checkpoint, DATA / "torch_checkpoint.pt")
+    torch.save(checkpoint, DATA / "torch_checkpoint_legacy.pt", _use_new_zipfile_serialization=False)  # before torch 1.6
     np.savez(DATA / "torch_checkpoint_expected.npz", **{name: tensor.numpy() for name, tensor in state.items()})
 
 

@@ -18,10 +18,12 @@ from lazygrad.nn.state import UnsafeCheckpointError, get_state_dict, load_state_
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def test_the_committed_checkpoint_matches_torchs_values(device):
-    """test/nn/data/torch_checkpoint.pt and torch's values of it, both written by make_torch_checkpoints.py."""
+@pytest.mark.parametrize("name", ["torch_checkpoint.pt", "torch_checkpoint_legacy.pt"])
+def test_the_committed_checkpoints_match_torchs_values(device, name):
+    """test/nn/data/'s checkpoint in the zip and the legacy format, and torch's values of its tensors,
+    all written by make_torch_checkpoints.py."""
     expected = np.load(DATA / "torch_checkpoint_expected.npz")
-    loaded = torch_load(DATA / "torch_checkpoint.pt", device=device)
+    loaded = torch_load(DATA / name, device=device)
     assert loaded["epoch"] == 7 and loaded["note"] == "made by make_torch_checkpoints.py"
     assert set(loaded["model"]) == set(expected.files)
     for name, tensor in loaded["model"].items():
@@ -108,14 +110,33 @@ def test_a_dtype_lazygrad_lacks_is_named(tmp_path):
         torch_load(path)
 
 
-def test_a_truncated_or_foreign_file_raises(tmp_path):
-    whole = (DATA / "torch_checkpoint.pt").read_bytes()
-    (tmp_path / "cut.pt").write_bytes(whole[:len(whole) // 2])
+@pytest.mark.parametrize("name", ["torch_checkpoint.pt", "torch_checkpoint_legacy.pt"])
+@pytest.mark.parametrize("kept", [0.3, 0.6, 0.95])
+def test_a_truncated_checkpoint_raises(tmp_path, name, kept):
+    whole = (DATA / name).read_bytes()
+    (tmp_path / "cut.pt").write_bytes(whole[:int(len(whole) * kept)])
     with pytest.raises(ValueError, match="torch_load"):
         torch_load(tmp_path / "cut.pt")
-    (tmp_path / "old.pt").write_bytes(pickle.dumps({"a": 1}))
-    with pytest.raises(ValueError, match="torch 1.6"):
-        torch_load(tmp_path / "old.pt")
+
+
+def test_a_file_of_another_kind_raises(tmp_path):
+    (tmp_path / "other.pt").write_bytes(pickle.dumps({"a": 1}))
+    with pytest.raises(ValueError, match="not a PyTorch checkpoint"):
+        torch_load(tmp_path / "other.pt")
+    (tmp_path / "text.pt").write_text("weights\n")
+    with pytest.raises(ValueError, match="not a PyTorch checkpoint"):
+        torch_load(tmp_path / "text.pt")
+
+
+def test_a_legacy_checkpoint_naming_a_command_raises_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    command = f"touch {marker}".encode()
+    evil = b"\x80\x02cos\nsystem\nq\x00X" + len(command).to_bytes(4, "little") + command + b"q\x01\x85q\x02Rq\x03."
+    header = b"".join(pickle.dumps(value, protocol=2) for value in (0x1950a86a20f9469cfc6c, 1001, {"little_endian": True}))
+    (tmp_path / "legacy.pt").write_bytes(header + evil + pickle.dumps([], protocol=2))
+    with pytest.raises(UnsafeCheckpointError, match=r"os\.system"):
+        torch_load(tmp_path / "legacy.pt")
+    assert not marker.exists()
 
 
 # ---- with torch installed: checkpoints torch writes now -------------------------------------------
