@@ -263,6 +263,9 @@ class CRenderer(CStyleRenderer):
             return f"lg_select({operands[0]}, {operands[1]}, {operands[2]})"
         if op == "EXP2":
             return f"lg_exp2f{width}({operands[0]})"
+        if src_dtypes and src_dtypes[0] == dtypes.bool and op in ("MAX", "CMPLT"):  # masks: true is -1 in every bit
+            left, right = operands
+            return f"({left} | {right})" if op == "MAX" else f"(~{left} & {right})"
         if op == "MAX":  # the larger, or a NaN of the first operand, as the scalar template
             left, right = operands
             return f"lg_select((({left}>{right}) | ({left}!={left})), {left}, {right})"

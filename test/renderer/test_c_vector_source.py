@@ -112,6 +112,19 @@ def test_a_relu_after_the_tile_is_a_vector_max():
     assert program.vector_width == 8 and "lg_select(" in source
 
 
+def test_masks_combined_after_the_tile_keep_their_truth_values():
+    # masks are -1/0 lanes: their max (logical or) and their < (not a, and b) are bit operations
+    a, b = realized((64, 96)), realized((96, 64), seed=1)
+    product = a @ b
+    positive, small = product > 0, product.abs() < 5
+    result = (positive.maximum(small)).where(product, -1.0) + (positive < small).where(100.0, 0.0)
+    renderer, program = program_of(result, 8)
+    assert program.vector_width == 8
+    p = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64)
+    expected = np.where((p > 0) | (np.abs(p) < 5), p, -1.0) + np.where((p <= 0) & (np.abs(p) < 5), 100.0, 0.0)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_an_op_without_a_vector_form_is_computed_lane_by_lane():
     # sqrt after the tile: each lane's sqrtf on its lane of the row's vector, the tile still vectors
     a, b = realized((64, 96)), realized((96, 64), seed=1)
