@@ -652,7 +652,7 @@ def __array_namespace_info__() -> _Info:
     return _Info()
 
 
-# ---- the linalg extension: what composes from lazy ops (no factorizations yet) ---------------
+# ---- the linalg extension: what composes from lazy ops ------------------------------------------
 
 def _outer(x1: Tensor, x2: Tensor, /) -> Tensor:
     if x1.ndim != 1 or x2.ndim != 1:
@@ -698,5 +698,129 @@ def _cross(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
     return concat([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=axis)
 
 
+# ---- the factorizations: numpy's LAPACK on the host ----------------------------------------------
+
+def _host(name: str, x: Tensor, *others: Tensor) -> list[np.ndarray]:
+    """The realized values of a factorization's inputs, after checking that no gradient is asked for
+    (these functions compute on the host and record none) and that the matrices are float ones."""
+    from lazygrad.tensor import Tensor as TensorType
+    for array in (x, *others):
+        if array.requires_grad and TensorType.grad_enabled:
+            raise RuntimeError(f"linalg.{name}: computed on the host with numpy, it has no gradient in lazygrad; "
+                               "detach() the input or call it under lazygrad.no_grad()")
+        if not array.dtype.is_float:
+            raise TypeError(f"linalg.{name}: expects floating-point arrays, got {array.dtype.name}")
+        if array.ndim < (1 if name == "solve" and array is not x else 2):
+            raise ValueError(f"linalg.{name}: expects a stack of matrices, got shape {array.shape}")
+    return [array.numpy() for array in (x, *others)]
+
+
+def _back(value: np.ndarray, like: Tensor) -> Tensor:
+    return Tensor(np.array(value, dtype=like.dtype.np), dtype=like.dtype, device=like.device)  # 0-d stays 0-d
+
+
+def _cholesky(x: Tensor, /, *, upper: builtins.bool = False) -> Tensor:
+    (a,) = _host("cholesky", x)
+    lower = np.linalg.cholesky(a)
+    return _back(np.swapaxes(lower, -1, -2) if upper else lower, x)
+
+
+def _det(x: Tensor, /) -> Tensor:
+    return _back(np.linalg.det(_host("det", x)[0]), x)
+
+
+def _slogdet(x: Tensor, /):
+    sign, logabsdet = np.linalg.slogdet(_host("slogdet", x)[0])
+    return _Unique(sign=_back(sign, x), logabsdet=_back(logabsdet, x))
+
+
+def _inv(x: Tensor, /) -> Tensor:
+    return _back(np.linalg.inv(_host("inv", x)[0]), x)
+
+
+def _pinv(x: Tensor, /, *, rtol=None) -> Tensor:
+    (a,) = _host("pinv", x)
+    cutoff = builtins.max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None else np.asarray(rtol.numpy() if isinstance(rtol, Tensor) else rtol)
+    return _back(np.linalg.pinv(a, rcond=cutoff), x)
+
+
+def _solve(x1: Tensor, x2: Tensor, /) -> Tensor:
+    a, b = _host("solve", x1, x2)
+    if b.ndim == 1:  # a vector: one right-hand side
+        return _back(np.linalg.solve(a, b[..., None])[..., 0], x1)
+    return _back(np.linalg.solve(a, b), x1)
+
+
+def _qr(x: Tensor, /, *, mode: str = "reduced"):
+    if mode not in ("reduced", "complete"):
+        raise ValueError(f"linalg.qr: mode must be 'reduced' or 'complete', not {mode!r}")
+    q, r = np.linalg.qr(_host("qr", x)[0], mode=mode)
+    return _Unique(Q=_back(q, x), R=_back(r, x))
+
+
+def _svd(x: Tensor, /, *, full_matrices: builtins.bool = True):
+    u, s, vh = np.linalg.svd(_host("svd", x)[0], full_matrices=full_matrices)
+    return _Unique(U=_back(u, x), S=_back(s, x), Vh=_back(vh, x))
+
+
+def _svdvals(x: Tensor, /) -> Tensor:
+    return _back(np.linalg.svd(_host("svdvals", x)[0], compute_uv=False), x)
+
+
+def _eigh(x: Tensor, /):
+    values, vectors = np.linalg.eigh(_host("eigh", x)[0])
+    return _Unique(eigenvalues=_back(values, x), eigenvectors=_back(vectors, x))
+
+
+def _eigvalsh(x: Tensor, /) -> Tensor:
+    return _back(np.linalg.eigvalsh(_host("eigvalsh", x)[0]), x)
+
+
+def _matrix_rank(x: Tensor, /, *, rtol=None) -> Tensor:
+    (a,) = _host("matrix_rank", x)
+    values = np.linalg.svd(a, compute_uv=False)
+    relative = builtins.max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None else np.asarray(
+        rtol.numpy() if isinstance(rtol, Tensor) else rtol)[..., None]
+    cutoff = values.max(-1, keepdims=True, initial=0.0) * relative
+    return Tensor((values > cutoff).sum(-1).astype(np.int64), device=x.device)
+
+
+def _matrix_power(x: Tensor, n: int, /) -> Tensor:
+    """x multiplied by itself n times, lazily by repeated squaring; n < 0 inverts first (on the host)."""
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise ValueError(f"linalg.matrix_power: expects square matrices, got shape {x.shape}")
+    if n < 0:
+        x, n = _inv(x), -n
+    result, square = None, x
+    while n:
+        if n & 1:
+            result = square if result is None else result @ square
+        n >>= 1
+        if n:
+            square = square @ square
+    if result is None:  # n == 0: identity matrices
+        return (eye(x.shape[-1], dtype=x.dtype, device=x.device) + x * 0).cast(x.dtype)
+    return result
+
+
+def _matrix_norm(x: Tensor, /, *, keepdims: builtins.bool = False, ord="fro") -> Tensor:
+    """Frobenius, nuclear (sum of singular values, on the host), 2 and -2 (largest and smallest
+    singular value), or 1, -1, inf, -inf (the largest or smallest column or row sum of magnitudes)."""
+    if ord == "fro":
+        result = (x * x).sum((-2, -1)).sqrt()
+    elif ord in ("nuc", 2, -2):
+        values = _svdvals(x)
+        result = values.sum(-1) if ord == "nuc" else values.amax(-1) if ord == 2 else values.amin(-1)
+    elif ord in (1, -1, math.inf, -math.inf):
+        sums = x.abs().sum(-2 if ord in (1, -1) else -1)
+        result = sums.amax(-1) if ord in (1, math.inf) else sums.amin(-1)
+    else:
+        raise ValueError(f"linalg.matrix_norm: ord {ord!r} is not one of 'fro', 'nuc', 1, -1, 2, -2, inf, -inf")
+    return result.reshape(result.shape + (1, 1)) if keepdims else result
+
+
 linalg = SimpleNamespace(matmul=matmul, matrix_transpose=matrix_transpose, tensordot=tensordot, vecdot=vecdot,
-                         outer=_outer, diagonal=_diagonal, trace=_trace, vector_norm=_vector_norm, cross=_cross)
+                         outer=_outer, diagonal=_diagonal, trace=_trace, vector_norm=_vector_norm, cross=_cross,
+                         cholesky=_cholesky, det=_det, slogdet=_slogdet, inv=_inv, pinv=_pinv, solve=_solve, qr=_qr,
+                         svd=_svd, svdvals=_svdvals, eigh=_eigh, eigvalsh=_eigvalsh, matrix_rank=_matrix_rank,
+                         matrix_power=_matrix_power, matrix_norm=_matrix_norm)

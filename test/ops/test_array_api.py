@@ -358,6 +358,9 @@ def test_the_linalg_extension_matches_numpy(device):
 
 SCIKIT_LEARN_FIT = """
 import numpy as np, sklearn
+import sklearn.base
+from sklearn.decomposition import PCA
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
 import lazygrad.array_api as xp
 from lazygrad import Tensor
@@ -368,13 +371,20 @@ with sklearn.config_context(array_api_dispatch=True):
         assert isinstance(scaled, Tensor), type(scaled)
         expected = type(estimator)().fit_transform(values)
         np.testing.assert_allclose(scaled.numpy(), expected, rtol=1e-5, atol=1e-5)
+    labels = (values[:, 0] > 1).astype(np.int64)
+    for estimator, arguments in ((PCA(n_components=2, svd_solver="full"), (values,)),
+                                 (LinearDiscriminantAnalysis(), (values, labels))):
+        projected = estimator.fit(*[xp.asarray(a) for a in arguments]).transform(xp.asarray(values))
+        assert isinstance(projected, Tensor), type(projected)
+        expected = sklearn.base.clone(estimator).fit(*arguments).transform(values)
+        np.testing.assert_allclose(np.abs(projected.numpy()), np.abs(expected), rtol=1e-3, atol=1e-3)  # signs may flip
 print("fitted")
 """
 
 
 def test_scikit_learn_estimators_fit_on_lazygrad_arrays():
     """scikit-learn's array API dispatch finds lazygrad's namespace (through array-api-compat) and
-    fits its scalers on Tensors, giving Tensors with numpy's results. A process of its own: scipy
+    fits its scalers, PCA and linear discriminant analysis on Tensors, giving Tensors with numpy's results. A process of its own: scipy
     reads SCIPY_ARRAY_API when it is first imported."""
     import os
     import subprocess
@@ -387,3 +397,52 @@ def test_scikit_learn_estimators_fit_on_lazygrad_arrays():
     result = subprocess.run([sys.executable, "-c", SCIKIT_LEARN_FIT], capture_output=True, text=True, env=environment,
                             timeout=300)
     assert result.returncode == 0 and "fitted" in result.stdout, result.stderr[-3000:]
+
+
+def test_the_linalg_factorizations_match_numpy(device):
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((2, 4, 4)).astype(np.float32)
+    spd = a @ np.swapaxes(a, -1, -2) + 4 * np.eye(4, dtype=np.float32)
+    x, s = tensor(a, device), tensor(spd, device)
+    check(xp.linalg.inv(x), np.linalg.inv(a), rtol=1e-3, atol=1e-4)
+    check(xp.linalg.det(x), np.linalg.det(a), rtol=1e-4, atol=1e-5)
+    sign, logabsdet = xp.linalg.slogdet(x)
+    check(sign, np.linalg.slogdet(a)[0])
+    check(logabsdet, np.linalg.slogdet(a)[1], rtol=1e-4, atol=1e-5)
+    check(xp.linalg.cholesky(s), np.linalg.cholesky(spd), rtol=1e-5, atol=1e-5)
+    check(xp.linalg.cholesky(s, upper=True), np.swapaxes(np.linalg.cholesky(spd), -1, -2), rtol=1e-5, atol=1e-5)
+    vector = rng.standard_normal(4).astype(np.float32)
+    check(xp.linalg.solve(x, tensor(vector, device)), np.linalg.solve(a, vector[:, None])[..., 0], rtol=1e-3, atol=1e-4)
+    check(xp.linalg.solve(x, x), np.broadcast_to(np.eye(4, dtype=np.float32), a.shape), rtol=1e-4, atol=1e-4)
+    q, r = xp.linalg.qr(x)
+    check(xp.matmul(q, r), a, rtol=1e-4, atol=1e-5)
+    u, values, vh = xp.linalg.svd(x, full_matrices=False)
+    check(values, np.linalg.svd(a, compute_uv=False), rtol=1e-5, atol=1e-5)
+    check(xp.matmul(u * xp.expand_dims(values, axis=-2), vh), a, rtol=1e-4, atol=1e-4)
+    check(xp.linalg.svdvals(x), np.linalg.svd(a, compute_uv=False), rtol=1e-5, atol=1e-5)
+    eigenvalues, eigenvectors = xp.linalg.eigh(s)
+    check(eigenvalues, np.linalg.eigvalsh(spd), rtol=1e-4, atol=1e-4)
+    check(xp.matmul(s, eigenvectors), (eigenvectors * xp.expand_dims(eigenvalues, axis=-2)).numpy(), rtol=1e-4, atol=1e-3)
+    check(xp.linalg.eigvalsh(s), np.linalg.eigvalsh(spd), rtol=1e-4, atol=1e-4)
+    check(xp.linalg.pinv(x), np.linalg.pinv(a), rtol=1e-3, atol=1e-3)
+    low_rank = np.stack([np.outer(vector, vector), a[0]]).astype(np.float32)
+    check(xp.linalg.matrix_rank(tensor(low_rank, device)), np.linalg.matrix_rank(low_rank))
+    for power in (0, 1, 3, -2):
+        check(xp.linalg.matrix_power(x, power), np.linalg.matrix_power(a, power), rtol=1e-3, atol=1e-3)
+    for order in ("fro", "nuc", 1, -1, 2, -2, np.inf, -np.inf):
+        check(xp.linalg.matrix_norm(x, ord=order), np.linalg.norm(a, ord=order, axis=(-2, -1)), rtol=1e-4, atol=1e-5)
+    assert xp.linalg.matrix_norm(x, keepdims=True).shape == (2, 1, 1)
+    single = tensor(a[0], device)  # one matrix: 0-d results
+    check(xp.linalg.det(single), np.linalg.det(a[0]), rtol=1e-4, atol=1e-5)
+    assert xp.linalg.slogdet(single).sign.shape == ()
+
+
+def test_a_host_factorization_refuses_an_input_that_wants_a_gradient():
+    from lazygrad import no_grad
+    x = Tensor(np.eye(3, dtype=np.float32) * 2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="no gradient"):
+        xp.linalg.inv(x)
+    with no_grad():
+        check(xp.linalg.inv(x), np.eye(3, dtype=np.float32) / 2)
+    with pytest.raises(TypeError, match="floating-point"):
+        xp.linalg.det(Tensor(np.eye(2, dtype=np.int32)))
