@@ -738,10 +738,17 @@ def _inv(x: Tensor, /) -> Tensor:
     return _back(np.linalg.inv(_host("inv", x)[0]), x)
 
 
+def _relative_tolerance(a: np.ndarray, rtol) -> np.ndarray:
+    """Singular values below this fraction of the largest count as zero: the standard's default
+    max(M, N) * eps, or `rtol` (a number, or an array per matrix)."""
+    if rtol is None:
+        return np.asarray(builtins.max(a.shape[-2:]) * np.finfo(a.dtype).eps)
+    return np.asarray(rtol.numpy() if isinstance(rtol, Tensor) else rtol)
+
+
 def _pinv(x: Tensor, /, *, rtol=None) -> Tensor:
     (a,) = _host("pinv", x)
-    cutoff = builtins.max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None else np.asarray(rtol.numpy() if isinstance(rtol, Tensor) else rtol)
-    return _back(np.linalg.pinv(a, rcond=cutoff), x)
+    return _back(np.linalg.pinv(a, rcond=_relative_tolerance(a, rtol)), x)
 
 
 def _solve(x1: Tensor, x2: Tensor, /) -> Tensor:
@@ -779,9 +786,7 @@ def _eigvalsh(x: Tensor, /) -> Tensor:
 def _matrix_rank(x: Tensor, /, *, rtol=None) -> Tensor:
     (a,) = _host("matrix_rank", x)
     values = np.linalg.svd(a, compute_uv=False)
-    relative = builtins.max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None else np.asarray(
-        rtol.numpy() if isinstance(rtol, Tensor) else rtol)[..., None]
-    cutoff = values.max(-1, keepdims=True, initial=0.0) * relative
+    cutoff = values.max(-1, keepdims=True, initial=0.0) * _relative_tolerance(a, rtol)[..., None]
     return Tensor((values > cutoff).sum(-1).astype(np.int64), device=x.device)
 
 
