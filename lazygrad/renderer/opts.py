@@ -488,9 +488,12 @@ def _vector_and_row_tile(kernel: Kernel, globals_: list[int], strides: list[dict
 
 
 # The longest axis that `transposed_read_panel` moves innermost: one pass of it stores into that many
-# cache lines of each output, which should stay in L1 for the next passes (256 lines are 16 KiB, half
-# of a 32 KiB L1; BERT's keys transposed for QK^T, 384 rows of 128 tokens, ran 0.34 -> 0.66 ms).
-TRANSPOSED_READ_MAX = 256
+# cache lines of each output, which should stay in L1 for the next passes (BERT's keys transposed for
+# QK^T, 384 rows of 128 tokens, once ran 0.34 -> 0.66 ms so; allowed again since, the BERT encoder
+# measured the same, 252-254 against 255-261 ms, one thread). 512 takes ResNet-18's last stage: 512
+# channels at 7x7, batch 16, one thread, its batch norm and relu into the next convolution's padded
+# input 1.73 -> 0.75-0.91 ms (ResNet-18 b16 jitted 567-574 -> 563 ms).
+TRANSPOSED_READ_MAX = 512
 # A matmul operand packed into panels of at most ROW_PANEL_MAX rows (linalg's 6), its rows up to
 # ROW_PANEL_READ_MAX long, takes a cache line of its rows per pass too (`transposed_read_panel`).
 ROW_PANEL_MAX, ROW_PANEL_READ_MAX = 8, 1024

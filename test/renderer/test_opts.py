@@ -321,7 +321,7 @@ def test_a_transposed_read_runs_a_cache_line_of_its_rows_innermost():
     64-byte line of the input (opts.py transposed_read_panel): that loop runs innermost, each pass
     reading one line and writing into 16 output rows, whose lines fill over the next passes. An
     axis no line divides is taken whole. Not when a pass would touch more than 64 pages (the L1
-    TLB) or the axis is longer than 256."""
+    TLB) or the axis is longer than 512."""
     renderer = CRenderer(8, 16)
     out, expected = channels_last_epilogue(64, 56, residual=False)
     assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 16)]
@@ -334,6 +334,9 @@ def test_a_transposed_read_runs_a_cache_line_of_its_rows_innermost():
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
     out, expected = channels_last_epilogue(24, 56, residual=False)
     assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 24)]
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+    out, expected = channels_last_epilogue(512, 7, residual=False)  # ResNet-18's last stage
+    assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 16)]
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
     x = Tensor(np.ones((64, 1024), np.float32))
     assert heuristic_opts(kernel_of(x.T + 1), renderer) == []  # 1024 rows: more lines than L1 holds
