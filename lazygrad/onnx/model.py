@@ -22,7 +22,7 @@ from lazygrad.onnx.order import ordered_model
 from lazygrad.onnx.proto import (UnsupportedError, ValueInfo, attribute_value, describe_value, elem_type_name,
                                  elem_type_of_dtype, is_supported_elem_type, load_model_proto, onnx_numpy,
                                  tensor_to_numpy, to_carrier)
-from lazygrad.onnx.registry import OpContext, find_operator
+from lazygrad.onnx.registry import OpContext, draws_random, find_operator
 from lazygrad.tensor import Tensor
 
 FOLD_LIMIT = 4096  # nodes whose constant inputs and whose outputs hold at most this many elements are folded
@@ -79,6 +79,7 @@ class OnnxModel:
         self.initializers = {tensor.name: self.constant(tensor_to_numpy(tensor, self.base_dir))
                              for tensor in graph.initializer}
         self.initializer_constants = dict(self.constants)
+        self.generators: dict[tuple, np.random.Generator] = {}  # a seeded random node's outputs -> its generator (OpContext.generator)
 
     # ---- loading ----------------------------------------------------------------------------------
 
@@ -214,6 +215,8 @@ class OnnxModel:
         """Whether a node only reads small known constants (no grads), so it can run once with numpy."""
         present = [value for value in inputs if value is not None]
         if not present or _subgraphs(node) or not all(isinstance(value, Tensor) for value in present):
+            return False
+        if draws_random(node.domain, node.op_type):
             return False
         if any(value.requires_grad or not self.is_known(value) for value in present):
             return False

@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 
-from lazygrad.dtype import dtypes
 from lazygrad.onnx.proto import dtype_of
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
@@ -227,12 +226,3 @@ def space_to_depth(ctx, x, blocksize, mode="DCR"):
     x = x.reshape(n, c, h // b, b, w // b, b)
     x = x.permute(0, 3, 5, 1, 2, 4) if mode == "DCR" else x.permute(0, 1, 3, 5, 2, 4)
     return x.reshape(n, c * b * b, h // b, w // b)
-
-
-@onnx_op("Dropout")
-def dropout(ctx, x, ratio=None, training_mode=None, seed=None, is_test=None):
-    rate = ctx.scalar(ratio, 0.5) if isinstance(ratio, Tensor) or ratio is None else ratio
-    if ctx.scalar(training_mode, False) and rate > 0:
-        raise NotImplementedError("Dropout in training mode draws random numbers ONNX's reference cannot match")
-    mask = Tensor.full(x.shape, True, dtype=dtypes.bool, device=ctx.device)
-    return (x, mask) if len(ctx.node.output) > 1 else x

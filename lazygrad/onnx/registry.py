@@ -12,16 +12,21 @@ from typing import Callable
 import numpy as np
 
 from lazygrad.tensor import Tensor
+from lazygrad.tensor_methods.creation import host_generator
 
 OPERATORS: dict[tuple[str, str], Callable] = {}
+DRAWING_OPERATORS: set[tuple[str, str]] = set()  # their outputs are random draws: never folded into constants
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
-def onnx_op(*op_types: str, domain: str = ""):
-    """Register the decorated function as the implementation of the given ONNX operators."""
+def onnx_op(*op_types: str, domain: str = "", draws: bool = False):
+    """Register the decorated function as the implementation of the given ONNX operators; `draws`
+    marks operators whose outputs are random, which must run on every call, not once as constants."""
     def register(function: Callable) -> Callable:
         for op_type in op_types:
             OPERATORS[(domain, op_type)] = function
+            if draws:
+                DRAWING_OPERATORS.add((domain, op_type))
         return function
     return register
 
@@ -29,6 +34,10 @@ def onnx_op(*op_types: str, domain: str = ""):
 def find_operator(domain: str, op_type: str) -> Callable | None:
     domain = "" if domain in DEFAULT_DOMAINS else domain
     return OPERATORS.get((domain, op_type))
+
+
+def draws_random(domain: str, op_type: str) -> bool:
+    return ("" if domain in DEFAULT_DOMAINS else domain, op_type) in DRAWING_OPERATORS
 
 
 class OpContext:
@@ -40,6 +49,19 @@ class OpContext:
         self.opset = opset
         self.device = device or runner.device  # NPY while constant inputs are folded
         self.scope = scope  # the values visible to the node, which subgraph bodies may read
+
+    def generator(self, seed) -> np.random.Generator:
+        """The generator a random operator draws from: with an ONNX `seed` attribute, the node's own,
+        seeded once when the model first runs it and continuing from call to call (as ONNX Runtime
+        does); without, the one behind Tensor.rand (lazygrad.manual_seed)."""
+        if seed is None:
+            return host_generator()
+        generators = self.runner.generators
+        key = tuple(self.node.output)  # names every run agrees on (protobuf makes a new node object per access)
+        if key not in generators:
+            # the attribute is a float (an int in Dropout's oldest opsets): its bits seed the generator
+            generators[key] = np.random.default_rng(int(np.float64(seed).view(np.uint64)))
+        return generators[key]
 
     def numpy(self, tensor: Tensor) -> np.ndarray:
         """The value of a (small) input as numpy: folded constants are free, others are realized."""

@@ -28,7 +28,12 @@ def manual_seed(seed: int) -> None:
     _rng = np.random.default_rng(seed)
 
 
-def _random_tensor(draw, device) -> "Tensor":
+def host_generator() -> np.random.Generator:
+    """The generator behind rand/randn, as manual_seed last set it."""
+    return _rng
+
+
+def random_tensor(draw, device) -> "Tensor":
     """A tensor of `draw()` (numbers from the global generator). Under a jit capture the buffer is
     recorded with `draw`, so each replay draws new numbers, continuing the same stream."""
     from lazygrad.realize import record_refill
@@ -105,14 +110,14 @@ class CreationMethods:
     def rand(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         """Uniform on [0, 1)."""
         dtype, shape = dtypes.from_any(dtype or dtypes.default_float), _shape_argument(shape, "rand")
-        result = _random_tensor(lambda: _rng.random(shape, dtype=np.float32).astype(dtype.np), device)
+        result = random_tensor(lambda: _rng.random(shape, dtype=np.float32).astype(dtype.np), device)
         return result.requires_grad_(requires_grad)
 
     @staticmethod
     def randn(*shape, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
         """Standard normal."""
         dtype, shape = dtypes.from_any(dtype or dtypes.default_float), _shape_argument(shape, "randn")
-        result = _random_tensor(lambda: _rng.standard_normal(shape, dtype=np.float32).astype(dtype.np), device)
+        result = random_tensor(lambda: _rng.standard_normal(shape, dtype=np.float32).astype(dtype.np), device)
         return result.requires_grad_(requires_grad)
 
     @staticmethod
@@ -158,7 +163,7 @@ class CreationMethods:
             raise ValueError(f"randint: low ({low}) must be less than high ({high})")
         shape = _shape_argument((size,), "randint")
         dtype = dtypes.from_any(dtype or dtypes.int64)
-        return _random_tensor(lambda: _rng.integers(low, high, size=shape).astype(dtype.np), device)
+        return random_tensor(lambda: _rng.integers(low, high, size=shape).astype(dtype.np), device)
 
     @staticmethod
     def uniform(*shape, low=0.0, high=1.0, dtype=None, device=None, requires_grad: bool = False) -> "Tensor":
