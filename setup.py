@@ -12,7 +12,7 @@ setup(
     description="A lazy tensor library that fuses ops into kernels, renders C, compiles and caches them",
     packages=find_packages(exclude=["test", "test.*", "tests", "tests.*"]),
     python_requires=">=3.10",
-    install_requires=["numpy"],
+    install_requires=["numpy", "ml_dtypes"],  # ml_dtypes: numpy's bfloat16
     extras_require={
         # array-api-compat: how scikit-learn finds the namespace of lazygrad arrays (test/ops/test_array_api.py)
         "test": ["pytest", "hypothesis", "pytest-xdist", "safetensors", "scikit-learn", "array-api-compat", "matplotlib",

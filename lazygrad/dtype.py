@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 
@@ -64,6 +65,8 @@ class dtypes:
     int32 = DType("int32", 4, 1, np.int32, "int")
     int64 = DType("int64", 8, 1, np.int64, "long long")
     float16 = DType("float16", 2, 2, np.float16, "_Float16")
+    # bfloat16: its bits in memory; every op on it computes in float32 and rounds once (Tensor._apply)
+    bfloat16 = DType("bfloat16", 2, 2, ml_dtypes.bfloat16, "unsigned short")
     float32 = DType("float32", 4, 2, np.float32, "float")
     float64 = DType("float64", 8, 2, np.float64, "double")
 
@@ -98,7 +101,7 @@ class dtypes:
 
 
 ALL_DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
-              dtypes.float16, dtypes.float32, dtypes.float64)
+              dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES}
 DTYPES_BY_NUMPY = {np.dtype(d.np_type): d for d in ALL_DTYPES}
 
@@ -111,7 +114,7 @@ class finfo:
         if not dtype.is_float:
             raise TypeError(f"finfo: expects a floating point dtype, got {dtype.name}; use lazygrad.iinfo for "
                             "integer dtypes")
-        limits = np.finfo(dtype.np)
+        limits = ml_dtypes.finfo(dtype.np) if dtype == dtypes.bfloat16 else np.finfo(dtype.np)
         self.dtype = dtype.name  # a name, as in PyTorch
         self.bits = limits.bits
         self.eps = float(limits.eps)
@@ -150,6 +153,8 @@ def promote_types(a: DType, b: DType) -> DType:
     if a.category != b.category:
         return a if a.category > b.category else b
     if a.is_float:
+        if a.itemsize == b.itemsize:  # float16 and bfloat16: neither holds the other (PyTorch: float32)
+            return dtypes.float32
         return a if a.itemsize >= b.itemsize else b
     # Two integer types: numpy's table agrees with PyTorch here (uint8 + int8 -> int16), except
     # that uint64 does not exist for us, so int64 is the ceiling.

@@ -111,6 +111,12 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
     def _apply(self, op: str, *others: "Tensor", arg=None) -> "Tensor":
         """Apply one primitive of the op table, recording it for backward when a source needs grads."""
         kind = OPS[op].kind
+        if kind in (UNARY, BINARY, TERNARY, REDUCE) and op not in ("CAST", "BITCAST"):
+            bfloat16 = self.lazydata.dtype is dtypes.bfloat16
+            for other in others:
+                bfloat16 = bfloat16 or other.lazydata.dtype is dtypes.bfloat16
+            if bfloat16:
+                return self._bfloat16_op(op, others, arg)
         if kind in (UNARY, BINARY, TERNARY):
             sources = []  # a loop, not a list comprehension (a function call): this runs for every op
             for other in others:
@@ -135,6 +141,15 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             out.requires_grad = True
             out._ctx = (op, (self,) + others, arg)
         return out
+
+    def _bfloat16_op(self, op: str, others: tuple["Tensor", ...], arg) -> "Tensor":
+        """An op on bfloat16 operands, as PyTorch computes it: in float32, its float result rounded
+        to bfloat16 once (a sum or a matmul accumulates in float32 and rounds at the end). So the
+        devices only load, store and convert bfloat16; they never compute in it."""
+        def wide(tensor: "Tensor") -> "Tensor":
+            return tensor.cast(dtypes.float32) if tensor.dtype == dtypes.bfloat16 else tensor
+        result = wide(self)._apply(op, *map(wide, others), arg=arg)
+        return result.cast(dtypes.bfloat16) if result.dtype == dtypes.float32 else result
 
     # ---- autograd -----------------------------------------------------------------------------
 
@@ -358,7 +373,12 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
 
     def cast(self, dtype) -> "Tensor":
         dtype = dtypes.from_any(dtype)
-        return self if dtype == self.dtype else self._apply("CAST", arg=dtype)
+        if dtype == self.dtype:
+            return self
+        if dtypes.bfloat16 in (dtype, self.dtype) and dtypes.float32 not in (dtype, self.dtype):
+            # bfloat16 converts to and from float32 only (PyTorch too rounds a double to float first)
+            return self._apply("CAST", arg=dtypes.float32).cast(dtype)
+        return self._apply("CAST", arg=dtype)
 
     def bitcast(self, dtype) -> "Tensor":
         dtype = dtypes.from_any(dtype)

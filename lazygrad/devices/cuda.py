@@ -24,7 +24,7 @@ import tempfile
 import numpy as np
 
 from lazygrad.diskcache import cache_get, cache_key, cache_put
-from lazygrad.dtype import DType
+from lazygrad.dtype import DType, dtypes
 from lazygrad.stats import stats
 
 INSTALL_HINT = "pip install lazygrad[cuda]  (cupy; needs an NVIDIA GPU and its driver)"
@@ -157,8 +157,8 @@ class CUDABuffer:
         cupy = import_cupy()
         self.device, self.dtype, self.size = device, dtype, size
         self.version = 0  # bumped by every in-place write (lazy.py)
-        with cupy_device:
-            self.data = cupy.empty(size, dtype=dtype.np)
+        with cupy_device:  # cupy has no bfloat16: its bits, as kernels read them
+            self.data = cupy.empty(size, dtype=np.uint16 if dtype == dtypes.bfloat16 else dtype.np)
 
     @property
     def nbytes(self) -> int:
@@ -169,11 +169,11 @@ class CUDABuffer:
             raise TypeError(f"copyin: {self} holds {self.dtype.name}, got a numpy array of {data.dtype}")
         if data.size != self.size:
             raise ValueError(f"copyin: {self} holds {self.size} elements, got {data.size}")
-        self.data.set(np.ascontiguousarray(data.reshape(-1)))
+        self.data.set(np.ascontiguousarray(data.reshape(-1)).view(self.data.dtype))
         return self
 
     def numpy(self) -> np.ndarray:
-        return self.data.get()
+        return self.data.get().view(self.dtype.np)
 
     @property
     def array(self) -> np.ndarray:

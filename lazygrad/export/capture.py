@@ -75,8 +75,8 @@ def _device_kind(device: str) -> str:
 
 
 def _check_exportable_dtype(dtype: DType, what: str) -> None:
-    if dtype == dtypes.float16:
-        raise ExportError(f"export: {what} is float16, which has no C99 type; export the model in float32 "
+    if dtype in (dtypes.float16, dtypes.bfloat16):
+        raise ExportError(f"export: {what} is {dtype.name}, which has no C99 type; export the model in float32 "
                           "(cast its parameters and inputs with .float())")
 
 

@@ -25,6 +25,7 @@ from lazygrad.nn.spatial import (
     conv_transpose1d, conv_transpose2d, interpolate, max_pool1d, max_pool2d,
 )
 from lazygrad.tensor import Tensor, no_grad
+from lazygrad.tensor_methods.helpers import computes_in_float32
 
 __all__ = [
     "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
@@ -42,6 +43,7 @@ __all__ = [
 
 # ---- linear, dropout, embedding ----------------------------------------------------------------
 
+@computes_in_float32
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """input @ weight.T + bias, with weight (out_features, in_features)."""
     if weight.ndim != 2:
@@ -106,6 +108,7 @@ def _normalized_shape(name: str, input: Tensor, normalized_shape) -> tuple[int, 
     return shape
 
 
+@computes_in_float32
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5) -> Tensor:
     """Normalize over the trailing dims given by normalized_shape, then scale by weight and shift by bias
@@ -120,6 +123,7 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, bi
     return out + bias if bias is not None else out
 
 
+@computes_in_float32
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
                weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
                momentum: "float | Tensor" = 0.1, eps: float = 1e-5) -> Tensor:
@@ -197,6 +201,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     return out + bias.reshape(per_channel) if bias is not None else out
 
 
+@computes_in_float32
 def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
     """input / sqrt(mean(input**2) + eps) over the trailing normalized_shape dims, times weight. eps
     defaults to the machine epsilon of the input's dtype, as in PyTorch."""
@@ -246,6 +251,7 @@ def _vector_norm(x: Tensor, p: float, dim, name: str) -> Tensor:
 
 # ---- attention ---------------------------------------------------------------------------------
 
+@computes_in_float32
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None) -> Tensor:
@@ -351,6 +357,7 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
     return _nll("nll_loss", input, target, weight, ignore_index, reduction)
 
 
+@computes_in_float32
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Cross entropy of logits input (N, C, *) or (C,), with the log-softmax taken over the class dim.

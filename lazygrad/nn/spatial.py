@@ -21,6 +21,7 @@ import numpy as np
 
 from lazygrad.dtype import dtypes
 from lazygrad.tensor import Tensor, no_grad
+from lazygrad.tensor_methods.helpers import computes_in_float32
 from lazygrad.tensor_methods.linalg import matmul_in_panels, packs_operands
 
 
@@ -396,6 +397,7 @@ def _conv_padding(name: str, padding, kernel, stride, dilation) -> tuple[tuple[i
     return tuple((p, p) for p in _ints(padding, len(kernel), name, "padding"))
 
 
+@computes_in_float32
 def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dilation, groups) -> Tensor:
     x, unbatched = _batched(name, input, dims)
     _check_conv_weight(name, x, weight, bias, groups, dims, transposed=False)
@@ -570,6 +572,7 @@ def _average_divisors(sizes, kernel, stride, padding, outputs, count_include_pad
     return float(divisors.flat[0]) if np.all(divisors == divisors.flat[0]) else divisors
 
 
+@computes_in_float32
 def _avg_pool(name: str, dims: int, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
               divisor_override) -> Tensor:
     x, unbatched = _batched(name, input, dims)

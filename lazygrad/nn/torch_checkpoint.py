@@ -13,7 +13,7 @@ code only through the globals it names, and none of these run any.
 Each tensor is a view of its storage: `storage_offset`, `size` and `stride`, checked against the
 storage's length. A contiguous view on a host device wraps the storage's bytes without a copy
 (memory-mapped with `mmap=True`, as `safe_load`); others are copied. Storages whose dtype lazygrad
-lacks (bfloat16, complex) raise `TypeError` naming it. The legacy format before torch 1.6
+lacks (complex, quantized) raise `TypeError` naming it. The legacy format before torch 1.6
 (concatenated pickles, then each storage's bytes) is read too, into memory; the tar archives of
 torch before 0.4 are not.
 """
@@ -39,8 +39,9 @@ STORAGE_DTYPES: dict[str, DType] = {
     "FloatStorage": dtypes.float32, "DoubleStorage": dtypes.float64, "HalfStorage": dtypes.float16,
     "LongStorage": dtypes.int64, "IntStorage": dtypes.int32, "ShortStorage": dtypes.int16,
     "CharStorage": dtypes.int8, "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool,
+    "BFloat16Storage": dtypes.bfloat16,
 }
-UNSUPPORTED_STORAGES = {"BFloat16Storage": "bfloat16", "ComplexFloatStorage": "complex64",
+UNSUPPORTED_STORAGES = {"ComplexFloatStorage": "complex64",
                         "ComplexDoubleStorage": "complex128", "QInt8Storage": "qint8", "QUInt8Storage": "quint8",
                         "QInt32Storage": "qint32"}
 

@@ -17,6 +17,7 @@ from collections import Counter
 import numpy as np
 import onnx
 
+from lazygrad.dtype import dtypes
 from lazygrad.onnx.functions import expand, function_schema, missing_in_function, type_proto_of
 from lazygrad.onnx.order import ordered_model
 from lazygrad.onnx.proto import (UnsupportedError, ValueInfo, attribute_value, describe_value, elem_type_name,
@@ -49,6 +50,23 @@ def walk_nodes(graph: onnx.GraphProto):
             continue
         yield node
         stack.extend(iter(subgraph.node) for subgraph in reversed(_subgraphs(node)))
+
+
+# Operators whose output dtype is their argument, not their input's: never widened (`_widen_bfloat16`).
+EXPLICIT_OUTPUT_TYPE = {"Cast", "CastLike"}
+
+
+def _widen_bfloat16(node, inputs: list) -> list | None:
+    """A node's inputs with bfloat16 tensors as float32, when it reads bfloat16 and no float32: each
+    ONNX operator then computes in float32 and its float outputs are rounded to bfloat16 once, as
+    ONNX's reference computes Celu; lazygrad's own ops would round after every primitive. None
+    when the node reads no bfloat16."""
+    tensors = [value for value in inputs if isinstance(value, Tensor)]
+    if node.op_type in EXPLICIT_OUTPUT_TYPE or not any(value.dtype == dtypes.bfloat16 for value in tensors) \
+            or any(value.dtype == dtypes.float32 for value in tensors):
+        return None
+    return [value.float() if isinstance(value, Tensor) and value.dtype == dtypes.bfloat16 else value
+            for value in inputs]
 
 
 def _node_label(node: onnx.NodeProto) -> str:
@@ -202,14 +220,19 @@ class OnnxModel:
         return self._call(function, OpContext(self, node, opset, values), inputs, attributes)
 
     def _call(self, function, context: OpContext, inputs: list, attributes: dict) -> list:
+        widened = _widen_bfloat16(context.node, inputs)
         try:
-            outputs = function(context, *inputs, **attributes)
+            outputs = function(context, *(inputs if widened is None else widened), **attributes)
         except UnsupportedError:
             raise
         except Exception as error:
             raise RuntimeError(f"{_node_label(context.node)}, opset {context.opset}) failed: "
                                f"{type(error).__name__}: {error}") from error
-        return list(outputs) if isinstance(outputs, tuple) else [outputs]
+        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        if widened is not None:
+            outputs = [output.cast(dtypes.bfloat16) if isinstance(output, Tensor) and output.dtype == dtypes.float32
+                       else output for output in outputs]
+        return outputs
 
     def _foldable(self, node: onnx.NodeProto, inputs: list) -> bool:
         """Whether a node only reads small known constants (no grads), so it can run once with numpy."""

@@ -1,6 +1,6 @@
 """Cast and CastLike, including the element types lazygrad carries in a wider dtype.
 
-Registered in registry.OPERATORS; model.py calls them. bfloat16, float8 and float4 values are
+Registered in registry.OPERATORS; model.py calls them. float8 and float4 values are
 carried in float32 and rounded here to their format (nearest, ties to even; clamped when saturating),
 so the carried value is exactly representable; float8e8m0 rounds up to a power of two; uint16 and
 uint32 wrap into their range.
@@ -19,7 +19,7 @@ from lazygrad.tensor import Tensor
 UNSIGNED_BITS = {TensorProto.UINT16: 16, TensorProto.UINT32: 32}
 # carried float formats: (mantissa bits, smallest normal exponent, largest finite value)
 FLOAT_FORMATS = {
-    TensorProto.BFLOAT16: (7, -126, 3.3895313892515355e38), TensorProto.FLOAT8E4M3FN: (3, -6, 448.0),
+    TensorProto.FLOAT8E4M3FN: (3, -6, 448.0),
     TensorProto.FLOAT8E4M3FNUZ: (3, -7, 240.0), TensorProto.FLOAT8E5M2: (2, -14, 57344.0),
     TensorProto.FLOAT8E5M2FNUZ: (2, -15, 57344.0), TensorProto.FLOAT4E2M1: (1, 0, 6.0),
 }
@@ -61,7 +61,7 @@ def cast_to(x: Tensor, elem_type: int, saturate: bool = True) -> Tensor:
     if elem_type == TensorProto.FLOAT8E8M0:
         return round_to_power_of_two(x, saturate)
     if elem_type in FLOAT_FORMATS:
-        return round_to_format(x, elem_type, saturate and elem_type != TensorProto.BFLOAT16)
+        return round_to_format(x, elem_type, saturate)
     if x.dtype == dtype:
         return x
     if x.dtype.is_float and not dtype.is_float and not dtype.is_bool:

@@ -115,6 +115,14 @@ double fma(double, double, double);
 #define INFINITY __builtin_inff()
 #define NAN __builtin_nanf("")"""
 
+# bfloat16 as bits (cstyle.CStyleRenderer.render_bfloat16_cast), with unions: ISO C99, standalone too.
+BF16_TO_FLOAT = ("static inline float lg_bf16_to_float(unsigned short bits) "
+                 "{ union { unsigned int u; float f; } value; value.u = (unsigned int)bits << 16; return value.f; }")
+FLOAT_TO_BF16 = ("static inline unsigned short lg_float_to_bf16(float x) "
+                 "{ union { float f; unsigned int u; } value; value.f = x; unsigned int u = value.u; "
+                 "if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u); "
+                 "return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }")
+
 # Each helper is emitted only when the kernel body uses it.
 HELPERS = {
     "lg_bitcast": "#define lg_bitcast(T, x) ({ __typeof__(x) lg_src_ = (x); T lg_dst_; "
@@ -135,6 +143,8 @@ HELPERS = {
     "lg_exp2(": _exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52),
     "lg_log2f": "static inline float lg_log2f(float x) { return log2f(x); }",
     "lg_log2(": "static inline double lg_log2(double x) { return log2(x); }",
+    "lg_bf16_to_float(": BF16_TO_FLOAT,
+    "lg_float_to_bf16(": FLOAT_TO_BF16,
 }
 # The float vectors of the lane counts CPUs have (renderer/c.py CRenderer.vector_width): one type for
 # values, one for memory accesses, aligned to its element.
@@ -162,6 +172,8 @@ STANDALONE_HELPERS = {
     "lg_fma(": define_once("#if defined(FP_FAST_FMA)\n#define lg_fma(a, b, c) fma(a, b, c)\n#else\n"
                      "#define lg_fma(a, b, c) ((a) * (b) + (c))\n#endif"),
     "lg_floordiv": HELPERS["lg_floordiv"],
+    "lg_bf16_to_float(": HELPERS["lg_bf16_to_float("],
+    "lg_float_to_bf16(": HELPERS["lg_float_to_bf16("],
     "lg_floormod": HELPERS["lg_floormod"],
     "lg_exp2f": define_once(_exp2_helper("float", degree=7, exponent_bias=127, mantissa_bits=23, standalone=True)),
     "lg_exp2(": define_once(_exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52, standalone=True)),

@@ -66,6 +66,8 @@ class CStyleRenderer(FloorSyntax):
     # ---- expressions --------------------------------------------------------------------------
 
     def render_const(self, value, dtype: DType) -> str:
+        if dtype == dtypes.bfloat16:  # its bits
+            return str(int(np.array(value, dtype=dtype.np).view(np.uint16)))
         if self.float16_in_registers_as_float and dtype == dtypes.float16:
             return self.render_const(float(np.float16(value)), dtypes.float32)
         if dtype.is_bool:
@@ -121,7 +123,23 @@ class CStyleRenderer(FloorSyntax):
                 raise TypeError(f"{op} is not defined for {operand_dtype.name}")
         return template
 
+    @staticmethod
+    def render_bfloat16_cast(src_dtype: DType, dtype: DType, operand: str) -> str | None:
+        """A CAST to or from bfloat16, which is held as its bits (an unsigned 16-bit integer); None for
+        other casts. The front end converts bfloat16 to and from float32 only (Tensor.cast):
+        lg_bf16_to_float shifts the bits into a float's high half, lg_float_to_bf16 rounds to nearest
+        even and keeps a NaN a NaN. Each dialect defines the two helpers."""
+        if dtype == dtypes.bfloat16 and src_dtype != dtypes.bfloat16:
+            return f"lg_float_to_bf16((float)({operand}))"
+        if src_dtype == dtypes.bfloat16 and dtype != dtypes.bfloat16:
+            return f"lg_bf16_to_float({operand})"
+        return None
+
     def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
+        if op == "CAST":
+            text = self.render_bfloat16_cast(src_dtypes[0], dtype, operands[0])
+            if text is not None:
+                return text
         operand_dtype = src_dtypes[-1] if src_dtypes else dtype
         suffix = "" if operand_dtype == dtypes.float64 else "f"
         return self.template(op, operand_dtype).format(*operands, f=suffix, ctype=self.type_name(dtype))

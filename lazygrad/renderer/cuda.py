@@ -54,6 +54,11 @@ HELPERS = {
     "lg_exp2(": "__device__ inline double lg_exp2(double x) { return exp2(x); }",
     "lg_log2f(": "__device__ inline float lg_log2f(float x) { return log2f(x); }",
     "lg_log2(": "__device__ inline double lg_log2(double x) { return log2(x); }",
+    "lg_bf16_to_float(": "__device__ inline float lg_bf16_to_float(unsigned short bits) "
+                         "{ return __uint_as_float((unsigned int)bits << 16); }",
+    "lg_float_to_bf16(": "__device__ inline unsigned short lg_float_to_bf16(float x) { unsigned int u = __float_as_uint(x); "
+                         "if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u); "
+                         "return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }",
 }
 
 # float16 ops whose float result is already a float16 value, so it needs no rounding.

@@ -137,6 +137,10 @@ HELPERS = {
     "lg_exp2f(": EXP2F_HELPER,
     "lg_lockstep(": LOCKSTEP_HELPER,
     "lg_log2(": "#define lg_log2(x) log2(x)",
+    "lg_bf16_to_float(": "float lg_bf16_to_float(ushort bits) { return as_float((uint)bits << 16); }",
+    "lg_float_to_bf16(": "ushort lg_float_to_bf16(float x) { uint u = as_uint(x); "
+                         "if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u); "
+                         "return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }",
 }
 
 # Float ops rendered by render_vectorizable_math instead of the op table's template.
@@ -202,7 +206,7 @@ class OpenCLRenderer(CStyleRenderer):
     dialect = "opencl"
     # Types of values in registers.
     type_names = {dtypes.bool: "bool", dtypes.uint8: "uchar", dtypes.int8: "char", dtypes.int16: "short",
-                  dtypes.int32: "int", dtypes.int64: "long", dtypes.float16: "float",
+                  dtypes.int32: "int", dtypes.int64: "long", dtypes.float16: "float", dtypes.bfloat16: "ushort",
                   dtypes.float32: "float", dtypes.float64: "double"}
     # Types of buffer elements in memory, where they differ from the register type.
     storage_names = {dtypes.bool: "uchar", dtypes.float16: "half"}
@@ -269,6 +273,8 @@ class OpenCLRenderer(CStyleRenderer):
     def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
         if op == "BITCAST":
             return self.render_bitcast(src_dtypes[0], dtype, operands[0])
+        if op == "CAST" and dtypes.bfloat16 in (src_dtypes[0], dtype):
+            return self.render_bfloat16_cast(src_dtypes[0], dtype, operands[0])
         if op == "CAST" and dtype == dtypes.float16:
             if src_dtypes[0] == dtypes.float64:
                 return f"lg_half_from_double({operands[0]})"

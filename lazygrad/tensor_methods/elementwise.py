@@ -13,7 +13,7 @@ import numpy as np
 
 from lazygrad.dtype import dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
-from lazygrad.tensor_methods.helpers import _check_scalar_fits, broadcast_shapes
+from lazygrad.tensor_methods.helpers import _check_scalar_fits, broadcast_shapes, computes_in_float32
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -233,11 +233,11 @@ class ElementwiseMethods:
     def log(self): return self._in_float32(lambda x: x.log2() * math.log(2))
 
     def _in_float32(self, compute) -> "Tensor":
-        """compute(x) for float x; a float16 x is computed in float32 and rounded once, since rounding
-        the scaled intermediate (x * log2(e)) to float16 would cost several ulps of the result."""
+        """compute(x) for float x; a float16 or bfloat16 x is computed in float32 and rounded once,
+        since rounding the scaled intermediate (x * log2(e)) to 16 bits would cost several ulps."""
         x = self._to_float()
-        if x.dtype == dtypes.float16:
-            return compute(x.float()).half()
+        if x.dtype in (dtypes.float16, dtypes.bfloat16):
+            return compute(x.float()).cast(x.dtype)
         return compute(x)
     def rsqrt(self): return self.sqrt().reciprocal()
     def cos(self):
@@ -246,6 +246,7 @@ class ElementwiseMethods:
         return (math.pi / 2 - x.double()).sin().cast(x.dtype) if x.dtype != dtypes.float64 else (math.pi / 2 - x).sin()
     def tan(self): return self.sin() / self.cos()
 
+    @computes_in_float32
     def sigmoid(self) -> "Tensor":
         # exp(-|x|) never overflows, so large |x| gives 0 or 1 and a finite gradient; the gradient,
         # out * (1 - out), reads the output, not x (see relu)
@@ -256,6 +257,7 @@ class ElementwiseMethods:
             out = (x >= 0).where(1, e) / (1 + e)
         return out._with_gradient((x,), lambda grad, out, sources, rule: [grad * out * (1 - out)])
 
+    @computes_in_float32
     def tanh(self) -> "Tensor":
         # tanh(|x|) = -expm1(-2|x|) / (2 + expm1(-2|x|)): relative precision near 0, no overflow;
         # the gradient, 1 - out^2, reads the output, not x (see relu)
@@ -489,6 +491,7 @@ class ElementwiseMethods:
             return self.contiguous()
         return self
 
+    @computes_in_float32
     def gelu(self, approximate: str = "none") -> "Tensor":
         """x * Phi(x); approximate='tanh' uses 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3))).
         The gradient is written out (Phi(x) + x phi(x), or the tanh form's derivative) and reads x,
@@ -501,6 +504,7 @@ class ElementwiseMethods:
             out = x * _gelu_gate(x, approximate)
         return out._with_gradient((x,), lambda grad, out, sources, rule: [grad * _gelu_slope(sources[0], approximate)])
 
+    @computes_in_float32
     def silu(self) -> "Tensor":
         """x * sigmoid(x); its gradient s (1 + x (1 - s)) reads x, stored by the forward pass when
         a gradient is needed."""
@@ -516,6 +520,7 @@ class ElementwiseMethods:
 
     swish = silu
 
+    @computes_in_float32
     def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> "Tensor":
         """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch)."""
         x = self._to_float()

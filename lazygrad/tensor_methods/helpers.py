@@ -8,6 +8,7 @@ error, not `int8_tensor + -24`).
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
 
@@ -134,3 +135,31 @@ def _extreme_value(dtype, largest: bool):
         return math.inf if largest else -math.inf
     info = np.iinfo(dtype.np)
     return int(info.max if largest else info.min)
+
+
+def _is_bfloat16_tensor(value) -> bool:
+    return getattr(value, "dtype", None) is dtypes.bfloat16 and hasattr(value, "lazydata")
+
+
+def computes_in_float32(function):
+    """For a function PyTorch runs as one kernel and lazygrad composes of several primitives (an
+    activation, a normalization, softmax, a mean, a matmul, a convolution, a loss): bfloat16 tensor
+    arguments are computed in float32 through the whole function and its float32 results rounded
+    to bfloat16 once, as PyTorch's kernel does. Each primitive on bfloat16 rounds once by itself
+    (Tensor._apply), which inside such a function would round its intermediates: a matmul's
+    products, a sigmoid's exponential."""
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        if not (any(map(_is_bfloat16_tensor, args)) or any(map(_is_bfloat16_tensor, kwargs.values()))):
+            return function(*args, **kwargs)
+
+        def wide(value):
+            return value.cast(dtypes.float32) if _is_bfloat16_tensor(value) else value
+
+        def narrow(value):
+            if isinstance(value, tuple):
+                return type(value)(*map(narrow, value)) if hasattr(value, "_fields") else tuple(map(narrow, value))
+            is_float32 = getattr(value, "dtype", None) is dtypes.float32 and hasattr(value, "lazydata")
+            return value.cast(dtypes.bfloat16) if is_float32 else value
+        return narrow(function(*map(wide, args), **{name: wide(value) for name, value in kwargs.items()}))
+    return wrapper

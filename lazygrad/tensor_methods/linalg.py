@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from lazygrad.dtype import result_type
 from lazygrad.ops import ELEMENTWISE, MOVEMENT, OPS
-from lazygrad.tensor_methods.helpers import broadcast_shapes
+from lazygrad.tensor_methods.helpers import broadcast_shapes, computes_in_float32
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -105,6 +105,7 @@ class LinalgMethods:
 
     # ---- linear algebra -----------------------------------------------------------------------
 
+    @computes_in_float32
     def matmul(self, other: "Tensor") -> "Tensor":
         from lazygrad.tensor import Tensor
         if not isinstance(other, Tensor):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 
 from lazygrad.dtype import dtypes
-from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis
+from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis, computes_in_float32
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -129,6 +129,7 @@ class ReduceMethods:
             return -((-self)._largest(axis, keepdim, name))
         return ~((~self)._largest(axis, keepdim, name))  # ~ reverses the order of integers without overflow
 
+    @computes_in_float32
     def mean(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
         axis = dim if dim is not None else axis
         if not self.dtype.is_float:
@@ -138,6 +139,7 @@ class ReduceMethods:
         total = self.sum(axis, keepdim)
         return total / count if count else total * float("nan")
 
+    @computes_in_float32
     def var(self, axis=None, unbiased: bool | None = None, keepdim: bool = False, *, correction=None,
             dim=None) -> "Tensor":
         """Sum of squared deviations / (N - correction); correction=1 (Bessel's) by default, as PyTorch."""
@@ -153,6 +155,7 @@ class ReduceMethods:
         centered = self - self.mean(axis, keepdim=True)
         return centered.square().sum(axis, keepdim) / max(count - correction, 0)  # N <= correction: inf or NaN
 
+    @computes_in_float32
     def std(self, axis=None, unbiased: bool | None = None, keepdim: bool = False, *, correction=None,
             dim=None) -> "Tensor":
         return self.var(axis, unbiased, keepdim, correction=correction, dim=dim).sqrt()
@@ -197,6 +200,7 @@ class ReduceMethods:
             tuple(size if d == axis else 1 for d in range(self.ndim)))
         return size - is_max.where(countdown, 0)._reduce("MAX_REDUCE", axis, keepdim, name)
 
+    @computes_in_float32
     def logsumexp(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
         """log(sum(exp(x))), shifted by the max so it neither overflows nor underflows."""
         axis = _pick_axis(axis, dim, "logsumexp")
@@ -221,6 +225,7 @@ class ReduceMethods:
             return x, axis
         return x - x.detach()._largest(axis, True, name), axis
 
+    @computes_in_float32
     def softmax(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
         """exp(x) / sum(exp(x)) along axis (default the last, as in tinygrad): 2 kernels (the row max and
         the sum of exponentials in one, then the division)."""
@@ -228,6 +233,7 @@ class ReduceMethods:
         e = shifted.exp()
         return e / e.sum(axis, keepdim=True)
 
+    @computes_in_float32
     def log_softmax(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
         shifted, axis = self._shifted_by_max(_pick_axis(axis, dim, "log_softmax", -1), dtype, "log_softmax")
         return shifted - shifted.exp().sum(axis, keepdim=True).log()

@@ -2,6 +2,7 @@
 how the capture sorts buffers (lazygrad/export/capture.py)."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -78,9 +79,10 @@ def test_a_shape_decided_by_data_is_refused(tmp_path):
         export(lambda x: x[x > 0] * 2, tmp_path)
 
 
-def test_float16_is_refused(tmp_path):
-    with pytest.raises(ExportError, match=r"float16, which has no C99 type.*float32"):
-        export(lambda x: x * 2, tmp_path, [X.astype(np.float16)])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_16_bit_floats_are_refused(tmp_path, dtype):
+    with pytest.raises(ExportError, match=rf"{np.dtype(dtype).name}, which has no C99 type.*float32"):
+        export(lambda x: x * 2, tmp_path, [X.astype(dtype)])
 
 
 def test_a_function_returning_no_tensor_is_refused(tmp_path):

@@ -8,11 +8,12 @@ import pickle
 import zipfile
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import lazygrad.nn as nn
-from lazygrad import Tensor
+from lazygrad import Tensor, dtypes
 from lazygrad.nn.state import UnsafeCheckpointError, get_state_dict, load_state_dict, torch_load
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -105,9 +106,17 @@ def test_a_damaged_checkpoint_raises_a_clear_error(tmp_path, pickled, storages, 
 
 
 def test_a_dtype_lazygrad_lacks_is_named(tmp_path):
-    path = _checkpoint(tmp_path, _tensor_pickle("BFloat16Storage", "0", 2, 0, (2,), (1,)), {"0": b"\x00" * 4})
-    with pytest.raises(TypeError, match="bfloat16"):
+    path = _checkpoint(tmp_path, _tensor_pickle("ComplexFloatStorage", "0", 2, 0, (2,), (1,)), {"0": b"\x00" * 16})
+    with pytest.raises(TypeError, match="complex64"):
         torch_load(path)
+
+
+def test_a_bfloat16_storage_loads_as_bfloat16(tmp_path):
+    values = np.array([1.0, -2.5, 3.140625], ml_dtypes.bfloat16)
+    path = _checkpoint(tmp_path, _tensor_pickle("BFloat16Storage", "0", 3, 0, (3,), (1,)), {"0": values.tobytes()})
+    loaded = torch_load(path)["t"]
+    assert loaded.dtype == dtypes.bfloat16
+    np.testing.assert_array_equal(loaded.numpy(), values)
 
 
 @pytest.mark.parametrize("name", ["torch_checkpoint.pt", "torch_checkpoint_legacy.pt"])
