@@ -31,6 +31,8 @@ from lazygrad.tensor_methods.nn import NNMethods
 from lazygrad.tensor_methods.reduce import ReduceMethods
 from lazygrad.tensor_methods.sorting import SortingMethods
 
+_BFLOAT16 = dtypes.bfloat16  # looked up for every op built (Tensor._apply)
+
 _SCALAR_RESULT_TYPES: dict[tuple, DType] = {}  # (tensor dtype, has dims, scalar's type) -> result dtype
 
 
@@ -111,18 +113,19 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
     def _apply(self, op: str, *others: "Tensor", arg=None) -> "Tensor":
         """Apply one primitive of the op table, recording it for backward when a source needs grads."""
         kind = OPS[op].kind
-        if kind in (UNARY, BINARY, TERNARY, REDUCE) and op not in ("CAST", "BITCAST"):
-            bfloat16 = self.lazydata.dtype is dtypes.bfloat16
-            for other in others:
-                bfloat16 = bfloat16 or other.lazydata.dtype is dtypes.bfloat16
-            if bfloat16:
-                return self._bfloat16_op(op, others, arg)
         if kind in (UNARY, BINARY, TERNARY):
+            bfloat16 = self.lazydata.dtype is _BFLOAT16
             sources = []  # a loop, not a list comprehension (a function call): this runs for every op
             for other in others:
-                sources.append(other.lazydata)
+                source = other.lazydata
+                sources.append(source)
+                bfloat16 = bfloat16 or source.dtype is _BFLOAT16
+            if bfloat16 and op != "CAST" and op != "BITCAST":
+                return self._bfloat16_op(op, others, arg)
             lazy = self.lazydata.alu(op, *sources, arg=arg)
         elif kind == REDUCE:
+            if self.lazydata.dtype is _BFLOAT16:
+                return self._bfloat16_op(op, others, arg)
             lazy = self.lazydata.reduce(op, arg)
         elif kind == GATHER:
             lazy = self.lazydata.take(others[0].lazydata)
