@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import lazygrad  # noqa: E402
 import lazygrad.nn.functional as F  # noqa: E402
-from lazygrad import Tensor, no_grad, stats  # noqa: E402
+from lazygrad import Tensor, dtypes, no_grad, stats  # noqa: E402
 from lazygrad.jit import jit  # noqa: E402
 from lazygrad.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential  # noqa: E402
 from lazygrad.nn.optim import Adam, CosineAnnealingLR  # noqa: E402
@@ -140,20 +140,21 @@ CHANNELS = (16, 32)
 HIDDEN = 64
 
 
-def build_model(image_size: int = 8, device: str | None = None) -> Sequential:
-    """Two 3x3 convolutions, a 2x2 max-pool and two linear layers; 10 classes."""
+def build_model(image_size: int = 8, device: str | None = None, dtype=None) -> Sequential:
+    """Two 3x3 convolutions, a 2x2 max-pool and two linear layers; 10 classes; parameters of `dtype`
+    (float32 by default)."""
     pooled = image_size // 2
     first, second = CHANNELS
     return Sequential(
-        Conv2d(1, first, 3, padding=1, device=device), ReLU(),
-        Conv2d(first, second, 3, padding=1, device=device), ReLU(),
+        Conv2d(1, first, 3, padding=1, device=device, dtype=dtype), ReLU(),
+        Conv2d(first, second, 3, padding=1, device=device, dtype=dtype), ReLU(),
         MaxPool2d(2), Flatten(),
-        Linear(second * pooled * pooled, HIDDEN, device=device), ReLU(),
-        Linear(HIDDEN, 10, device=device),
+        Linear(second * pooled * pooled, HIDDEN, device=device, dtype=dtype), ReLU(),
+        Linear(HIDDEN, 10, device=device, dtype=dtype),
     )
 
 
-def evaluate(model, images: np.ndarray, labels: np.ndarray, device: str | None = None) -> float:
+def evaluate(model, images: np.ndarray, labels: np.ndarray, device: str | None = None, dtype=None) -> float:
     """Accuracy on images, in chunks of EVAL_BATCH (the last one padded with zeros, so every chunk
     runs the same kernels). The model is evaluated in eval mode and left in the mode it was in."""
     was_training = model.training
@@ -164,7 +165,7 @@ def evaluate(model, images: np.ndarray, labels: np.ndarray, device: str | None =
             chunk = images[start:start + EVAL_BATCH]
             padded = np.zeros((EVAL_BATCH,) + images.shape[1:], dtype=np.float32)
             padded[:len(chunk)] = chunk
-            logits = model(Tensor(padded, device=device)).numpy()[:len(chunk)]
+            logits = model(Tensor(padded, device=device).cast(dtype or dtypes.float32)).float().numpy()[:len(chunk)]
             correct += int((logits.argmax(1) == labels[start:start + EVAL_BATCH]).sum())
     model.train(was_training)
     return correct / max(len(images), 1)
@@ -190,13 +191,16 @@ class TrainResult:
 
 
 def train(data: Dataset, epochs: int = 8, batch_size: int = 32, lr: float = 3e-3, seed: int = 0,
-          device: str | None = None, augment: bool = True, progress: bool = True, log=print) -> TrainResult:
+          device: str | None = None, augment: bool = True, progress: bool = True, log=print,
+          dtype=None) -> TrainResult:
     """Train build_model() on data with Adam and a per-epoch cosine schedule; returns the model and
     one EpochRecord per epoch. Batches are shuffled with `seed`; a last partial batch is dropped, so
-    every step runs the same kernels."""
+    every step runs the same kernels. `dtype` (float32 by default, or bfloat16) is the parameters',
+    the optimizer state's and the images'."""
     from tqdm import tqdm
     lazygrad.manual_seed(seed)
-    model = build_model(data.train_images.shape[-1], device)
+    dtype = dtype or dtypes.float32
+    model = build_model(data.train_images.shape[-1], device, dtype)
     optimizer = Adam(get_parameters(model), lr=lr)
     scheduler = CosineAnnealingLR(optimizer, T_max=epochs)
     rng = np.random.default_rng(seed)
@@ -226,18 +230,18 @@ def train(data: Dataset, epochs: int = 8, batch_size: int = 32, lr: float = 3e-3
         for step in bar:
             batch = order[step * batch_size:(step + 1) * batch_size]
             batch_images = shift_randomly(data.train_images[batch], rng) if augment else data.train_images[batch]
-            images = Tensor(batch_images, device=device)
+            images = Tensor(batch_images, device=device).cast(dtype)
             labels = Tensor(data.train_labels[batch], device=device)
             loss, logits = train_step(images, labels)
             losses.append(loss.item())
-            correct += int((logits.numpy().argmax(1) == data.train_labels[batch]).sum())
+            correct += int((logits.float().numpy().argmax(1) == data.train_labels[batch]).sum())
             seen = (step + 1) * batch_size
             bar.set_postfix(loss=f"{np.mean(losses):.4f}", acc=f"{correct / seen:.3f}",
                             img_s=f"{seen / (time.perf_counter() - start):.0f}")
         seconds = time.perf_counter() - start
         bar.close()
         scheduler.step()
-        test_accuracy = evaluate(model, data.test_images, data.test_labels, device)
+        test_accuracy = evaluate(model, data.test_images, data.test_labels, device, dtype)
         record = EpochRecord(epoch, float(np.mean(losses)), correct / (steps * batch_size), test_accuracy, seconds,
                              steps * batch_size / seconds, stats.kernels, stats.compiles, stats.cache_hits)
         result.history.append(record)
@@ -288,6 +292,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam's initial learning rate (cosine decay)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="of the parameters, the optimizer state and the images")
     parser.add_argument("--mnist", metavar="DIR", help="train on MNIST's IDX files in DIR instead of the digits")
     parser.add_argument("--out", metavar="DIR", default=str(HERE), help="where the checkpoint and plot go")
     parser.add_argument("--min-accuracy", type=float, default=0.97, help="exit 1 below this test accuracy")
@@ -302,7 +308,8 @@ def main(argv=None) -> int:
           f"{data.train_images.shape[-2]}x{data.train_images.shape[-1]} on {device}; {args.epochs} epochs, "
           f"batch size {args.batch_size}, Adam lr {args.lr} with cosine decay")
     started = time.perf_counter()
-    result = train(data, args.epochs, args.batch_size, args.lr, args.seed, device)
+    dtype = dtypes.from_any(args.dtype)
+    result = train(data, args.epochs, args.batch_size, args.lr, args.seed, device, dtype=dtype)
     final = result.history[-1]
     print(f"trained in {time.perf_counter() - started:.1f} s: test accuracy {final.test_accuracy:.2%}, "
           f"last epoch {final.seconds:.2f} s ({final.images_per_second:.0f} images/s)")
@@ -311,9 +318,9 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = out / f"train_{data.name}.safetensors"
     safe_save(get_state_dict(result.model), checkpoint, metadata={"dataset": data.name, "epochs": str(args.epochs)})
-    reloaded = build_model(data.train_images.shape[-1], device)
+    reloaded = build_model(data.train_images.shape[-1], device, dtype)
     load_state_dict(reloaded, safe_load(checkpoint, device))
-    reloaded_accuracy = evaluate(reloaded, data.test_images, data.test_labels, device)
+    reloaded_accuracy = evaluate(reloaded, data.test_images, data.test_labels, device, dtype)
     same = reloaded_accuracy == final.test_accuracy
     print(f"checkpoint {shown(checkpoint)}: reloaded into a fresh model, test accuracy {reloaded_accuracy:.2%} "
           f"({'the same' if same else 'DIFFERENT from ' + format(final.test_accuracy, '.2%')})")

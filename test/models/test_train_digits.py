@@ -99,6 +99,18 @@ def test_train_on_a_small_subset_lowers_the_loss_and_beats_chance(digits):
     assert result.history[1].compiles == 0  # every step runs the kernels the first epoch compiled
 
 
+def test_training_in_bfloat16_reaches_float32s_accuracy_within_a_point(digits):
+    """The whole demo (8 epochs) with bfloat16 parameters, Adam state and images: 98.33% against
+    float32's 99.17% on this machine."""
+    from lazygrad import dtypes
+    accuracies = {}
+    for dtype in (dtypes.float32, dtypes.bfloat16):
+        result = train_digits.train(digits, seed=0, progress=False, log=lambda line: None, dtype=dtype)
+        accuracies[dtype.name] = result.history[-1].test_accuracy
+        assert result.model[0].weight.dtype == dtype
+    assert accuracies["bfloat16"] >= accuracies["float32"] - 0.01, accuracies
+
+
 def test_the_script_end_to_end_on_an_mnist_directory(digits, tmp_path, capsys):
     """main() with --mnist: train, checkpoint, reload and compare, plot, on the digits written as IDX."""
     mnist = tmp_path / "mnist"
