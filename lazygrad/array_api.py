@@ -12,7 +12,7 @@ type); the standard's names and keyword signatures map onto PyTorch-style method
 
 The functions whose result's shape depends on the values (`nonzero`, `unique_*`) realize their
 input first, as PyTorch does. Differences from the standard, each with its reason, are listed in
-docs/tensor.md ("The array API standard"): no complex or uint16/32/64 dtypes yet, `Tensor.size`
+docs/tensor.md ("The array API standard"): no complex dtypes yet, `Tensor.size`
 is PyTorch's method rather than the standard's attribute, and arrays cannot be assigned into.
 """
 from __future__ import annotations
@@ -36,9 +36,10 @@ __array_api_version__ = "2023.12"
 # ---- data types and constants -----------------------------------------------------------------------
 
 bool = dtypes.bool  # noqa: A001  (the standard's names)
-int8, int16, int32, int64, uint8 = dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8
+int8, int16, int32, int64 = dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64
+uint8, uint16, uint32, uint64 = dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64
 float16, float32, float64 = dtypes.float16, dtypes.float32, dtypes.float64
-DTYPES = {dtype.name: dtype for dtype in (bool, int8, int16, int32, int64, uint8, float32, float64)}
+DTYPES = {dtype.name: dtype for dtype in (bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64)}
 
 e, inf, nan, pi = math.e, math.inf, math.nan, math.pi
 newaxis = None

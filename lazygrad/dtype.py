@@ -5,7 +5,8 @@ data in and out), its C name (for renderers) and its category (bool < integer < 
 
 Promotion follows PyTorch (see `result_type`):
   * Between tensors of the same rank class, the result is the smallest type that holds both
-    (uint8 + int8 -> int16, int32 + float16 -> float16, bool + anything -> the other).
+    (uint8 + int8 -> int16, int32 + float16 -> float16, bool + anything -> the other); uint64 with a
+    signed integer type is an error, since no integer type holds both.
   * Python scalars and 0-d tensors only take part when they are of a higher category than the
     dimensioned tensors: `int8_tensor + 100` stays int8, `int8_tensor + 2.5` becomes float32
     (the default float), `bool_tensor + 1` becomes int64. (A scalar the result dtype cannot hold,
@@ -62,8 +63,11 @@ class dtypes:
     uint8 = DType("uint8", 1, 1, np.uint8, "unsigned char")
     int8 = DType("int8", 1, 1, np.int8, "signed char")
     int16 = DType("int16", 2, 1, np.int16, "short")
+    uint16 = DType("uint16", 2, 1, np.uint16, "unsigned short")
     int32 = DType("int32", 4, 1, np.int32, "int")
+    uint32 = DType("uint32", 4, 1, np.uint32, "unsigned int")
     int64 = DType("int64", 8, 1, np.int64, "long long")
+    uint64 = DType("uint64", 8, 1, np.uint64, "unsigned long long")
     float16 = DType("float16", 2, 2, np.float16, "_Float16")
     # bfloat16: its bits in memory; every op on it computes in float32 and rounds once (Tensor._apply)
     bfloat16 = DType("bfloat16", 2, 2, ml_dtypes.bfloat16, "unsigned short")
@@ -100,8 +104,8 @@ class dtypes:
         raise TypeError(f"unknown dtype {value!r}; valid dtypes are: {valid}")
 
 
-ALL_DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
-              dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+ALL_DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
+              dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES}
 DTYPES_BY_NUMPY = {np.dtype(d.np_type): d for d in ALL_DTYPES}
 
@@ -156,10 +160,14 @@ def promote_types(a: DType, b: DType) -> DType:
         if a.itemsize == b.itemsize:  # float16 and bfloat16: neither holds the other (PyTorch: float32)
             return dtypes.float32
         return a if a.itemsize >= b.itemsize else b
-    # Two integer types: numpy's table agrees with PyTorch here (uint8 + int8 -> int16), except
-    # that uint64 does not exist for us, so int64 is the ceiling.
-    result = DTYPES_BY_NUMPY.get(np.promote_types(a.np, b.np))
-    return result if result is not None else dtypes.int64
+    # Two integer types: the smallest that holds both, numpy's table (uint8 + int8 -> int16, uint32 +
+    # int32 -> int64), as PyTorch for the types it promotes. None holds uint64 and a signed type
+    # (numpy gives float64, PyTorch an error): an error here too.
+    result = np.promote_types(a.np, b.np)
+    if result.kind == "f":
+        raise TypeError(f"no integer dtype holds both {a.name} and {b.name}; cast one of them first "
+                        f"(.cast(dtypes.int64) or .cast(dtypes.uint64))")
+    return DTYPES_BY_NUMPY[result]
 
 
 def scalar_dtype(value) -> DType:

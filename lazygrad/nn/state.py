@@ -145,6 +145,7 @@ def load_state_dict(model: Any, state: dict[str, Tensor], strict: bool = True) -
 
 SAFETENSORS_DTYPES: dict[str, DType] = {
     "BOOL": dtypes.bool, "U8": dtypes.uint8, "I8": dtypes.int8, "I16": dtypes.int16, "I32": dtypes.int32,
+    "U16": dtypes.uint16, "U32": dtypes.uint32, "U64": dtypes.uint64,
     "I64": dtypes.int64, "F16": dtypes.float16, "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64,
 }
 SAFETENSORS_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}

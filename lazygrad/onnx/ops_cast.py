@@ -2,8 +2,7 @@
 
 Registered in registry.OPERATORS; model.py calls them. float8 and float4 values are
 carried in float32 and rounded here to their format (nearest, ties to even; clamped when saturating),
-so the carried value is exactly representable; float8e8m0 rounds up to a power of two; uint16 and
-uint32 wrap into their range.
+so the carried value is exactly representable; float8e8m0 rounds up to a power of two.
 """
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from lazygrad.onnx.proto import dtype_of
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
 
-UNSIGNED_BITS = {TensorProto.UINT16: 16, TensorProto.UINT32: 32}
 # carried float formats: (mantissa bits, smallest normal exponent, largest finite value)
 FLOAT_FORMATS = {
     TensorProto.FLOAT8E4M3FN: (3, -6, 448.0),
@@ -66,8 +64,6 @@ def cast_to(x: Tensor, elem_type: int, saturate: bool = True) -> Tensor:
         return x
     if x.dtype.is_float and not dtype.is_float and not dtype.is_bool:
         x = x.trunc()
-    if elem_type in UNSIGNED_BITS and not x.dtype.is_float:
-        return (x.cast(dtypes.int64) & ((1 << UNSIGNED_BITS[elem_type]) - 1)).cast(dtype)
     return x.cast(dtype)
 
 

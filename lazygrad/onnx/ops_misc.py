@@ -9,7 +9,6 @@ import itertools
 import math
 
 import numpy as np
-from onnx import TensorProto
 
 from lazygrad.dtype import dtypes
 from lazygrad.onnx.proto import dtype_of
@@ -17,19 +16,11 @@ from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
 
 TRAINING = "ai.onnx.preview.training"
-UNSIGNED_CARRIED_BITS = {TensorProto.UINT16: 16, TensorProto.UINT32: 32}
 
 
 @onnx_op("BitCast")
 def bitcast(ctx, x, to):
-    source = ctx.declared_type(0)
     target = dtype_of(to)
-    if source in UNSIGNED_CARRIED_BITS:   # carried in a wider signed dtype: reinterpret arithmetically
-        bits = UNSIGNED_CARRIED_BITS[source]
-        if target.itemsize * 8 != bits:
-            x = x.cast(dtype_of(TensorProto.INT16 if bits == 16 else TensorProto.INT32))
-            return x.bitcast(target)
-        return (x >= 2 ** (bits - 1)).where(x - 2 ** bits, x).cast(target)
     if x.dtype.is_bool:
         return x.cast(target)
     return x.bitcast(target)

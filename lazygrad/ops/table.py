@@ -179,9 +179,11 @@ _DEFS = [
     _binary("MUL", np.multiply, lambda g, out, srcs, arg: (g * srcs[1], g * srcs[0]), "({0}*{1})"),
     _binary("DIV", _div_ref,
             lambda g, out, srcs, arg: (g / srcs[1], -g * srcs[0] / (srcs[1] * srcs[1])),
-            {"float": "({0}/{1})", "int": "({1}==0 ? 0 : {1}==-1 ? -{0} : {0}/{1})"}, keeps_zero=False),
+            {"float": "({0}/{1})", "int": "({1}==0 ? 0 : {1}==-1 ? -{0} : {0}/{1})",
+             "uint": "({1}==0 ? 0 : {0}/{1})"}, keeps_zero=False),
     _binary("MOD", _mod_ref, NOT_DIFFERENTIABLE,
-            {"float": "fmod{f}({0}, {1})", "int": "({1}==0 || {1}==-1 ? 0 : {0}%{1})"}, keeps_zero=False),
+            {"float": "fmod{f}({0}, {1})", "int": "({1}==0 || {1}==-1 ? 0 : {0}%{1})",
+             "uint": "({1}==0 ? 0 : {0}%{1})"}, keeps_zero=False),
     # NaN propagates through MAX, as in numpy.maximum.
     _binary("MAX", np.maximum, _max_grad, {"float": "(({0}>{1} || {0}!={0}) ? {0} : {1})",
                                            "int": "({0}>{1} ? {0} : {1})", "bool": "({0}|{1})"}),

@@ -74,6 +74,8 @@ class CStyleRenderer(FloorSyntax):
             return "1" if value else "0"
         if dtype.is_int:
             value = int(value)
+            if dtype.is_unsigned:
+                return f"{value}ull" if dtype == dtypes.uint64 else f"{value}u"
             if value == np.iinfo(dtype.np).min:
                 return f"({value + 1}-1)"
             return f"{value}ll" if dtype == dtypes.int64 else str(value)
@@ -118,6 +120,8 @@ class CStyleRenderer(FloorSyntax):
         template = render.get(self.dialect, render["c"])
         if isinstance(template, dict):
             category = _category(operand_dtype)
+            if operand_dtype.is_unsigned and "uint" in template:  # -1 is the largest value there
+                return template["uint"]
             template = template.get(category, template.get("int") if category == "bool" else None)
             if template is None:
                 raise TypeError(f"{op} is not defined for {operand_dtype.name}")

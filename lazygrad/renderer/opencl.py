@@ -206,7 +206,8 @@ class OpenCLRenderer(CStyleRenderer):
     dialect = "opencl"
     # Types of values in registers.
     type_names = {dtypes.bool: "bool", dtypes.uint8: "uchar", dtypes.int8: "char", dtypes.int16: "short",
-                  dtypes.int32: "int", dtypes.int64: "long", dtypes.float16: "float", dtypes.bfloat16: "ushort",
+                  dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
+                  dtypes.uint64: "ulong", dtypes.float16: "float", dtypes.bfloat16: "ushort",
                   dtypes.float32: "float", dtypes.float64: "double"}
     # Types of buffer elements in memory, where they differ from the register type.
     storage_names = {dtypes.bool: "uchar", dtypes.float16: "half"}
@@ -265,6 +266,8 @@ class OpenCLRenderer(CStyleRenderer):
     def render_const(self, value, dtype: DType) -> str:
         if dtype == dtypes.int64 and value != np.iinfo(np.int64).min:
             return f"{int(value)}L"
+        if dtype == dtypes.uint64:  # OpenCL C's long is 64 bits and has no long long
+            return f"{int(value)}ul"
         return super().render_const(value, dtype)
 
     def half_load(self, param: str, index: str) -> str:

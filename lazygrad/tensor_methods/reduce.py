@@ -9,7 +9,7 @@ import math
 from typing import TYPE_CHECKING, NamedTuple
 
 
-from lazygrad.dtype import dtypes
+from lazygrad.dtype import DType, dtypes
 from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis, computes_in_float32
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
@@ -26,6 +26,12 @@ class ValuesIndices(NamedTuple):
 def _all_dims_if_empty(dim):
     """PyTorch's amax and amin read an empty dim tuple as all dims."""
     return None if isinstance(dim, (tuple, list)) and len(dim) == 0 else dim
+
+
+def _integer_total(dtype: DType) -> DType:
+    """The dtype a sum or product of bool or integers is computed in: int64, as PyTorch's, except for
+    uint64, which int64 cannot hold (numpy's and the array API's uint64)."""
+    return dtypes.uint64 if dtype == dtypes.uint64 else dtypes.int64
 
 
 class ReduceMethods:
@@ -57,13 +63,13 @@ class ReduceMethods:
     def sum(self, axis=None, keepdim: bool = False, dtype=None, *, dim=None) -> "Tensor":
         axis = dim if dim is not None else axis
         source = self.cast(dtype) if dtype is not None else (
-            self.cast(dtypes.int64) if not self.dtype.is_float else self)
+            self.cast(_integer_total(self.dtype)) if not self.dtype.is_float else self)
         return source._reduce("SUM", axis, keepdim, "sum")
 
     def prod(self, axis=None, keepdim: bool = False, dtype=None, *, dim=None) -> "Tensor":
         axis = dim if dim is not None else axis
         source = self.cast(dtype) if dtype is not None else (
-            self.cast(dtypes.int64) if not self.dtype.is_float else self)
+            self.cast(_integer_total(self.dtype)) if not self.dtype.is_float else self)
         return source._reduce("PROD", axis, keepdim, "prod")
 
     def _check_not_empty(self, axis, name: str) -> None:
@@ -262,10 +268,10 @@ class ReduceMethods:
         return windows._reduce(op, -1, False, name)
 
     def cumsum(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
-        source = self.cast(dtype) if dtype is not None else (self if self.dtype.is_float else self.cast(dtypes.int64))
+        source = self.cast(dtype if dtype is not None else self.dtype if self.dtype.is_float else _integer_total(self.dtype))
         return source._cumulative("SUM", _pick_axis(axis, dim, "cumsum", 0), 0, "cumsum")
 
     def cumprod(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
         """Running product; its gradient at a zero is the product of the others, as in PyTorch."""
-        source = self.cast(dtype) if dtype is not None else (self if self.dtype.is_float else self.cast(dtypes.int64))
+        source = self.cast(dtype if dtype is not None else self.dtype if self.dtype.is_float else _integer_total(self.dtype))
         return source._cumulative("PROD", _pick_axis(axis, dim, "cumprod", 0), 1, "cumprod")

@@ -14,8 +14,8 @@ import pytest
 from lazygrad import Tensor, dtypes
 from lazygrad.dtype import DType
 
-ALL_DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
-              dtypes.float16, dtypes.float32, dtypes.float64)
+ALL_DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
+              dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64)
 INT_DTYPES = tuple(d for d in ALL_DTYPES if d.is_int)
 FLOAT_DTYPES = tuple(d for d in ALL_DTYPES if d.is_float)
 SIGNED_INT_DTYPES = tuple(d for d in INT_DTYPES if not d.is_unsigned)
@@ -80,6 +80,12 @@ _INTS = {
               123456789, -123456789, 127, -128, 4, -6, 8],
     "int64": [0, 1, -1, 2, -2, 3, -3, 5, -7, 9, -13, 300, -300, 2**40, -2**40, 2**63 - 1, -2**63,
               1234567890123, -1234567890123, 127, -128, 4, -6, 8],
+    "uint16": [0, 1, 2, 3, 4, 5, 7, 8, 9, 13, 255, 256, 300, 1000, 32767, 32768, 32769, 40000, 65534, 65535,
+               12345, 127, 128, 6],
+    "uint32": [0, 1, 2, 3, 4, 5, 7, 8, 9, 13, 300, 70000, 2**31 - 1, 2**31, 2**31 + 1, 3000000000, 2**32 - 2,
+               2**32 - 1, 123456789, 65535, 65536, 127, 128, 6],
+    "uint64": [0, 1, 2, 3, 4, 5, 7, 8, 9, 13, 300, 2**40, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 2, 2**64 - 1,
+               12345678901234567890, 1234567890123, 2**32, 2**32 - 1, 127, 128, 6],
 }
 
 

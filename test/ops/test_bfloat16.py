@@ -56,9 +56,11 @@ def test_conversions_to_and_from_other_dtypes_go_through_float32(device, dtype):
     converted = Tensor(source, device=device).cast(dtypes.bfloat16).numpy()
     np.testing.assert_array_equal(bits(converted), bits(source.astype(np.float32).astype(BF16)))
     back = Tensor(converted, device=device).cast(dtype).numpy()
-    with np.errstate(invalid="ignore", over="ignore"):  # out of an integer's range: a C cast's value, as numpy's
-        expected = converted.astype(np.float32).astype(dtype.np)
-    np.testing.assert_array_equal(back, expected)
+    wide = converted.astype(np.float64)
+    # rounding can carry a value past an integer type's range (32767 -> 32768), where a conversion
+    # is the device's own (OpenCL saturates, C on x86 wraps): only values in range are compared
+    fits = (wide >= np.iinfo(dtype.np).min) & (wide <= np.iinfo(dtype.np).max) if dtype.is_int else np.isfinite(wide)
+    np.testing.assert_array_equal(back[fits], converted[fits].astype(np.float32).astype(dtype.np))
 
 
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "maximum"])

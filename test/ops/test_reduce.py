@@ -1,6 +1,6 @@
 """Reductions (sum, max, min, mean, prod) against numpy, on every device.
 
-PyTorch's rules: sum and prod of bool or integer tensors give int64; max and min keep the dtype;
+PyTorch's rules: sum and prod of bool or integer tensors give int64 (uint64 for uint64); max and min keep the dtype;
 mean is for floating point only (TypeError otherwise); the sum of an empty axis is 0 and its
 product 1, its mean NaN, and max/min over an empty axis raise ValueError.
 """
@@ -18,7 +18,7 @@ SHAPE3 = (2, 3, 4)
 
 def reduce_dtype(name, dtype):
     if name in ("sum", "prod") and not dtype.is_float:
-        return I64
+        return dtypes.uint64 if dtype == dtypes.uint64 else I64
     return dtype
 
 
@@ -31,11 +31,18 @@ def method(t, name):
     return call
 
 
+def integer_total(array: np.ndarray):
+    """What sum and prod of bool or integers compute in: int64, uint64 for uint64 (int64 cannot hold it)."""
+    if array.dtype.kind not in "biu":
+        return None
+    return np.uint64 if array.dtype == np.uint64 else np.int64
+
+
 def reference(name, array, axis, keepdim):
     if name == "sum":
-        return np.sum(array, axis=axis, keepdims=keepdim, dtype=np.int64 if array.dtype.kind in "biu" else None)
+        return np.sum(array, axis=axis, keepdims=keepdim, dtype=integer_total(array))
     if name == "prod":
-        return np.prod(array, axis=axis, keepdims=keepdim, dtype=np.int64 if array.dtype.kind in "biu" else None)
+        return np.prod(array, axis=axis, keepdims=keepdim, dtype=integer_total(array))
     if name == "mean":
         with np.errstate(all="ignore"):
             return np.mean(array.astype(np.float64), axis=axis, keepdims=keepdim).astype(array.dtype)
@@ -155,7 +162,7 @@ def test_max_min_at_integer_bounds(dtype, device):
                  dtype=dtype.np)
     for name in ("max", "min"):
         check(method(tensor(a, device), name)(1), getattr(np, name)(a, axis=1), dtype)
-    check(tensor(a, device).sum(0), np.sum(a, axis=0, dtype=np.int64), I64)
+    check(tensor(a, device).sum(0), np.sum(a, axis=0, dtype=integer_total(a)), reduce_dtype("sum", dtype))
 
 
 def test_bool_reductions(device):
