@@ -579,12 +579,18 @@ def mean(x: Tensor, /, *, axis=None, keepdims: builtins.bool = False) -> Tensor:
     return x.mean(_axes(axis), keepdims)
 
 
+def _total_dtype(x: Tensor, dtype: DType | None) -> DType | None:
+    """The standard's dtype of a sum or product: an unsigned input's is the default unsigned type,
+    uint64 (Tensor.sum gives int64 there, as PyTorch)."""
+    return uint64 if dtype is None and x.dtype.is_unsigned else dtype
+
+
 def sum(x: Tensor, /, *, axis=None, dtype: DType | None = None, keepdims: builtins.bool = False) -> Tensor:  # noqa: A001
-    return x.sum(_axes(axis), keepdims, dtype=dtype)
+    return x.sum(_axes(axis), keepdims, dtype=_total_dtype(x, dtype))
 
 
 def prod(x: Tensor, /, *, axis=None, dtype: DType | None = None, keepdims: builtins.bool = False) -> Tensor:
-    return x.prod(_axes(axis), keepdims, dtype=dtype)
+    return x.prod(_axes(axis), keepdims, dtype=_total_dtype(x, dtype))
 
 
 def std(x: Tensor, /, *, axis=None, correction: float = 0.0, keepdims: builtins.bool = False) -> Tensor:
@@ -601,7 +607,7 @@ def cumulative_sum(x: Tensor, /, *, axis: int | None = None, dtype: DType | None
         if x.ndim > 1:
             raise ValueError(f"cumulative_sum: axis is required for a {x.ndim}-d array (shape {x.shape})")
         axis = 0
-    summed = x.cumsum(axis, dtype=dtype)
+    summed = x.cumsum(axis, dtype=_total_dtype(x, dtype))
     if not include_initial:
         return summed
     axis %= x.ndim
@@ -666,7 +672,7 @@ def _diagonal(x: Tensor, /, *, offset: int = 0) -> Tensor:
 
 
 def _trace(x: Tensor, /, *, offset: int = 0, dtype: DType | None = None) -> Tensor:
-    return x.diagonal(offset, -2, -1).sum(-1, dtype=dtype)
+    return x.diagonal(offset, -2, -1).sum(-1, dtype=_total_dtype(x, dtype))
 
 
 def _vector_norm(x: Tensor, /, *, axis=None, keepdims: builtins.bool = False, ord=2) -> Tensor:
@@ -754,9 +760,10 @@ def _pinv(x: Tensor, /, *, rtol=None) -> Tensor:
 
 def _solve(x1: Tensor, x2: Tensor, /) -> Tensor:
     a, b = _host("solve", x1, x2)
+    like = x1 if x1.dtype == result_type(x1, x2) else x2  # the standard's promotion of the two
     if b.ndim == 1:  # a vector: one right-hand side
-        return _back(np.linalg.solve(a, b[..., None])[..., 0], x1)
-    return _back(np.linalg.solve(a, b), x1)
+        return _back(np.linalg.solve(a, b[..., None])[..., 0], like)
+    return _back(np.linalg.solve(a, b), like)
 
 
 def _qr(x: Tensor, /, *, mode: str = "reduced"):
