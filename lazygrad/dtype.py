@@ -71,6 +71,9 @@ class dtypes:
     float16 = DType("float16", 2, 2, np.float16, "_Float16")
     # bfloat16: its bits in memory; every op on it computes in float32 and rounds once (Tensor._apply)
     bfloat16 = DType("bfloat16", 2, 2, ml_dtypes.bfloat16, "unsigned short")
+    # 8-bit floats (OCP's): their codes in memory, computed like bfloat16 (renderer/narrow_floats.py)
+    float8_e4m3fn = DType("float8_e4m3fn", 1, 2, ml_dtypes.float8_e4m3fn, "unsigned char")
+    float8_e5m2 = DType("float8_e5m2", 1, 2, ml_dtypes.float8_e5m2, "unsigned char")
     float32 = DType("float32", 4, 2, np.float32, "float")
     float64 = DType("float64", 8, 2, np.float64, "double")
 
@@ -105,7 +108,11 @@ class dtypes:
 
 
 ALL_DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
-              dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+              dtypes.int64, dtypes.uint64, dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float16, dtypes.bfloat16,
+              dtypes.float32, dtypes.float64)
+# Floats that are only stored: every op converts them to float32 first and rounds its result back
+# (Tensor._apply), and they convert to and from float32 only (Tensor.cast).
+STORAGE_FLOATS = frozenset({dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2})
 DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES}
 DTYPES_BY_NUMPY = {np.dtype(d.np_type): d for d in ALL_DTYPES}
 
@@ -118,7 +125,7 @@ class finfo:
         if not dtype.is_float:
             raise TypeError(f"finfo: expects a floating point dtype, got {dtype.name}; use lazygrad.iinfo for "
                             "integer dtypes")
-        limits = ml_dtypes.finfo(dtype.np) if dtype == dtypes.bfloat16 else np.finfo(dtype.np)
+        limits = ml_dtypes.finfo(dtype.np) if dtype in STORAGE_FLOATS else np.finfo(dtype.np)
         self.dtype = dtype.name  # a name, as in PyTorch
         self.bits = limits.bits
         self.eps = float(limits.eps)

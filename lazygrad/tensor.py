@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from lazygrad.devices import canonical_device, get_device
-from lazygrad.dtype import DType, dtypes, least_float, result_type, scalar_dtype
+from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
 from lazygrad.ops import OPS, GATHER, REDUCE, UNARY, BINARY, TERNARY
 from lazygrad.realize import realize, record_host_buffer
@@ -30,8 +30,6 @@ from lazygrad.tensor_methods.movement import MovementMethods
 from lazygrad.tensor_methods.nn import NNMethods
 from lazygrad.tensor_methods.reduce import ReduceMethods
 from lazygrad.tensor_methods.sorting import SortingMethods
-
-_BFLOAT16 = dtypes.bfloat16  # looked up for every op built (Tensor._apply)
 
 _SCALAR_RESULT_TYPES: dict[tuple, DType] = {}  # (tensor dtype, has dims, scalar's type) -> result dtype
 
@@ -114,18 +112,18 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         """Apply one primitive of the op table, recording it for backward when a source needs grads."""
         kind = OPS[op].kind
         if kind in (UNARY, BINARY, TERNARY):
-            bfloat16 = self.lazydata.dtype is _BFLOAT16
+            stored_only = self.lazydata.dtype in STORAGE_FLOATS
             sources = []  # a loop, not a list comprehension (a function call): this runs for every op
             for other in others:
                 source = other.lazydata
                 sources.append(source)
-                bfloat16 = bfloat16 or source.dtype is _BFLOAT16
-            if bfloat16 and op != "CAST" and op != "BITCAST":
-                return self._bfloat16_op(op, others, arg)
+                stored_only = stored_only or source.dtype in STORAGE_FLOATS
+            if stored_only and op != "CAST" and op != "BITCAST":
+                return self._storage_float_op(op, others, arg)
             lazy = self.lazydata.alu(op, *sources, arg=arg)
         elif kind == REDUCE:
-            if self.lazydata.dtype is _BFLOAT16:
-                return self._bfloat16_op(op, others, arg)
+            if self.lazydata.dtype in STORAGE_FLOATS:
+                return self._storage_float_op(op, others, arg)
             lazy = self.lazydata.reduce(op, arg)
         elif kind == GATHER:
             lazy = self.lazydata.take(others[0].lazydata)
@@ -145,14 +143,17 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             out._ctx = (op, (self,) + others, arg)
         return out
 
-    def _bfloat16_op(self, op: str, others: tuple["Tensor", ...], arg) -> "Tensor":
-        """An op on bfloat16 operands, as PyTorch computes it: in float32, its float result rounded
-        to bfloat16 once (a sum or a matmul accumulates in float32 and rounds at the end). So the
-        devices only load, store and convert bfloat16; they never compute in it."""
+    def _storage_float_op(self, op: str, others: tuple["Tensor", ...], arg) -> "Tensor":
+        """An op on operands of a storage float (bfloat16, the float8s), as PyTorch computes it: in
+        float32, its float result rounded to that dtype once (a sum or a matmul accumulates in
+        float32 and rounds at the end). So the devices only load, store and convert those dtypes;
+        they never compute in them."""
+        stored = next(tensor.dtype for tensor in (self,) + others if tensor.dtype in STORAGE_FLOATS)
+
         def wide(tensor: "Tensor") -> "Tensor":
-            return tensor.cast(dtypes.float32) if tensor.dtype == dtypes.bfloat16 else tensor
+            return tensor.cast(dtypes.float32) if tensor.dtype in STORAGE_FLOATS else tensor
         result = wide(self)._apply(op, *map(wide, others), arg=arg)
-        return result.cast(dtypes.bfloat16) if result.dtype == dtypes.float32 else result
+        return result.cast(stored) if result.dtype == dtypes.float32 else result
 
     # ---- autograd -----------------------------------------------------------------------------
 
@@ -378,8 +379,8 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         dtype = dtypes.from_any(dtype)
         if dtype == self.dtype:
             return self
-        if dtypes.bfloat16 in (dtype, self.dtype) and dtypes.float32 not in (dtype, self.dtype):
-            # bfloat16 converts to and from float32 only (PyTorch too rounds a double to float first)
+        if (dtype in STORAGE_FLOATS or self.dtype in STORAGE_FLOATS) and dtypes.float32 not in (dtype, self.dtype):
+            # storage floats convert to and from float32 only (PyTorch too rounds a double to float first)
             return self._apply("CAST", arg=dtypes.float32).cast(dtype)
         return self._apply("CAST", arg=dtype)
 

@@ -1,8 +1,9 @@
 """Cast and CastLike, including the element types lazygrad carries in a wider dtype.
 
-Registered in registry.OPERATORS; model.py calls them. float8 and float4 values are
-carried in float32 and rounded here to their format (nearest, ties to even; clamped when saturating),
-so the carried value is exactly representable; float8e8m0 rounds up to a power of two.
+Registered in registry.OPERATORS; model.py calls them. float8 and float4 values are rounded here to
+their format by ONNX's rules (nearest, ties to even; clamped when saturating), then stored in the
+native float8 dtype (e4m3fn, e5m2) or carried in float32 (the others); float8e8m0 rounds up to a
+power of two.
 """
 from __future__ import annotations
 
@@ -58,8 +59,8 @@ def cast_to(x: Tensor, elem_type: int, saturate: bool = True) -> Tensor:
     dtype = dtype_of(elem_type)
     if elem_type == TensorProto.FLOAT8E8M0:
         return round_to_power_of_two(x, saturate)
-    if elem_type in FLOAT_FORMATS:
-        return round_to_format(x, elem_type, saturate)
+    if elem_type in FLOAT_FORMATS:  # ONNX's rounding and saturation, then exact in a native float8
+        return round_to_format(x, elem_type, saturate).cast(dtype)
     if x.dtype == dtype:
         return x
     if x.dtype.is_float and not dtype.is_float and not dtype.is_bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 from lazygrad.dtype import dtypes
+from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once
 from lazygrad.renderer.linearize import LoopProgram
 
@@ -158,6 +159,8 @@ HELPERS.update({f"lg_float{lanes}": f"typedef float lg_float{lanes} __attribute_
 HELPERS["lg_select("] = ("#define lg_select(mask, a, b) ((__typeof__(a))(((mask) & (__typeof__(mask))(a)) "
                          "| (~(mask) & (__typeof__(mask))(b))))")
 HELPERS.update({f"lg_exp2f{lanes}(": _vector_exp2_helper(lanes) for lanes in (4, 8, 16)})
+for _float8 in narrow_floats.FLOAT8_DTYPES:
+    HELPERS.update(narrow_floats.helpers(_float8, "c"))
 HELPERS = {marker: define_once(text) for marker, text in HELPERS.items()}
 
 # The helpers of a standalone kernel (an exported file, lazygrad/export/): ISO C99 with math.h, no

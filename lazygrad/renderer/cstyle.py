@@ -17,8 +17,9 @@ import re
 
 import numpy as np
 
-from lazygrad.dtype import DType, dtypes
+from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes
 from lazygrad.ops import OPS, reduce_identity
+from lazygrad.renderer import narrow_floats
 from lazygrad.shape.symbolic import FloorSyntax
 
 
@@ -66,8 +67,8 @@ class CStyleRenderer(FloorSyntax):
     # ---- expressions --------------------------------------------------------------------------
 
     def render_const(self, value, dtype: DType) -> str:
-        if dtype == dtypes.bfloat16:  # its bits
-            return str(int(np.array(value, dtype=dtype.np).view(np.uint16)))
+        if dtype in STORAGE_FLOATS:  # its bits, its code
+            return str(int(np.array(value, dtype=dtype.np).view(np.uint16 if dtype.itemsize == 2 else np.uint8)))
         if self.float16_in_registers_as_float and dtype == dtypes.float16:
             return self.render_const(float(np.float16(value)), dtypes.float32)
         if dtype.is_bool:
@@ -128,20 +129,23 @@ class CStyleRenderer(FloorSyntax):
         return template
 
     @staticmethod
-    def render_bfloat16_cast(src_dtype: DType, dtype: DType, operand: str) -> str | None:
-        """A CAST to or from bfloat16, which is held as its bits (an unsigned 16-bit integer); None for
-        other casts. The front end converts bfloat16 to and from float32 only (Tensor.cast):
-        lg_bf16_to_float shifts the bits into a float's high half, lg_float_to_bf16 rounds to nearest
-        even and keeps a NaN a NaN. Each dialect defines the two helpers."""
-        if dtype == dtypes.bfloat16 and src_dtype != dtypes.bfloat16:
-            return f"lg_float_to_bf16((float)({operand}))"
-        if src_dtype == dtypes.bfloat16 and dtype != dtypes.bfloat16:
-            return f"lg_bf16_to_float({operand})"
+    def render_storage_cast(src_dtype: DType, dtype: DType, operand: str) -> str | None:
+        """A CAST to or from a storage float, held as its bits or code (bfloat16 as an unsigned 16-bit
+        integer, a float8 as a byte); None for other casts. The front end converts them to and from
+        float32 only (Tensor.cast): lg_bf16_to_float shifts the bits into a float's high half,
+        lg_float_to_bf16 rounds to nearest even and keeps a NaN a NaN; the float8 helpers are
+        narrow_floats.py's. Each dialect defines the helpers."""
+        if dtype in STORAGE_FLOATS and src_dtype not in STORAGE_FLOATS:
+            name = "lg_float_to_bf16" if dtype == dtypes.bfloat16 else narrow_floats.helper_names(dtype)[1]
+            return f"{name}((float)({operand}))"
+        if src_dtype in STORAGE_FLOATS and dtype not in STORAGE_FLOATS:
+            name = "lg_bf16_to_float" if src_dtype == dtypes.bfloat16 else narrow_floats.helper_names(src_dtype)[0]
+            return f"{name}({operand})"
         return None
 
     def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
         if op == "CAST":
-            text = self.render_bfloat16_cast(src_dtypes[0], dtype, operands[0])
+            text = self.render_storage_cast(src_dtypes[0], dtype, operands[0])
             if text is not None:
                 return text
         operand_dtype = src_dtypes[-1] if src_dtypes else dtype

@@ -29,6 +29,7 @@ import math
 
 
 from lazygrad.dtype import DType, dtypes
+from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.linearize import LoopProgram
 from lazygrad.renderer.opencl import SHIFT_TEMPLATES, render_shift
@@ -60,6 +61,9 @@ HELPERS = {
                          "if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u); "
                          "return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }",
 }
+
+for _float8 in narrow_floats.FLOAT8_DTYPES:
+    HELPERS.update(narrow_floats.helpers(_float8, "cuda"))
 
 # float16 ops whose float result is already a float16 value, so it needs no rounding.
 EXACT_IN_HALF = {"NEG", "MAX", "WHERE", "MOD", "CAST", "BITCAST"}

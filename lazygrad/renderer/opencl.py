@@ -66,7 +66,8 @@ import math
 
 import numpy as np
 
-from lazygrad.dtype import DType, dtypes
+from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes
+from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once
 from lazygrad.renderer.linearize import Loop, LoopProgram
 
@@ -158,6 +159,8 @@ VECTOR_WIDTHS = (2, 4, 8, 16)
 # their meaning, NaN handling of MAX included. Math functions (exp2, sqrt, ...) stay scalar.
 VECTOR_OPS = frozenset({"NEG", "ADD", "MUL", "DIV", "RECIP", "MAX", "SUM", "PROD", "MAX_REDUCE"})
 HELPERS.update({f"lg_fma{width}(": render_vector_fma_helper(width) for width in VECTOR_WIDTHS})
+for _float8 in narrow_floats.FLOAT8_DTYPES:
+    HELPERS.update(narrow_floats.helpers(_float8, "opencl"))
 # guarded: the OPENCL device builds several kernels' sources as one program (devices/opencl.py)
 HELPERS = {marker: define_once(text) for marker, text in HELPERS.items()}
 
@@ -208,6 +211,7 @@ class OpenCLRenderer(CStyleRenderer):
     type_names = {dtypes.bool: "bool", dtypes.uint8: "uchar", dtypes.int8: "char", dtypes.int16: "short",
                   dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
                   dtypes.uint64: "ulong", dtypes.float16: "float", dtypes.bfloat16: "ushort",
+                  dtypes.float8_e4m3fn: "uchar", dtypes.float8_e5m2: "uchar",
                   dtypes.float32: "float", dtypes.float64: "double"}
     # Types of buffer elements in memory, where they differ from the register type.
     storage_names = {dtypes.bool: "uchar", dtypes.float16: "half"}
@@ -276,8 +280,8 @@ class OpenCLRenderer(CStyleRenderer):
     def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
         if op == "BITCAST":
             return self.render_bitcast(src_dtypes[0], dtype, operands[0])
-        if op == "CAST" and dtypes.bfloat16 in (src_dtypes[0], dtype):
-            return self.render_bfloat16_cast(src_dtypes[0], dtype, operands[0])
+        if op == "CAST" and (src_dtypes[0] in STORAGE_FLOATS or dtype in STORAGE_FLOATS):
+            return self.render_storage_cast(src_dtypes[0], dtype, operands[0])
         if op == "CAST" and dtype == dtypes.float16:
             if src_dtypes[0] == dtypes.float64:
                 return f"lg_half_from_double({operands[0]})"

@@ -7,7 +7,7 @@ The contract (docs/architecture.md):
     state);
   * a reduce joins the kernel of its user when the path between them is elementwise ops and
     reshapes only, and that kernel has no other reduce; otherwise it is stored (also below a cast
-    to bfloat16: the reduce's kernel keeps float32 stores);
+    to bfloat16 or a float8: the reduce's kernel keeps float32 stores);
   * a computed value read through an EXPAND inside a reduce is stored first when recomputing it
     for every broadcast copy would cost more than storing it (`worth_storing`);
   * a float value of realized buffers and constants alone with an expensive op, read through an
@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from lazygrad.dtype import dtypes
+from lazygrad.dtype import STORAGE_FLOATS, dtypes
 from lazygrad.dependency_order import dependency_order
 from lazygrad.lazy import LazyBuffer
 from lazygrad.ops import OPS, ELEMENTWISE, GATHER, MOVEMENT, REDUCE
@@ -321,7 +321,7 @@ class _FusionPlan:
             return [(node.srcs[0], (reshapes_only and node.op == "RESHAPE", under_reduce,
                                     through_expand or node.op == "EXPAND", under_product))
                     for reshapes_only, under_reduce, through_expand, under_product in paths]
-        if node.op == "CAST" and node.dtype == dtypes.bfloat16:
+        if node.op == "CAST" and node.dtype in STORAGE_FLOATS:
             # a reduce below is stored in float32 and converted by a kernel of its own: a register
             # tile writes its sums as float vectors, which a conversion per element would break up
             # (a bfloat16 matmul of 1024 ran 16x slower than float32's in one kernel)

@@ -14,7 +14,7 @@ import operator
 
 import numpy as np
 
-from lazygrad.dtype import DType, dtypes
+from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes
 
 _INT_RANGES = {dtype: (int(np.iinfo(dtype.np).min), int(np.iinfo(dtype.np).max)) for dtype in dtypes.all() if dtype.is_int}
 
@@ -137,29 +137,33 @@ def _extreme_value(dtype, largest: bool):
     return int(info.max if largest else info.min)
 
 
-def _is_bfloat16_tensor(value) -> bool:
-    return getattr(value, "dtype", None) is dtypes.bfloat16 and hasattr(value, "lazydata")
+def _is_stored_float_tensor(value) -> bool:
+    return hasattr(value, "lazydata") and value.dtype in STORAGE_FLOATS
 
 
 def computes_in_float32(function):
     """For a function PyTorch runs as one kernel and lazygrad composes of several primitives (an
-    activation, a normalization, softmax, a mean, a matmul, a convolution, a loss): bfloat16 tensor
-    arguments are computed in float32 through the whole function and its float32 results rounded
-    to bfloat16 once, as PyTorch's kernel does. Each primitive on bfloat16 rounds once by itself
-    (Tensor._apply), which inside such a function would round its intermediates: a matmul's
-    products, a sigmoid's exponential."""
+    activation, a normalization, softmax, a mean, a matmul, a convolution, a loss): tensor arguments
+    of a storage float (bfloat16, the float8s) are computed in float32 through the whole function
+    and its float32 results rounded to that dtype once, as PyTorch's kernel does. Each primitive on
+    them rounds once by itself (Tensor._apply), which inside such a function would round its
+    intermediates: a matmul's products, a sigmoid's exponential."""
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
-        if not (any(map(_is_bfloat16_tensor, args)) or any(map(_is_bfloat16_tensor, kwargs.values()))):
+        floats = [value.dtype for value in (*args, *kwargs.values())
+                  if hasattr(value, "lazydata") and value.dtype.is_float]
+        stored = next((dtype for dtype in floats if dtype in STORAGE_FLOATS), None)
+        if stored is None or any(dtype not in STORAGE_FLOATS for dtype in floats):
+            # none, or a wider float beside it that promotion makes the result's dtype anyway
             return function(*args, **kwargs)
 
         def wide(value):
-            return value.cast(dtypes.float32) if _is_bfloat16_tensor(value) else value
+            return value.cast(dtypes.float32) if _is_stored_float_tensor(value) else value
 
         def narrow(value):
             if isinstance(value, tuple):
                 return type(value)(*map(narrow, value)) if hasattr(value, "_fields") else tuple(map(narrow, value))
             is_float32 = getattr(value, "dtype", None) is dtypes.float32 and hasattr(value, "lazydata")
-            return value.cast(dtypes.bfloat16) if is_float32 else value
+            return value.cast(stored) if is_float32 else value
         return narrow(function(*map(wide, args), **{name: wide(value) for name, value in kwargs.items()}))
     return wrapper

@@ -1,0 +1,91 @@
+"""float8_e4m3fn and float8_e5m2 on every device against ml_dtypes: conversions at every rounding
+boundary of each format, every code decoded, ops computed in float32 and rounded once, matmuls with
+float8 weights, promotion, and safetensors."""
+import numpy as np
+import pytest
+
+from lazygrad import Tensor, dtypes, finfo
+from lazygrad.dtype import promote_types
+from lazygrad.nn.state import safe_load, safe_save
+
+FLOAT8 = [dtypes.float8_e4m3fn, dtypes.float8_e5m2]
+
+
+def codes(array: np.ndarray) -> np.ndarray:
+    return np.asarray(array).view(np.uint8)
+
+
+def boundary_values(dtype) -> np.ndarray:
+    """Every finite value of the format, the midpoints between neighbours (the ties) and the float32
+    values just either side of each, past the largest too, both signs, and the specials."""
+    finite = np.arange(256, dtype=np.uint8).view(dtype.np).astype(np.float64)
+    finite = np.unique(finite[np.isfinite(finite) & (finite >= 0)])
+    largest = finite[-1]
+    steps = np.append(finite, [largest + (largest - finite[-2]), 2 * largest, 4 * largest])
+    middles = ((steps[:-1] + steps[1:]) / 2).astype(np.float32)
+    around = np.concatenate([middles, np.nextafter(middles, np.float32(np.inf)),
+                             np.nextafter(middles, np.float32(0)), steps.astype(np.float32)])
+    values = np.concatenate([around, -around, np.array([np.inf, -np.inf, np.nan, -np.nan, 1e-30, 3e38], np.float32)])
+    return values.astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.name)
+def test_float32_converts_as_ml_dtypes_at_every_rounding_boundary(dtype, device):
+    values = boundary_values(dtype)
+    converted = Tensor(values, device=device).cast(dtype)
+    assert converted.dtype == dtype
+    np.testing.assert_array_equal(codes(converted.numpy()), codes(values.astype(dtype.np)))
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.name)
+def test_every_code_decodes_to_its_value(dtype, device):
+    every = np.arange(256, dtype=np.uint8).view(dtype.np)
+    decoded = Tensor(every, device=device).float().numpy()
+    np.testing.assert_array_equal(decoded, every.astype(np.float32))  # NaN where NaN
+    np.testing.assert_array_equal(codes(Tensor(every, device=device).numpy()), np.arange(256))
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.name)
+def test_ops_compute_in_float32_and_round_once(dtype, device):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(200) * 8).astype(np.float32).astype(dtype.np)
+    y = (rng.standard_normal(200) * 8).astype(np.float32).astype(dtype.np)
+    tx, ty = Tensor(x, device=device), Tensor(y, device=device)
+    wide_x, wide_y = x.astype(np.float32), y.astype(np.float32)
+    for result, expected in (((tx * ty), wide_x * wide_y), ((tx + ty), wide_x + wide_y), ((tx - 1.5), wide_x - 1.5)):
+        assert result.dtype == dtype
+        np.testing.assert_array_equal(codes(result.numpy()), codes(expected.astype(dtype.np)))
+    np.testing.assert_array_equal((tx < ty).numpy(), wide_x < wide_y)
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.name)
+def test_a_matmul_with_float8_weights(dtype, device):
+    rng = np.random.default_rng(1)
+    activations = rng.standard_normal((16, 64)).astype(np.float32)
+    weights = (rng.standard_normal((64, 24)) * 0.5).astype(np.float32).astype(dtype.np)
+    mixed = Tensor(activations, device=device) @ Tensor(weights, device=device)  # float32: promotion
+    assert mixed.dtype == dtypes.float32
+    np.testing.assert_allclose(mixed.numpy(), activations @ weights.astype(np.float32), rtol=1e-5, atol=1e-5)
+    both = Tensor(activations.astype(dtype.np), device=device) @ Tensor(weights, device=device)
+    exact = activations.astype(dtype.np).astype(np.float64) @ weights.astype(np.float64)
+    assert both.dtype == dtype  # accumulated in float32, rounded once: at most a code from the exact sum's
+    difference = np.abs(codes(both.numpy()).astype(int) - codes(exact.astype(np.float32).astype(dtype.np)).astype(int))
+    assert difference.max() <= 1
+
+
+def test_promotion_and_limits():
+    assert promote_types(dtypes.float8_e4m3fn, dtypes.float8_e5m2) == dtypes.float32
+    assert promote_types(dtypes.float8_e4m3fn, dtypes.float16) == dtypes.float16
+    assert promote_types(dtypes.float8_e5m2, dtypes.bfloat16) == dtypes.bfloat16
+    assert promote_types(dtypes.float8_e4m3fn, dtypes.int32) == dtypes.float8_e4m3fn
+    assert (finfo(dtypes.float8_e4m3fn).max, finfo(dtypes.float8_e5m2).max) == (448.0, 57344.0)
+    assert finfo(dtypes.float8_e4m3fn).eps == 0.125
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.name)
+def test_safetensors_keep_the_codes(dtype, tmp_path):
+    every = np.arange(256, dtype=np.uint8).view(dtype.np)
+    safe_save({"w": Tensor(every)}, tmp_path / "w.safetensors")
+    loaded = safe_load(tmp_path / "w.safetensors")["w"]
+    assert loaded.dtype == dtype
+    np.testing.assert_array_equal(codes(loaded.numpy()), np.arange(256))
