@@ -99,16 +99,20 @@ def test_train_on_a_small_subset_lowers_the_loss_and_beats_chance(digits):
     assert result.history[1].compiles == 0  # every step runs the kernels the first epoch compiled
 
 
-def test_training_in_bfloat16_reaches_float32s_accuracy_within_a_point(digits):
-    """The whole demo (8 epochs) with bfloat16 parameters, Adam state and images: 98.33% against
-    float32's 99.17% on this machine."""
+def test_training_in_bfloat16_reaches_float32s_accuracy_within_a_point():
+    """The whole demo (8 epochs) with bfloat16 parameters, Adam state and images, over three seeds
+    (one seed's 360 test images move by 0.28 points an image, and which few the two dtypes miss
+    depends on the CPU): on this machine float32 99.17 / 98.06 / 98.61%, bfloat16 98.33 / 98.06 /
+    98.33%."""
     from lazygrad import dtypes
-    accuracies = {}
-    for dtype in (dtypes.float32, dtypes.bfloat16):
-        result = train_digits.train(digits, seed=0, progress=False, log=lambda line: None, dtype=dtype)
-        accuracies[dtype.name] = result.history[-1].test_accuracy
-        assert result.model[0].weight.dtype == dtype
-    assert accuracies["bfloat16"] >= accuracies["float32"] - 0.01, accuracies
+    accuracies = {dtypes.float32: [], dtypes.bfloat16: []}
+    for seed in (0, 1, 2):
+        data = train_digits.load_digits_dataset(seed=seed)
+        for dtype, found in accuracies.items():
+            result = train_digits.train(data, seed=seed, progress=False, log=lambda line: None, dtype=dtype)
+            assert result.model[0].weight.dtype == dtype
+            found.append(result.history[-1].test_accuracy)
+    assert np.mean(accuracies[dtypes.bfloat16]) >= np.mean(accuracies[dtypes.float32]) - 0.01, accuracies
 
 
 def test_the_script_end_to_end_on_an_mnist_directory(digits, tmp_path, capsys):
