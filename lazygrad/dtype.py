@@ -74,6 +74,9 @@ class dtypes:
     # 8-bit floats (OCP's): their codes in memory, computed like bfloat16 (renderer/narrow_floats.py)
     float8_e4m3fn = DType("float8_e4m3fn", 1, 2, ml_dtypes.float8_e4m3fn, "unsigned char")
     float8_e5m2 = DType("float8_e5m2", 1, 2, ml_dtypes.float8_e5m2, "unsigned char")
+    # and their fnuz variants (AMD's): no negative zero, no infinity, one NaN
+    float8_e4m3fnuz = DType("float8_e4m3fnuz", 1, 2, ml_dtypes.float8_e4m3fnuz, "unsigned char")
+    float8_e5m2fnuz = DType("float8_e5m2fnuz", 1, 2, ml_dtypes.float8_e5m2fnuz, "unsigned char")
     float32 = DType("float32", 4, 2, np.float32, "float")
     float64 = DType("float64", 8, 2, np.float64, "double")
 
@@ -108,11 +111,12 @@ class dtypes:
 
 
 ALL_DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
-              dtypes.int64, dtypes.uint64, dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float16, dtypes.bfloat16,
-              dtypes.float32, dtypes.float64)
+              dtypes.int64, dtypes.uint64, dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float8_e4m3fnuz,
+              dtypes.float8_e5m2fnuz, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 # Floats that are only stored: every op converts them to float32 first and rounds its result back
 # (Tensor._apply), and they convert to and from float32 only (Tensor.cast).
-STORAGE_FLOATS = frozenset({dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2})
+STORAGE_FLOATS = frozenset({dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float8_e4m3fnuz,
+                            dtypes.float8_e5m2fnuz})
 DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES}
 DTYPES_BY_NUMPY = {np.dtype(d.np_type): d for d in ALL_DTYPES}
 

@@ -162,6 +162,9 @@ def safe_save(state: dict[str, Tensor], path: str | os.PathLike, metadata: dict[
             raise ValueError(f"safe_save: tensor names must be strings other than '__metadata__', got {name!r}")
         if not isinstance(tensor, Tensor):
             raise TypeError(f"safe_save: {name!r} is a {type(tensor).__name__}, not a Tensor")
+        if tensor.dtype not in SAFETENSORS_NAMES:
+            raise TypeError(f"safe_save: {name!r} is {tensor.dtype.name}, which the safetensors format has no code "
+                            f"for (it stores {', '.join(dtype.name for dtype in SAFETENSORS_NAMES)}); cast it first")
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise ValueError("safe_save: metadata must map strings to strings")
     tensors = list(state.values())

@@ -1,8 +1,8 @@
 """Reads ONNX protobuf pieces into Python: element types, tensors, attributes, value descriptions.
 
 Used by model.py when it loads a model. ONNX element types lazygrad has no dtype for are carried
-in a wider one (int4 and int2 in int8, the fnuz and e8m0 float8s and float4 in float32); Cast rounds carried floats to their format's precision, and `onnx_numpy`
-turns a carried result back into the declared numpy type. External data files are read only from
+in a wider one (int4 and int2 in int8, float8e8m0 and float4 in float32); Cast rounds carried floats
+to their format's precision, and `onnx_numpy` turns a carried result back into the declared numpy type. External data files are read only from
 inside the model's folder (`external_data_file`), which every tensor of a model is checked against
 when it loads.
 """
@@ -23,16 +23,14 @@ DTYPE_OF_ELEM_TYPE = {
     TensorProto.FLOAT16: dtypes.float16, TensorProto.FLOAT: dtypes.float32, TensorProto.DOUBLE: dtypes.float64,
     TensorProto.BFLOAT16: dtypes.bfloat16, TensorProto.UINT16: dtypes.uint16, TensorProto.UINT32: dtypes.uint32,
     TensorProto.UINT64: dtypes.uint64, TensorProto.FLOAT8E4M3FN: dtypes.float8_e4m3fn,
-    TensorProto.FLOAT8E5M2: dtypes.float8_e5m2,
+    TensorProto.FLOAT8E5M2: dtypes.float8_e5m2, TensorProto.FLOAT8E4M3FNUZ: dtypes.float8_e4m3fnuz,
+    TensorProto.FLOAT8E5M2FNUZ: dtypes.float8_e5m2fnuz,
 }
 CARRIED_ELEM_TYPES = {
     TensorProto.UINT4: dtypes.uint8, TensorProto.INT4: dtypes.int8, TensorProto.UINT2: dtypes.uint8,
-    TensorProto.INT2: dtypes.int8, TensorProto.FLOAT8E4M3FNUZ: dtypes.float32,
-    TensorProto.FLOAT8E5M2FNUZ: dtypes.float32, TensorProto.FLOAT4E2M1: dtypes.float32,
-    TensorProto.FLOAT8E8M0: dtypes.float32,
+    TensorProto.INT2: dtypes.int8, TensorProto.FLOAT4E2M1: dtypes.float32, TensorProto.FLOAT8E8M0: dtypes.float32,
 }
-CARRIER_OF_NUMPY_NAME = {"float8_e4m3fnuz": np.float32, "float8_e5m2fnuz": np.float32, "float4_e2m1fn": np.float32,
-                         "float8_e8m0fnu": np.float32,
+CARRIER_OF_NUMPY_NAME = {"float4_e2m1fn": np.float32, "float8_e8m0fnu": np.float32,
                          "int4": np.int8, "int2": np.int8, "uint4": np.uint8, "uint2": np.uint8}
 
 

@@ -1,4 +1,5 @@
-"""Conversions between float32 and the 8-bit float formats (float8_e4m3fn, float8_e5m2), as C-family
+"""Conversions between float32 and the 8-bit float formats (float8_e4m3fn, float8_e5m2 and their fnuz
+variants, which have no negative zero and one NaN, 0x80, for infinities too), as C-family
 helper functions for every dialect; the renderers emit them where a kernel casts (cstyle.py).
 
 Like bfloat16, these are storage dtypes: the front end converts them to float32 before any op and
@@ -6,8 +7,8 @@ back after (Tensor._apply), so a kernel only loads, stores and converts them. A 
 decode through a table of their values. Encoding finds the nearest value by a binary search over the
 non-negative codes, ties to the even code (round to nearest even, as the code's last bit is the
 mantissa's), with the first code past the largest finite value standing for the next power of the
-format's spacing, so a value that rounds beyond the largest becomes that code: NaN in e4m3fn, which
-has no infinity, and infinity in e5m2; exactly as ml_dtypes converts (test/ops/test_float8.py
+format's spacing, so a value that rounds beyond the largest becomes that code: NaN in e4m3fn and the
+fnuz formats, which have no infinity, and infinity in e5m2; exactly as ml_dtypes converts (test/ops/test_float8.py
 compares every float32 of the formats' range).
 """
 from __future__ import annotations
@@ -77,8 +78,9 @@ def helpers(dtype: DType, dialect: str) -> dict[str, str]:
         f"if ({encode}_steps[middle] <= a) low = middle; else high = middle; }}\n"
         f"  float below = a - {encode}_steps[low], above = {encode}_steps[high] - a;\n"
         f"  int code = below < above ? low : above < below ? high : (low % 2 == 0 ? low : high);\n"
-        f"  return ({byte})(code | sign);\n}}")
+        + ("" if values[0x80] == 0x80000000 else "  if (code == 0) return 0;  /* no negative zero: 0x80 is NaN */\n")
+        + f"  return ({byte})(code | sign);\n}}")
     return {f"{decode}(": decode_text, f"{encode}(": encode_text}
 
 
-FLOAT8_DTYPES = (dtypes.float8_e4m3fn, dtypes.float8_e5m2)
+FLOAT8_DTYPES = (dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float8_e4m3fnuz, dtypes.float8_e5m2fnuz)

@@ -211,7 +211,8 @@ class OpenCLRenderer(CStyleRenderer):
     type_names = {dtypes.bool: "bool", dtypes.uint8: "uchar", dtypes.int8: "char", dtypes.int16: "short",
                   dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
                   dtypes.uint64: "ulong", dtypes.float16: "float", dtypes.bfloat16: "ushort",
-                  dtypes.float8_e4m3fn: "uchar", dtypes.float8_e5m2: "uchar",
+                  dtypes.float8_e4m3fn: "uchar", dtypes.float8_e5m2: "uchar", dtypes.float8_e4m3fnuz: "uchar",
+                  dtypes.float8_e5m2fnuz: "uchar",
                   dtypes.float32: "float", dtypes.float64: "double"}
     # Types of buffer elements in memory, where they differ from the register type.
     storage_names = {dtypes.bool: "uchar", dtypes.float16: "half"}
