@@ -17,7 +17,7 @@ from collections import Counter
 import numpy as np
 import onnx
 
-from lazygrad.dtype import dtypes
+from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes
 from lazygrad.onnx.functions import expand, function_schema, missing_in_function, type_proto_of
 from lazygrad.onnx.order import ordered_model
 from lazygrad.onnx.proto import (UnsupportedError, ValueInfo, attribute_value, describe_value, elem_type_name,
@@ -52,21 +52,21 @@ def walk_nodes(graph: onnx.GraphProto):
         stack.extend(iter(subgraph.node) for subgraph in reversed(_subgraphs(node)))
 
 
-# Operators whose output dtype is their argument, not their input's: never widened (`_widen_bfloat16`).
+# Operators whose output dtype is their argument, not their input's: never widened (`_widen_storage_floats`).
 EXPLICIT_OUTPUT_TYPE = {"Cast", "CastLike"}
 
 
-def _widen_bfloat16(node, inputs: list) -> list | None:
-    """A node's inputs with bfloat16 tensors as float32, when it reads bfloat16 and no float32: each
-    ONNX operator then computes in float32 and its float outputs are rounded to bfloat16 once, as
-    ONNX's reference computes Celu; lazygrad's own ops would round after every primitive. None
-    when the node reads no bfloat16."""
+def _widen_storage_floats(node, inputs: list) -> tuple[list, DType] | None:
+    """A node's inputs with its storage-float tensors (bfloat16, a float8) as float32, and that
+    dtype, when it reads one and no float32: each ONNX operator then computes in float32 and its
+    float outputs are rounded back once, as ONNX's reference computes Celu in bfloat16; lazygrad's
+    own ops would round after every primitive. None otherwise."""
     tensors = [value for value in inputs if isinstance(value, Tensor)]
-    if node.op_type in EXPLICIT_OUTPUT_TYPE or not any(value.dtype == dtypes.bfloat16 for value in tensors) \
-            or any(value.dtype == dtypes.float32 for value in tensors):
+    stored = next((value.dtype for value in tensors if value.dtype in STORAGE_FLOATS), None)
+    if node.op_type in EXPLICIT_OUTPUT_TYPE or stored is None or any(value.dtype == dtypes.float32 for value in tensors):
         return None
-    return [value.float() if isinstance(value, Tensor) and value.dtype == dtypes.bfloat16 else value
-            for value in inputs]
+    return [value.float() if isinstance(value, Tensor) and value.dtype in STORAGE_FLOATS else value
+            for value in inputs], stored
 
 
 def _node_label(node: onnx.NodeProto) -> str:
@@ -220,9 +220,9 @@ class OnnxModel:
         return self._call(function, OpContext(self, node, opset, values), inputs, attributes)
 
     def _call(self, function, context: OpContext, inputs: list, attributes: dict) -> list:
-        widened = _widen_bfloat16(context.node, inputs)
+        widened = _widen_storage_floats(context.node, inputs)
         try:
-            outputs = function(context, *(inputs if widened is None else widened), **attributes)
+            outputs = function(context, *(inputs if widened is None else widened[0]), **attributes)
         except UnsupportedError:
             raise
         except Exception as error:
@@ -230,7 +230,7 @@ class OnnxModel:
                                f"{type(error).__name__}: {error}") from error
         outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
         if widened is not None:
-            outputs = [output.cast(dtypes.bfloat16) if isinstance(output, Tensor) and output.dtype == dtypes.float32
+            outputs = [output.cast(widened[1]) if isinstance(output, Tensor) and output.dtype == dtypes.float32
                        else output for output in outputs]
         return outputs
 
