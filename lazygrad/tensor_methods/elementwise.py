@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lazygrad.dtype import dtypes, least_float, result_type, scalar_dtype
+from lazygrad.dtype import STORAGE_FLOATS, dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
 from lazygrad.tensor_methods.helpers import _check_scalar_fits, broadcast_shapes, computes_in_float32
 
@@ -233,10 +233,11 @@ class ElementwiseMethods:
     def log(self): return self._in_float32(lambda x: x.log2() * math.log(2))
 
     def _in_float32(self, compute) -> "Tensor":
-        """compute(x) for float x; a float16 or bfloat16 x is computed in float32 and rounded once,
-        since rounding the scaled intermediate (x * log2(e)) to 16 bits would cost several ulps."""
+        """compute(x) for float x; a float16 x, or one of a storage float (bfloat16, a float8), is
+        computed in float32 and rounded once, since rounding the scaled intermediate (x * log2(e))
+        to a narrow float would cost several of its ulps."""
         x = self._to_float()
-        if x.dtype in (dtypes.float16, dtypes.bfloat16):
+        if x.dtype == dtypes.float16 or x.dtype in STORAGE_FLOATS:
             return compute(x.float()).cast(x.dtype)
         return compute(x)
     def rsqrt(self): return self.sqrt().reciprocal()

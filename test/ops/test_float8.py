@@ -56,6 +56,12 @@ def test_ops_compute_in_float32_and_round_once(dtype, device):
         assert result.dtype == dtype
         np.testing.assert_array_equal(codes(result.numpy()), codes(expected.astype(dtype.np)))
     np.testing.assert_array_equal((tx < ty).numpy(), wide_x < wide_y)
+    small = Tensor((wide_x / 4).astype(dtype.np), device=device)  # exp and log, one rounding: within a code
+    shifted = (np.abs(wide_x) + 1).astype(dtype.np)  # abs() + 1 is an op of its own: rounded to the format
+    for result, expected in ((small.exp(), np.exp((wide_x / 4).astype(dtype.np).astype(np.float64))),
+                             ((tx.abs() + 1).log(), np.log(shifted.astype(np.float64)))):
+        gap = np.abs(codes(result.numpy()).astype(int) - codes(expected.astype(np.float32).astype(dtype.np)).astype(int))
+        assert gap.max() <= 1
 
 
 @pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.name)
