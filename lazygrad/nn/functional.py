@@ -180,6 +180,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     return out + bias.reshape(per_channel) if bias is not None else out
 
 
+@computes_in_float32
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5) -> Tensor:
     """Split the channels of (N, C, *) into num_groups groups of consecutive channels and normalize each
@@ -215,6 +216,7 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None, eps:
     return out * weight if weight is not None else out
 
 
+@computes_in_float32
 def normalize(input: Tensor, p: float = 2.0, dim=1, eps: float = 1e-12) -> Tensor:
     """input divided by its p-norm over dim (an int or a tuple), the norm held at eps or more, as
     PyTorch's. p is a positive number or math.inf."""
@@ -222,6 +224,7 @@ def normalize(input: Tensor, p: float = 2.0, dim=1, eps: float = 1e-12) -> Tenso
     return input / (norm >= eps).where(norm, eps)
 
 
+@computes_in_float32
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """The cosine of the angle between x1 and x2 (broadcast together) along dim: the sum over dim of
     x1 / max(||x1||, eps) times x2 / max(||x2||, eps), as PyTorch computes it. Where a norm is below
@@ -348,6 +351,7 @@ def _nll(name: str, log_probs: Tensor, target: Tensor, weight, ignore_index: int
     return loss * (1 - label_smoothing) + smooth * (label_smoothing / classes)
 
 
+@computes_in_float32
 def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
              reduction: str = "mean") -> Tensor:
     """-input[n, target[n]] * weight[target[n]] for log-probabilities input (N, C, *) or (C,) and
@@ -394,6 +398,7 @@ def _check_same_shape(name: str, input: Tensor, target: Tensor) -> None:
         raise ValueError(f"{name}: target of shape {target.shape} must have the same shape as input {input.shape}")
 
 
+@computes_in_float32
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
                          reduction: str = "mean") -> Tensor:
     """-weight * (target * log(input) + (1 - target) * log(1 - input)) for probabilities input; each log
@@ -405,6 +410,7 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     return _reduce(loss * weight if weight is not None else loss, reduction)
 
 
+@computes_in_float32
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
                                      reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
     """binary_cross_entropy(sigmoid(input), target) computed stably from the logits:
@@ -429,6 +435,7 @@ def _difference(name: str, input: Tensor, target: Tensor) -> Tensor:
     return input - target
 
 
+@computes_in_float32
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """(input - target)**2."""
     _check_reduction("mse_loss", reduction)
@@ -436,12 +443,14 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(difference * difference, reduction)
 
 
+@computes_in_float32
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """|input - target|."""
     _check_reduction("l1_loss", reduction)
     return _reduce(_difference("l1_loss", input, target).abs(), reduction)
 
 
+@computes_in_float32
 def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """0.5 * d**2 / beta where |d| < beta, else |d| - 0.5 * beta, for d = input - target (l1 for beta 0)."""
     _check_reduction("smooth_l1_loss", reduction)

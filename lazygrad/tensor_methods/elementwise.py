@@ -72,6 +72,7 @@ class ElementwiseMethods:
         x, y = (self if isinstance(other, Tensor) else self._to_float())._operands(other, name, reverse)
         return x._to_float(), y._to_float()
 
+    @computes_in_float32
     def floordiv(self, other, reverse=False):
         """Python's //: the quotient rounded toward negative infinity."""
         x, y = self._operands(other, "floordiv", reverse)
@@ -90,6 +91,7 @@ class ElementwiseMethods:
 
     floor_divide = floordiv
 
+    @computes_in_float32
     def remainder(self, other, reverse=False):
         """Python's %: the result takes the sign of the divisor."""
         x, y = self._operands(other, "remainder", reverse)
@@ -99,6 +101,7 @@ class ElementwiseMethods:
         wrong_sign = (remainder != 0).logical_and((remainder < 0) != (y < 0))
         return wrong_sign.where(remainder + y, remainder)
 
+    @computes_in_float32
     def pow(self, exponent, reverse=False):
         """`self ** exponent` with C's pow semantics for floats (1**nan == 1, (-8)**(1/3) is nan).
         The gradient is PyTorch's formula, y x**(y-1) and x**y log(x), written out: derived through
@@ -240,11 +243,13 @@ class ElementwiseMethods:
         if x.dtype == dtypes.float16 or x.dtype in STORAGE_FLOATS:
             return compute(x.float()).cast(x.dtype)
         return compute(x)
+    @computes_in_float32
     def rsqrt(self): return self.sqrt().reciprocal()
     def cos(self):
         # cos(x) = sin(pi/2 - x); the subtraction is done in float64 so it does not round x away
         x = self._to_float()
         return (math.pi / 2 - x.double()).sin().cast(x.dtype) if x.dtype != dtypes.float64 else (math.pi / 2 - x).sin()
+    @computes_in_float32
     def tan(self): return self.sin() / self.cos()
 
     @computes_in_float32
@@ -388,6 +393,7 @@ class ElementwiseMethods:
             return Tensor.full(self.shape, True, dtypes.bool, self.device)
         return self.abs() < math.inf  # False for NaN too
 
+    @computes_in_float32
     def lerp(self, end, weight) -> "Tensor":
         """self + weight * (end - self), with PyTorch's formula (exact at weight 0 and 1)."""
         from lazygrad.tensor import Tensor
@@ -445,11 +451,13 @@ class ElementwiseMethods:
         tail = (-(outer * outer)).exp() * t * _polynomial(t, _ERFC_TAIL)
         return x, small, inner * _polynomial(inner * inner, _ERF_NEAR_ZERO), tail
 
+    @computes_in_float32
     def erf(self) -> "Tensor":
         """The error function; computed in float64, relative error below 4e-11 (see _ERF_NEAR_ZERO)."""
         x, small, near_zero, tail = self._erf_pieces()
         return small.where(near_zero, (x < 0).where(tail - 1, 1 - tail)).cast(least_float(self.dtype))
 
+    @computes_in_float32
     def erfc(self) -> "Tensor":
         """1 - erf(x), with relative precision in the tail (erfc(10) is 2.1e-45, not 0)."""
         x, small, near_zero, tail = self._erf_pieces()
@@ -474,12 +482,14 @@ class ElementwiseMethods:
         x = self._to_float()
         return (x > 0).where(x, x * negative_slope)
 
+    @computes_in_float32
     def elu(self, alpha: float = 1.0) -> "Tensor":
         """Its gradient at 0 is alpha, as in PyTorch (x.minimum(0) would halve it there)."""
         x = self._to_float()
         positive = x > 0
         return positive.where(x, alpha * positive.where(0, x).expm1())
 
+    @computes_in_float32
     def selu(self) -> "Tensor":
         return _SELU_SCALE * self.elu(_SELU_ALPHA)
 
@@ -529,6 +539,7 @@ class ElementwiseMethods:
         linear = scaled > threshold
         return linear.where(x, linear.where(0.0, scaled).exp().log1p() / beta)
 
+    @computes_in_float32
     def logsigmoid(self) -> "Tensor":
         """log(sigmoid(x)) as min(x, 0) - log1p(exp(-|x|)), which neither overflows nor rounds to
         log(0); the gradient is PyTorch's, sigmoid(-x)."""
@@ -538,16 +549,20 @@ class ElementwiseMethods:
             out = x.minimum(0) - (-x.abs()).exp().log1p()
         return out._with_gradient((x,), lambda grad, out, sources, rule: [grad * (-sources[0]).sigmoid()])
 
+    @computes_in_float32
     def mish(self) -> "Tensor":
         return self * self.softplus().tanh()
 
+    @computes_in_float32
     def softsign(self) -> "Tensor":
         x = self._to_float()
         return x / (1 + x.abs())
 
+    @computes_in_float32
     def hardsigmoid(self) -> "Tensor":
         return (self._to_float() + 3).relu6() / 6
 
+    @computes_in_float32
     def hardswish(self) -> "Tensor":
         x = self._to_float()
         return x * (x + 3).relu6() / 6

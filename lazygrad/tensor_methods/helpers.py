@@ -150,12 +150,17 @@ def computes_in_float32(function):
     intermediates: a matmul's products, a sigmoid's exponential."""
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
+        for value in args:  # the usual case, no storage float, first and cheaply: this runs for every call
+            if _is_stored_float_tensor(value):
+                break
+        else:
+            if not kwargs or not any(map(_is_stored_float_tensor, kwargs.values())):
+                return function(*args, **kwargs)
         floats = [value.dtype for value in (*args, *kwargs.values())
                   if hasattr(value, "lazydata") and value.dtype.is_float]
-        stored = next((dtype for dtype in floats if dtype in STORAGE_FLOATS), None)
-        if stored is None or any(dtype not in STORAGE_FLOATS for dtype in floats):
-            # none, or a wider float beside it that promotion makes the result's dtype anyway
-            return function(*args, **kwargs)
+        stored = next(dtype for dtype in floats if dtype in STORAGE_FLOATS)
+        if any(dtype not in STORAGE_FLOATS for dtype in floats):
+            return function(*args, **kwargs)  # a wider float beside it: promotion makes the result's dtype
 
         def wide(value):
             return value.cast(dtypes.float32) if _is_stored_float_tensor(value) else value

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Tensor, dtypes
+import lazygrad.nn.functional as F
 from lazygrad.dtype import promote_types
 from lazygrad.nn.state import safe_load, safe_save
 
@@ -176,3 +177,26 @@ def test_finfo_matches_pytorch():
     info = finfo(dtypes.bfloat16)
     assert (info.bits, info.eps, info.max, info.tiny) == (16, 2.0 ** -7, float(ml_dtypes.finfo(BF16).max), 2.0 ** -126)
     assert math.isclose(info.resolution, 0.01)
+
+
+COMPOSITES = {
+    "pow": lambda x: x ** 2.5, "rsqrt": lambda x: x.abs().rsqrt(), "tan": lambda x: (x / 8).tan(),
+    "erf": lambda x: x.erf(), "elu": lambda x: x.elu(), "selu": lambda x: x.selu(), "mish": lambda x: x.mish(),
+    "logsigmoid": lambda x: x.logsigmoid(), "softsign": lambda x: x.softsign(),
+    "hardswish": lambda x: x.hardswish(), "gelu": lambda x: x.gelu(), "softplus": lambda x: x.softplus(),
+    "softmax": lambda x: x.softmax(-1), "log_softmax": lambda x: x.log_softmax(-1), "var": lambda x: x.var(-1),
+    "layer_norm": lambda x: x.layer_norm((x.shape[-1],)), "normalize": lambda x: F.normalize(x, dim=-1),
+    "mse_loss": lambda x: F.mse_loss(x, x.flip(-1)), "floordiv": lambda x: x // 0.75,
+}
+
+
+@pytest.mark.parametrize("name", COMPOSITES)
+def test_composite_functions_round_once_as_pytorchs_kernels(name, device):
+    """Functions PyTorch runs as one kernel give float32's result rounded once, whatever primitives
+    lazygrad composes them of (each would round its own result)."""
+    x = random_bf16((6, 32), 13, scale=1.5)
+    function = COMPOSITES[name]
+    result = function(Tensor(x, device=device))
+    expected = function(Tensor(x.astype(np.float32), device=device)).numpy()
+    assert result.dtype == dtypes.bfloat16
+    assert_within_one_ulp(result.numpy(), expected.astype(BF16))  # the same float32 kernels, up to fma contraction
