@@ -707,12 +707,17 @@ def _cross(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
 
 # ---- the factorizations: numpy's LAPACK on the host ----------------------------------------------
 
+# The factorizations whose gradient lazygrad writes out (as lazy matmuls of the host's inverse):
+# inv, det, slogdet, solve. The others refuse an input that wants one.
+DIFFERENTIABLE = {"inv", "det", "slogdet", "solve"}
+
+
 def _host(name: str, x: Tensor, *others: Tensor) -> list[np.ndarray]:
     """The realized values of a factorization's inputs, after checking that no gradient is asked for
-    (these functions compute on the host and record none) and that the matrices are float ones."""
+    where none is recorded (DIFFERENTIABLE) and that the matrices are float ones."""
     from lazygrad.tensor import Tensor as TensorType
     for array in (x, *others):
-        if array.requires_grad and TensorType.grad_enabled:
+        if array.requires_grad and TensorType.grad_enabled and name not in DIFFERENTIABLE:
             raise RuntimeError(f"linalg.{name}: computed on the host with numpy, it has no gradient in lazygrad; "
                                "detach() the input or call it under lazygrad.no_grad()")
         if not array.dtype.is_float:
@@ -732,17 +737,35 @@ def _cholesky(x: Tensor, /, *, upper: builtins.bool = False) -> Tensor:
     return _back(np.swapaxes(lower, -1, -2) if upper else lower, x)
 
 
+def _transposed_inverse(a: np.ndarray, like: Tensor) -> Tensor:
+    """inv(a) with its last two axes swapped, as a constant of the gradients below."""
+    return _back(np.swapaxes(np.linalg.inv(a), -1, -2), like)
+
+
 def _det(x: Tensor, /) -> Tensor:
-    return _back(np.linalg.det(_host("det", x)[0]), x)
+    """d det(A) / dA = det(A) inv(A)^T (infinite or NaN at a singular A, where PyTorch gives the
+    adjugate)."""
+    (a,) = _host("det", x)
+    result = _back(np.linalg.det(a), x)
+    return result._with_gradient((x,), lambda grad, out, sources, rule: [
+        (grad * out)[..., None, None] * _transposed_inverse(a, x)])
 
 
 def _slogdet(x: Tensor, /):
-    sign, logabsdet = np.linalg.slogdet(_host("slogdet", x)[0])
-    return _Unique(sign=_back(sign, x), logabsdet=_back(logabsdet, x))
+    """logabsdet's gradient is inv(A)^T; the sign has none."""
+    (a,) = _host("slogdet", x)
+    sign, logabsdet = np.linalg.slogdet(a)
+    logabsdet = _back(logabsdet, x)._with_gradient((x,), lambda grad, out, sources, rule: [
+        grad[..., None, None] * _transposed_inverse(a, x)])
+    return _Unique(sign=_back(sign, x), logabsdet=logabsdet)
 
 
 def _inv(x: Tensor, /) -> Tensor:
-    return _back(np.linalg.inv(_host("inv", x)[0]), x)
+    """d inv(A) = -inv(A) dA inv(A), so A's gradient is -inv(A)^T G inv(A)^T."""
+    (a,) = _host("inv", x)
+    result = _back(np.linalg.inv(a), x)
+    return result._with_gradient((x,), lambda grad, out, sources, rule: [
+        -(out.mT @ grad @ out.mT)])
 
 
 def _relative_tolerance(a: np.ndarray, rtol) -> np.ndarray:
@@ -759,11 +782,18 @@ def _pinv(x: Tensor, /, *, rtol=None) -> Tensor:
 
 
 def _solve(x1: Tensor, x2: Tensor, /) -> Tensor:
+    """X = inv(A) B; B's gradient is inv(A)^T G, A's minus that times X^T."""
     a, b = _host("solve", x1, x2)
     like = x1 if x1.dtype == result_type(x1, x2) else x2  # the standard's promotion of the two
-    if b.ndim == 1:  # a vector: one right-hand side
-        return _back(np.linalg.solve(a, b[..., None])[..., 0], like)
-    return _back(np.linalg.solve(a, b), like)
+    vector = b.ndim == 1  # one right-hand side
+    result = _back(np.linalg.solve(a, b[..., None])[..., 0] if vector else np.linalg.solve(a, b), like)
+
+    def gradient(grad, out, sources, rule):
+        columns, solution = (grad[..., None], out[..., None]) if vector else (grad, out)
+        grad_b = _transposed_inverse(a, like) @ columns
+        grad_a = -(grad_b @ solution.mT)
+        return [grad_a.cast(x1.dtype), (grad_b[..., 0] if vector else grad_b).cast(x2.dtype)]
+    return result._with_gradient((x1, x2), gradient)
 
 
 def _qr(x: Tensor, /, *, mode: str = "reduced"):
