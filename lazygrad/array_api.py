@@ -707,9 +707,9 @@ def _cross(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
 
 # ---- the factorizations: numpy's LAPACK on the host ----------------------------------------------
 
-# The factorizations whose gradient lazygrad writes out (as lazy matmuls of the host's inverse):
-# inv, det, slogdet, solve. The others refuse an input that wants one.
-DIFFERENTIABLE = {"inv", "det", "slogdet", "solve"}
+# The factorizations whose gradient lazygrad writes out (as lazy matmuls of the host's results):
+# inv, det, slogdet, solve, cholesky, eigh (and eigvalsh). The others refuse an input that wants one.
+DIFFERENTIABLE = {"inv", "det", "slogdet", "solve", "cholesky", "eigh"}
 
 
 def _host(name: str, x: Tensor, *others: Tensor) -> list[np.ndarray]:
@@ -732,9 +732,21 @@ def _back(value: np.ndarray, like: Tensor) -> Tensor:
 
 
 def _cholesky(x: Tensor, /, *, upper: builtins.bool = False) -> Tensor:
+    """A's gradient from L's: sym(L^-T Phi(L^T G) L^-1), Phi the lower triangle with its diagonal
+    halved and sym(M) = (M + M^T) / 2 (A is taken as symmetric, as PyTorch takes it)."""
     (a,) = _host("cholesky", x)
     lower = np.linalg.cholesky(a)
-    return _back(np.swapaxes(lower, -1, -2) if upper else lower, x)
+    result = _back(np.swapaxes(lower, -1, -2) if upper else lower, x)
+
+    def gradient(grad, out, sources, rule):
+        grad_lower = grad.mT if upper else grad
+        factor = _back(lower, x)
+        inverse = _back(np.linalg.inv(lower), x)
+        product = factor.mT @ grad_lower
+        phi = product.tril() - product * _back(np.eye(lower.shape[-1]), x) * 0.5
+        whole = inverse.mT @ phi @ inverse
+        return [(whole + whole.mT) * 0.5]
+    return result._with_gradient((x,), gradient)
 
 
 def _transposed_inverse(a: np.ndarray, like: Tensor) -> Tensor:
@@ -813,12 +825,31 @@ def _svdvals(x: Tensor, /) -> Tensor:
 
 
 def _eigh(x: Tensor, /):
+    """A's gradient (A taken as symmetric) from the eigenvalues' and eigenvectors': V (diag(gL) +
+    F * (V^T gV)) V^T, F[i, j] = 1 / (L[j] - L[i]) off the diagonal; repeated eigenvalues give
+    infinities there, as in PyTorch."""
     values, vectors = np.linalg.eigh(_host("eigh", x)[0])
-    return _Unique(eigenvalues=_back(values, x), eigenvectors=_back(vectors, x))
+    gaps = values[..., None, :] - values[..., :, None]
+    eye = np.eye(values.shape[-1], dtype=np.bool_)
+    with np.errstate(divide="ignore"):
+        inverse_gaps = np.where(eye, 0.0, 1.0 / np.where(eye, 1.0, gaps))
+    v = _back(vectors, x)
+
+    def gradient_from(grad_values: Tensor | None, grad_vectors: Tensor | None) -> Tensor:
+        inner = 0
+        if grad_values is not None:
+            inner = inner + grad_values[..., None, :] * _back(np.eye(values.shape[-1]), x)
+        if grad_vectors is not None:
+            inner = inner + _back(inverse_gaps, x) * (v.mT @ grad_vectors)
+        return v @ inner @ v.mT
+
+    eigenvalues = _back(values, x)._with_gradient((x,), lambda grad, out, sources, rule: [gradient_from(grad, None)])
+    eigenvectors = v._with_gradient((x,), lambda grad, out, sources, rule: [gradient_from(None, grad)])
+    return _Unique(eigenvalues=eigenvalues, eigenvectors=eigenvectors)
 
 
 def _eigvalsh(x: Tensor, /) -> Tensor:
-    return _back(np.linalg.eigvalsh(_host("eigvalsh", x)[0]), x)
+    return _eigh(x).eigenvalues
 
 
 def _matrix_rank(x: Tensor, /, *, rtol=None) -> Tensor:
