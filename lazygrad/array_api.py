@@ -708,8 +708,9 @@ def _cross(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
 # ---- the factorizations: numpy's LAPACK on the host ----------------------------------------------
 
 # The factorizations whose gradient lazygrad writes out (as lazy matmuls of the host's results):
-# inv, det, slogdet, solve, cholesky, eigh (and eigvalsh). The others refuse an input that wants one.
-DIFFERENTIABLE = {"inv", "det", "slogdet", "solve", "cholesky", "eigh"}
+# inv, det, slogdet, solve, cholesky, eigh (and eigvalsh), svdvals. The others refuse an input that
+# wants one.
+DIFFERENTIABLE = {"inv", "det", "slogdet", "solve", "cholesky", "eigh", "svdvals"}
 
 
 def _host(name: str, x: Tensor, *others: Tensor) -> list[np.ndarray]:
@@ -821,7 +822,11 @@ def _svd(x: Tensor, /, *, full_matrices: builtins.bool = True):
 
 
 def _svdvals(x: Tensor, /) -> Tensor:
-    return _back(np.linalg.svd(_host("svdvals", x)[0], compute_uv=False), x)
+    """A's gradient from the singular values': U diag(gS) V^T, with the reduced factors (a repeated
+    singular value has no unique factors but this sum is the same for any)."""
+    u, s, vh = np.linalg.svd(_host("svdvals", x)[0], full_matrices=False)
+    return _back(s, x)._with_gradient((x,), lambda grad, out, sources, rule: [
+        (_back(u, x) * grad[..., None, :]) @ _back(vh, x)])
 
 
 def _eigh(x: Tensor, /):

@@ -489,3 +489,14 @@ def test_cholesky_and_eigh_have_gradients(device):
                                                                                device=device)).sum(), a, device=device)
     check_gradients(lambda x: ((xp.linalg.eigh(symmetric(x)).eigenvectors ** 2) * weights).sum()
                     + xp.linalg.eigh(symmetric(x)).eigenvalues.sum(), a, device=device)
+
+
+def test_svdvals_has_a_gradient(device):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from gradcheck import check_gradients
+    for shape in ((2, 3, 4), (4, 3)):  # wide and tall
+        a = np.random.default_rng(2).standard_normal(shape)
+        scale = xp.asarray(np.array([1.0, -2.0, 0.5]), device=device)
+        check_gradients(lambda x: (xp.linalg.svdvals(x) * scale).sum(), a, device=device)
