@@ -116,7 +116,7 @@ double fma(double, double, double);
 #define INFINITY __builtin_inff()
 #define NAN __builtin_nanf("")"""
 
-# bfloat16 as bits (cstyle.CStyleRenderer.render_bfloat16_cast), with unions: ISO C99, standalone too.
+# bfloat16 as bits (cstyle.CStyleRenderer.render_storage_cast), with unions.
 BF16_TO_FLOAT = ("static inline float lg_bf16_to_float(unsigned short bits) "
                  "{ union { unsigned int u; float f; } value; value.u = (unsigned int)bits << 16; return value.f; }")
 FLOAT_TO_BF16 = ("static inline unsigned short lg_float_to_bf16(float x) "
@@ -175,8 +175,6 @@ STANDALONE_HELPERS = {
     "lg_fma(": define_once("#if defined(FP_FAST_FMA)\n#define lg_fma(a, b, c) fma(a, b, c)\n#else\n"
                      "#define lg_fma(a, b, c) ((a) * (b) + (c))\n#endif"),
     "lg_floordiv": HELPERS["lg_floordiv"],
-    "lg_bf16_to_float(": HELPERS["lg_bf16_to_float("],
-    "lg_float_to_bf16(": HELPERS["lg_float_to_bf16("],
     "lg_floormod": HELPERS["lg_floormod"],
     "lg_exp2f": define_once(_exp2_helper("float", degree=7, exponent_bias=127, mantissa_bits=23, standalone=True)),
     "lg_exp2(": define_once(_exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52, standalone=True)),
