@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lazygrad.dtype import STORAGE_FLOATS, dtypes, least_float, result_type, scalar_dtype
+from lazygrad.dtype import dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
 from lazygrad.tensor_methods.helpers import _check_scalar_fits, broadcast_shapes, computes_in_float32
 
@@ -232,15 +232,17 @@ class ElementwiseMethods:
     def sin(self): return self._unary_float("SIN")
     def reciprocal(self): return self._unary_float("RECIP")
 
+    @computes_in_float32
     def exp(self): return self._in_float32(lambda x: (x * (1 / math.log(2))).exp2())
+    @computes_in_float32
     def log(self): return self._in_float32(lambda x: x.log2() * math.log(2))
 
     def _in_float32(self, compute) -> "Tensor":
-        """compute(x) for float x; a float16 x, or one of a storage float (bfloat16, a float8), is
-        computed in float32 and rounded once, since rounding the scaled intermediate (x * log2(e))
-        to a narrow float would cost several of its ulps."""
+        """compute(x) for float x; a float16 x is computed in float32 and rounded once, since rounding
+        the scaled intermediate (x * log2(e)) to float16 would cost several ulps (storage floats
+        reach here as float32 already: computes_in_float32)."""
         x = self._to_float()
-        if x.dtype == dtypes.float16 or x.dtype in STORAGE_FLOATS:
+        if x.dtype == dtypes.float16:
             return compute(x.float()).cast(x.dtype)
         return compute(x)
     @computes_in_float32
