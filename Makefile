@@ -1,5 +1,5 @@
 # Developer entry points. Everything runs in a local virtualenv, .venv, made on first use.
-#   make test    install lazygrad with its test and opencl extras (PoCL: OpenCL on the CPU) and run the tests, one worker per core
+#   make test    install lazygrad with its test, opencl (PoCL: OpenCL on the CPU), onnx and mpi extras and run the tests, one worker per core
 #   make demo    train a small CNN on scikit-learn's digits (extra/train_digits.py): >= 97% test accuracy
 #   make bench   run the core benchmarks (extra/bench/bench_core.py)
 #   make minilm  install the pretrained all-MiniLM-L6-v2 and search extra/minilm_sentences.txt (extra/minilm.py)
@@ -18,7 +18,7 @@ $(VENV_PYTHON):
 	$(PYTHON) -m venv $(VENV)
 
 test: venv
-	$(VENV_PIP) install -q -e '.[test,opencl,onnx]'
+	$(VENV_PIP) install -q -e '.[test,opencl,onnx,mpi]'
 	$(VENV_PYTHON) -m pytest -q -n auto test
 
 demo: venv

@@ -1,5 +1,6 @@
 """Packaging for lazygrad; extras: test, opencl (PoCL on machines without a GPU), cuda, examples, onnx,
-bench (what the model benchmark compares with).
+mpi (lazygrad.distributed: mpi4py with MPICH as a wheel, mpiexec included), bench (what the model
+benchmark compares with).
 
 The test extra includes the examples' packages, so the checkpoint interop tests and the digits
 demo's tests (test/models) always run."""
@@ -21,6 +22,7 @@ setup(
         "cuda": ["cupy-cuda12x"],
         "examples": ["scikit-learn", "matplotlib", "tqdm", "safetensors"],
         "onnx": ["onnx==1.23.2"],
+        "mpi": ["mpi4py", "mpich"],
         # extra/bench/bench_models.py's other columns: torch builds the models and exports them to
         # ONNX (its exporter needs onnxscript), ONNX Runtime runs them
         "bench": ["torch", "onnxruntime", "onnxscript", "onnx==1.23.2"],

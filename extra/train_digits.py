@@ -3,12 +3,16 @@
     python extra/train_digits.py                       # digits: 1,797 8x8 images bundled with scikit-learn
     python extra/train_digits.py --epochs 5 --device NPY
     python extra/train_digits.py --mnist ~/data/mnist  # the same training on MNIST's IDX files
+    mpiexec -n 2 python extra/train_digits.py --ddp    # data-parallel: each rank half of every batch
 
 What it does: split the images into a training set and a held-out test set (20%, stratified),
 train Conv-ReLU-Conv-ReLU-MaxPool-Flatten-Linear-ReLU-Linear with Adam and a cosine learning-rate
 schedule, and after each epoch print the test accuracy and one line of kernel statistics. Then it
 saves a safetensors checkpoint, loads it into a freshly built model and checks that model's test
 accuracy is the same, and draws training loss and test accuracy per epoch into a PNG.
+With --ddp under mpiexec, every rank trains on its share of each batch (lazygrad.distributed's
+DistributedDataParallel averages the gradients), rank 0 alone prints, saves and plots, and the run
+fails unless every rank ends with the same parameters.
 
 `train(...)` does the training loop and can be called on a small subset (the tests do).
 Exit status 1 when the test accuracy stays below --min-accuracy or the reloaded model disagrees.
@@ -192,16 +196,23 @@ class TrainResult:
 
 def train(data: Dataset, epochs: int = 8, batch_size: int = 32, lr: float = 3e-3, seed: int = 0,
           device: str | None = None, augment: bool = True, progress: bool = True, log=print,
-          dtype=None) -> TrainResult:
+          dtype=None, distributed: bool = False) -> TrainResult:
     """Train build_model() on data with Adam and a per-epoch cosine schedule; returns the model and
     one EpochRecord per epoch. Batches are shuffled with `seed`; a last partial batch is dropped, so
     every step runs the same kernels. `dtype` (float32 by default, or bfloat16) is the parameters',
-    the optimizer state's and the images'."""
+    the optimizer state's and the images'. With `distributed` (lazygrad.distributed initialized),
+    rank r of n trains on images r, r + n, ... of each batch, the same batches as one process."""
     from tqdm import tqdm
     lazygrad.manual_seed(seed)
     dtype = dtype or dtypes.float32
     model = build_model(data.train_images.shape[-1], device, dtype)
     optimizer = Adam(get_parameters(model), lr=lr)
+    rank, ranks, forward = 0, 1, model
+    if distributed:
+        import lazygrad.distributed as dist
+        rank, ranks, forward = dist.rank(), dist.world_size(), dist.DistributedDataParallel(model)
+        if batch_size % ranks:
+            raise ValueError(f"train: batch size {batch_size} does not split evenly over {ranks} ranks")
     scheduler = CosineAnnealingLR(optimizer, T_max=epochs)
     rng = np.random.default_rng(seed)
     steps = len(data.train_images) // batch_size
@@ -213,11 +224,13 @@ def train(data: Dataset, epochs: int = 8, batch_size: int = 32, lr: float = 3e-3
     def train_step(images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         """One Adam step; from the third call on, its recorded kernels replay (lazygrad.jit)."""
         optimizer.zero_grad()
-        logits = model(images)
+        logits = forward(images)
         loss = F.cross_entropy(logits, labels)
-        loss.backward()
+        loss.backward()  # with DistributedDataParallel, the gradients come back averaged over the ranks
         logits.realize()  # before the step overwrites the weights it reads
         optimizer.step()
+        if distributed:
+            dist.all_reduce(loss, "mean")  # the whole batch's loss, as one process reports it
         return loss, logits
 
     for epoch in range(1, epochs + 1):
@@ -225,21 +238,23 @@ def train(data: Dataset, epochs: int = 8, batch_size: int = 32, lr: float = 3e-3
         order = rng.permutation(len(data.train_images))
         losses, correct = [], 0
         start = time.perf_counter()
-        bar = tqdm(range(steps), desc=f"epoch {epoch:2d}/{epochs}", unit="batch", disable=not progress,
+        bar = tqdm(range(steps), desc=f"epoch {epoch:2d}/{epochs}", unit="batch", disable=not progress or rank > 0,
                    leave=True, dynamic_ncols=True, mininterval=0.5, file=sys.stderr)
         for step in bar:
             batch = order[step * batch_size:(step + 1) * batch_size]
             batch_images = shift_randomly(data.train_images[batch], rng) if augment else data.train_images[batch]
-            images = Tensor(batch_images, device=device).cast(dtype)
-            labels = Tensor(data.train_labels[batch], device=device)
+            images = Tensor(batch_images[rank::ranks], device=device).cast(dtype)
+            labels = Tensor(data.train_labels[batch][rank::ranks], device=device)
             loss, logits = train_step(images, labels)
             losses.append(loss.item())
-            correct += int((logits.float().numpy().argmax(1) == data.train_labels[batch]).sum())
-            seen = (step + 1) * batch_size
-            bar.set_postfix(loss=f"{np.mean(losses):.4f}", acc=f"{correct / seen:.3f}",
+            correct += int((logits.float().numpy().argmax(1) == data.train_labels[batch][rank::ranks]).sum())
+            seen = (step + 1) * batch_size  # by every rank; this one's accuracy is on its share
+            bar.set_postfix(loss=f"{np.mean(losses):.4f}", acc=f"{correct * ranks / seen:.3f}",
                             img_s=f"{seen / (time.perf_counter() - start):.0f}")
         seconds = time.perf_counter() - start
         bar.close()
+        if distributed:  # every rank's share of the epoch's training batches
+            correct = int(dist.all_reduce(Tensor([correct]), "sum").item())
         scheduler.step()
         test_accuracy = evaluate(model, data.test_images, data.test_labels, device, dtype)
         record = EpochRecord(epoch, float(np.mean(losses)), correct / (steps * batch_size), test_accuracy, seconds,
@@ -297,22 +312,46 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--mnist", metavar="DIR", help="train on MNIST's IDX files in DIR instead of the digits")
     parser.add_argument("--out", metavar="DIR", default=str(HERE), help="where the checkpoint and plot go")
     parser.add_argument("--min-accuracy", type=float, default=0.97, help="exit 1 below this test accuracy")
+    parser.add_argument("--ddp", action="store_true",
+                        help="data-parallel over the ranks of `mpiexec -n N` (lazygrad.distributed, needs mpi4py)")
     return parser.parse_args(argv)
+
+
+def same_on_every_rank(model) -> bool:
+    """Whether every rank of the job holds model's parameters bit for bit."""
+    import lazygrad.distributed as dist
+    flat = np.concatenate([parameter.float().numpy().reshape(-1) for parameter in get_parameters(model)])
+    gathered = dist.all_gather(Tensor(flat)).numpy()
+    return bool((gathered == gathered[0]).all())
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    rank = 0
+    if args.ddp:
+        import lazygrad.distributed as dist
+        dist.init()  # before the first kernel: the ranks on this machine split its cores
+        rank = dist.rank()
+    say = print if rank == 0 else (lambda *_, **__: None)  # rank 0 speaks for the job
     device = lazygrad.devices.canonical_device(args.device)
     data = load_mnist_dataset(args.mnist) if args.mnist else load_digits_dataset(args.seed)
-    print(f"{data.name}: {len(data.train_images)} training and {len(data.test_images)} test images of "
+    say(f"{data.name}: {len(data.train_images)} training and {len(data.test_images)} test images of "
           f"{data.train_images.shape[-2]}x{data.train_images.shape[-1]} on {device}; {args.epochs} epochs, "
           f"batch size {args.batch_size}, Adam lr {args.lr} with cosine decay")
     started = time.perf_counter()
     dtype = dtypes.from_any(args.dtype)
-    result = train(data, args.epochs, args.batch_size, args.lr, args.seed, device, dtype=dtype)
+    result = train(data, args.epochs, args.batch_size, args.lr, args.seed, device, dtype=dtype, log=say,
+                   distributed=args.ddp)
     final = result.history[-1]
-    print(f"trained in {time.perf_counter() - started:.1f} s: test accuracy {final.test_accuracy:.2%}, "
+    say(f"trained in {time.perf_counter() - started:.1f} s: test accuracy {final.test_accuracy:.2%}, "
           f"last epoch {final.seconds:.2f} s ({final.images_per_second:.0f} images/s)")
+    if args.ddp:
+        same = same_on_every_rank(result.model)
+        say(f"{dist.world_size()} ranks: parameters {'identical on every rank' if same else 'DIFFER between ranks'}")
+        if not same:
+            return 1
+        if rank > 0:  # rank 0 writes the checkpoint and the plot and checks them
+            return 0 if final.test_accuracy >= args.min_accuracy else 1
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -322,17 +361,17 @@ def main(argv=None) -> int:
     load_state_dict(reloaded, safe_load(checkpoint, device))
     reloaded_accuracy = evaluate(reloaded, data.test_images, data.test_labels, device, dtype)
     same = reloaded_accuracy == final.test_accuracy
-    print(f"checkpoint {shown(checkpoint)}: reloaded into a fresh model, test accuracy {reloaded_accuracy:.2%} "
+    say(f"checkpoint {shown(checkpoint)}: reloaded into a fresh model, test accuracy {reloaded_accuracy:.2%} "
           f"({'the same' if same else 'DIFFERENT from ' + format(final.test_accuracy, '.2%')})")
 
     plot = out / f"train_{data.name}.png"
     plot_history(result.history, plot, f"{data.name}: {len(data.train_images)} training images, lazygrad on {device}",
                  args.min_accuracy)
-    print(f"plot of training loss and test accuracy: {shown(plot)}")
+    say(f"plot of training loss and test accuracy: {shown(plot)}")
     if not same:
         return 1
     if final.test_accuracy < args.min_accuracy:
-        print(f"test accuracy {final.test_accuracy:.2%} is below --min-accuracy {args.min_accuracy:.0%}")
+        say(f"test accuracy {final.test_accuracy:.2%} is below --min-accuracy {args.min_accuracy:.0%}")
         return 1
     return 0
 

@@ -181,7 +181,7 @@ class _Replay:
             self.steps.append((function, arguments, substitutions, sources))
         # the captured buffers, held so the memory that the pointers above point into stays theirs
         self.captured_buffers = [launch.buffers for launch in recording.launches]
-        self.kernel_count = sum(1 for launch in recording.launches if launch.program is not None)
+        self.kernel_count = sum(1 for launch in recording.launches if launch.program is not None and not launch.host)
         self.rewritten = self._rewritten_buffers(recording, output_buffers)
 
     @staticmethod
@@ -200,7 +200,7 @@ class _Replay:
         derived = set()
         for launch in recording.launches:
             targets = launch.buffers[:len(launch.in_place)]
-            if launch.program is None or not launch.inputs or any(launch.in_place):
+            if launch.program is None or launch.host or not launch.inputs or any(launch.in_place):
                 continue
             if any(id(buffer) in changing for buffer in launch.inputs):
                 continue

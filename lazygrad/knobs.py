@@ -178,6 +178,12 @@ def export_pocl_cache_settings() -> None:
         os.environ.setdefault("POCL_KERNEL_CACHE", "0")
 
 
+def export_openmp_threads_default(threads: int) -> None:
+    """OMP_NUM_THREADS for the kernels, unless the user set it: OpenMP reads it once, when the first
+    kernel loads. lazygrad.distributed calls this so that ranks sharing a machine split its cores."""
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+
+
 class Context:
     """Overrides settings inside a `with` block and restores them afterwards; nestable.
 

@@ -78,11 +78,13 @@ LOADED_PROGRAMS = 2048
 class Launch:
     """One recorded step: a program run on buffers (its outputs first, then its inputs), or a copy
     of buffers[1] into buffers[0] when program is None (nothing at all for empty outputs, which have
-    no input)."""
+    no input), or a host step (`host` names it): a Python function on the buffers, such as a
+    collective of lazygrad.distributed, which a replay runs again in its place and never skips."""
     program: object | None
     buffers: list
     in_place: tuple[bool, ...]  # per output: written into a buffer that existed before
     kernel: Kernel | None = None  # what the program computes (lazygrad.export renders it again)
+    host: str | None = None     # a host step's name ("all_reduce"); None for kernels and copies
 
     @property
     def inputs(self) -> list:
@@ -125,6 +127,21 @@ def record_refill(buffer, make_values) -> None:
     """Random creation calls this: a replay refills `buffer` with `make_values()`."""
     if recording is not None:
         recording.refills.append((buffer, make_values))
+
+
+def run_host_step(name: str, function, outputs: list, inputs: list) -> None:
+    """Runs `function(*outputs, *inputs)` on buffers now, and under a jit capture records it as a
+    launch, so every replay runs it again between the same kernels. For work a kernel cannot do, such
+    as the communication of a collective (lazygrad.distributed); `outputs` are fresh buffers the
+    function fills, `inputs` buffers it reads (or must keep alive until it runs)."""
+    def timed(*buffers):  # what the jit replays too: counted and timed in lazygrad.stats
+        start = time.perf_counter()
+        function(*buffers)
+        stats.host_steps += 1
+        stats.host_seconds += time.perf_counter() - start
+    timed(*outputs, *inputs)
+    if recording is not None:
+        recording.launches.append(Launch(timed, [*outputs, *inputs], (False,) * len(outputs), host=name))
 
 
 def get_program(device_name: str, kernel: Kernel) -> CompiledKernel:

@@ -15,17 +15,19 @@ from dataclasses import dataclass, fields
 
 @dataclass(slots=True)
 class Stats:
-    """Running totals since the last reset(); plain int attributes, cheap to update."""
+    """Running totals since the last reset(); plain attributes, cheap to update."""
     kernels: int = 0        # kernels launched
     flops: int = 0          # floating-point (and integer) operations those kernels performed
     bytes: int = 0          # memory traffic of those kernels: bytes read plus bytes written
     compiles: int = 0       # compiler invocations (kernels not found in the disk cache)
     cache_hits: int = 0     # compiled binaries taken from the disk cache instead of compiling
+    host_steps: int = 0     # steps run on the host between kernels (lazygrad.distributed's collectives)
+    host_seconds: float = 0.0  # time those steps took (a collective's: its communication and waiting)
 
     def reset(self) -> None:
         """Sets every counter back to zero."""
         for field in fields(self):
-            setattr(self, field.name, 0)
+            setattr(self, field.name, field.default)
 
 
 stats = Stats()

@@ -12,6 +12,7 @@ movement, indexing, linalg, nn), one mixin class each, which Tensor inherits.
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -61,6 +62,11 @@ class no_grad:
             with no_grad():
                 return function(*args, **kwargs)
         return wrapper
+
+
+# id(leaf) -> (weak reference to it, its post-accumulate-grad hooks); see
+# Tensor.register_post_accumulate_grad_hook
+_GRAD_HOOKS: dict[int, tuple[weakref.ref, list]] = {}
 
 
 class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMethods, SortingMethods,
@@ -163,6 +169,18 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         self.requires_grad = requires_grad
         return self
 
+    def register_post_accumulate_grad_hook(self, hook) -> None:
+        """Calls `hook(self)` at the end of every backward that gave this leaf a gradient, once its
+        `.grad` holds all of it (as PyTorch's). DistributedDataParallel averages gradients so."""
+        if not self.requires_grad or self._ctx is not None:
+            raise RuntimeError("register_post_accumulate_grad_hook: only a leaf tensor that requires grad (a "
+                               "parameter) has its gradient accumulated; call requires_grad_() on a leaf")
+        entry = _GRAD_HOOKS.get(id(self))
+        if entry is None or entry[0]() is not self:
+            key = id(self)
+            entry = _GRAD_HOOKS[key] = (weakref.ref(self, lambda _: _GRAD_HOOKS.pop(key, None)), [])
+        entry[1].append(hook)
+
     def detach(self) -> "Tensor":
         """The same value, cut from the backward graph."""
         return Tensor(self.lazydata)
@@ -210,6 +228,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         elif gradient.shape != self.shape:
             raise ValueError(f"backward: gradient of shape {gradient.shape} does not match output {self.shape}")
         grads = {id(self): gradient.detach()}
+        hooked: dict[int, Tensor] = {}  # leaves with post-accumulate hooks that got a gradient
         with no_grad():
             for tensor in reversed(self._backward_order()):
                 grad = grads.pop(id(tensor), None)
@@ -225,10 +244,15 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
                         continue
                     if source._ctx is None:  # a leaf: accumulate, as PyTorch does
                         source.grad = source_grad if source.grad is None else source.grad + source_grad
+                        if id(source) in _GRAD_HOOKS:
+                            hooked[id(source)] = source
                     elif id(source) in grads:
                         grads[id(source)] = grads[id(source)] + source_grad
                     else:
                         grads[id(source)] = source_grad
+        for leaf in hooked.values():
+            for hook in list(_GRAD_HOOKS[id(leaf)][1]):
+                hook(leaf)
 
     # ---- properties ---------------------------------------------------------------------------
 

@@ -158,6 +158,9 @@ def _kernel_launches(recording: engine.Recording) -> list[engine.Launch]:
     """The launches that run a kernel, each on the CPU device with exportable dtypes."""
     launches = []
     for launch in recording.launches:
+        if launch.host:
+            raise ExportError(f"export: the function runs the host step {launch.host} (lazygrad.distributed), which a "
+                              "C file cannot; export the model alone, without collectives")
         if launch.program is None and launch.inputs:
             raise ExportError("export: the function copies a tensor between devices; keep the model and its inputs "
                               "on the CPU device")
