@@ -77,6 +77,10 @@ class dtypes:
     # and their fnuz variants (AMD's): no negative zero, no infinity, one NaN
     float8_e4m3fnuz = DType("float8_e4m3fnuz", 1, 2, ml_dtypes.float8_e4m3fnuz, "unsigned char")
     float8_e5m2fnuz = DType("float8_e5m2fnuz", 1, 2, ml_dtypes.float8_e5m2fnuz, "unsigned char")
+    # exponent only (MX block scales): 2^(code - 127), 255 is NaN; no zero, no sign
+    float8_e8m0fnu = DType("float8_e8m0fnu", 1, 2, ml_dtypes.float8_e8m0fnu, "unsigned char")
+    # 4-bit float (MX): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; one code per byte in memory
+    float4_e2m1fn = DType("float4_e2m1fn", 1, 2, ml_dtypes.float4_e2m1fn, "unsigned char")
     float32 = DType("float32", 4, 2, np.float32, "float")
     float64 = DType("float64", 8, 2, np.float64, "double")
 
@@ -111,12 +115,13 @@ class dtypes:
 
 
 ALL_DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
-              dtypes.int64, dtypes.uint64, dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float8_e4m3fnuz,
-              dtypes.float8_e5m2fnuz, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+              dtypes.int64, dtypes.uint64, dtypes.float4_e2m1fn, dtypes.float8_e4m3fn, dtypes.float8_e5m2,
+              dtypes.float8_e4m3fnuz, dtypes.float8_e5m2fnuz, dtypes.float8_e8m0fnu, dtypes.float16, dtypes.bfloat16,
+              dtypes.float32, dtypes.float64)
 # Floats that are only stored: every op converts them to float32 first and rounds its result back
 # (Tensor._apply), and they convert to and from float32 only (Tensor.cast).
 STORAGE_FLOATS = frozenset({dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float8_e4m3fnuz,
-                            dtypes.float8_e5m2fnuz})
+                            dtypes.float8_e5m2fnuz, dtypes.float8_e8m0fnu, dtypes.float4_e2m1fn})
 DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES}
 DTYPES_BY_NUMPY = {np.dtype(d.np_type): d for d in ALL_DTYPES}
 

@@ -437,8 +437,10 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
 
     # ---- broadcasting binary ops --------------------------------------------------------------
 
-    def _operands(self, other, op: str, reverse: bool = False) -> tuple["Tensor", "Tensor"]:
-        """Both operands promoted to one dtype and broadcast to one shape, PyTorch style."""
+    def _operands(self, other, op: str, reverse: bool = False, selects: bool = False) -> tuple["Tensor", "Tensor"]:
+        """Both operands promoted to one dtype and broadcast to one shape, PyTorch style. A number
+        beside a storage float stays float32 for an op that computes with it, is that storage float
+        for one that only `selects` it (where)."""
         if isinstance(other, Tensor):
             if other.device != self.device:
                 raise ValueError(f"{op}: tensors are on different devices, {self.device} and {other.device}; "
@@ -452,7 +454,10 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             dtype = _scalar_result_type(node.dtype, len(node.shape) > 0, other)
             _check_scalar_fits(other, dtype, op)
             x = self if dtype is node.dtype else self.cast(dtype)
-            constant = Tensor(LazyBuffer.const(other, dtype, node.shape, node.device))  # built broadcast: no grad
+            # beside a storage float the number stays float32, the dtype its op computes in (as PyTorch
+            # keeps a scalar in its op math type): e8m0 has no negatives, bfloat16 would round 0.1
+            stored = dtypes.float32 if dtype in STORAGE_FLOATS and not selects else dtype
+            constant = Tensor(LazyBuffer.const(other, stored, node.shape, node.device))  # built broadcast: no grad
             return (constant, x) if reverse else (x, constant)
         else:
             raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")

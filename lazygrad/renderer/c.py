@@ -159,9 +159,9 @@ HELPERS.update({f"lg_float{lanes}": f"typedef float lg_float{lanes} __attribute_
 HELPERS["lg_select("] = ("#define lg_select(mask, a, b) ((__typeof__(a))(((mask) & (__typeof__(mask))(a)) "
                          "| (~(mask) & (__typeof__(mask))(b))))")
 HELPERS.update({f"lg_exp2f{lanes}(": _vector_exp2_helper(lanes) for lanes in (4, 8, 16)})
-for _float8 in narrow_floats.FLOAT8_DTYPES:
-    HELPERS.update(narrow_floats.helpers(_float8, "c"))
-HELPERS = {marker: define_once(text) for marker, text in HELPERS.items()}
+for _narrow in narrow_floats.NARROW_FLOATS:
+    HELPERS.update(narrow_floats.helpers(_narrow, "c"))
+HELPERS = {marker: define_once(text, marker) for marker, text in HELPERS.items()}
 
 # The helpers of a standalone kernel (an exported file, lazygrad/export/): ISO C99 with math.h, no
 # OpenMP, so no declared reductions; BITCAST is a union (CRenderer.render_op). The file that holds

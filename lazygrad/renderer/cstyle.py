@@ -23,10 +23,11 @@ from lazygrad.renderer import narrow_floats
 from lazygrad.shape.symbolic import FloorSyntax
 
 
-def define_once(text: str) -> str:
+def define_once(text: str, name: str | None = None) -> str:
     """A helper guarded so that it is defined once however many kernel sources precede it in one
-    file: the CPU and OpenCL devices compile several kernels of a realize together."""
-    guard = "LG_HAVE_" + re.search(r"lg_\w+", text).group(0)
+    file: the CPU and OpenCL devices compile several kernels of a realize together. The guard is
+    named after `name`, by default the first lg_ name in the text."""
+    guard = "LG_HAVE_" + re.search(r"lg_\w+", name or text).group(0)
     return f"#ifndef {guard}\n#define {guard}\n{text}\n#endif"
 
 

@@ -62,8 +62,8 @@ HELPERS = {
                          "return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }",
 }
 
-for _float8 in narrow_floats.FLOAT8_DTYPES:
-    HELPERS.update(narrow_floats.helpers(_float8, "cuda"))
+for _narrow in narrow_floats.NARROW_FLOATS:
+    HELPERS.update(narrow_floats.helpers(_narrow, "cuda"))
 
 # float16 ops whose float result is already a float16 value, so it needs no rounding.
 EXACT_IN_HALF = {"NEG", "MAX", "WHERE", "MOD", "CAST", "BITCAST"}

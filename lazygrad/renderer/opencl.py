@@ -159,10 +159,10 @@ VECTOR_WIDTHS = (2, 4, 8, 16)
 # their meaning, NaN handling of MAX included. Math functions (exp2, sqrt, ...) stay scalar.
 VECTOR_OPS = frozenset({"NEG", "ADD", "MUL", "DIV", "RECIP", "MAX", "SUM", "PROD", "MAX_REDUCE"})
 HELPERS.update({f"lg_fma{width}(": render_vector_fma_helper(width) for width in VECTOR_WIDTHS})
-for _float8 in narrow_floats.FLOAT8_DTYPES:
-    HELPERS.update(narrow_floats.helpers(_float8, "opencl"))
+for _narrow in narrow_floats.NARROW_FLOATS:
+    HELPERS.update(narrow_floats.helpers(_narrow, "opencl"))
 # guarded: the OPENCL device builds several kernels' sources as one program (devices/opencl.py)
-HELPERS = {marker: define_once(text) for marker, text in HELPERS.items()}
+HELPERS = {marker: define_once(text, marker) for marker, text in HELPERS.items()}
 
 # Shifts as numpy defines them for every amount: by a negative amount or by the (promoted) width
 # or more, a left shift gives 0 and a right shift the sign fill. The op table's C template checks
@@ -212,7 +212,7 @@ class OpenCLRenderer(CStyleRenderer):
                   dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
                   dtypes.uint64: "ulong", dtypes.float16: "float", dtypes.bfloat16: "ushort",
                   dtypes.float8_e4m3fn: "uchar", dtypes.float8_e5m2: "uchar", dtypes.float8_e4m3fnuz: "uchar",
-                  dtypes.float8_e5m2fnuz: "uchar",
+                  dtypes.float8_e5m2fnuz: "uchar", dtypes.float8_e8m0fnu: "uchar", dtypes.float4_e2m1fn: "uchar",
                   dtypes.float32: "float", dtypes.float64: "double"}
     # Types of buffer elements in memory, where they differ from the register type.
     storage_names = {dtypes.bool: "uchar", dtypes.float16: "half"}

@@ -210,8 +210,8 @@ class ElementwiseMethods:
                 _check_scalar_fits(if_false, dtype, "where")
                 if_true = Tensor(LazyBuffer.const(if_true, dtype, (), self.device))
             else:
-                if_true, if_false = if_false._operands(if_true, "where", reverse=True)
-        x, y = if_true._operands(if_false, "where")
+                if_true, if_false = if_false._operands(if_true, "where", reverse=True, selects=True)
+        x, y = if_true._operands(if_false, "where", selects=True)
         shape = broadcast_shapes("where", condition.shape, x.shape)
         condition, x, y = condition._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
         return condition._apply("WHERE", x, y)

@@ -1,6 +1,7 @@
-"""The float8s (e4m3fn, e5m2 and their fnuz variants) on every device against ml_dtypes: conversions at every rounding
-boundary of each format, every code decoded, ops computed in float32 and rounded once, matmuls with
-float8 weights, promotion, and safetensors."""
+"""The 8- and 4-bit floats (float8 e4m3fn, e5m2 and their fnuz variants, e8m0fnu; float4 e2m1fn) on every
+device against ml_dtypes: conversions at every rounding boundary of each format, every code
+decoded, ops computed in float32 and rounded once, matmuls with float8 and float4 weights, MX
+block scales, promotion, and safetensors."""
 import numpy as np
 import pytest
 
@@ -9,6 +10,14 @@ from lazygrad.dtype import promote_types
 from lazygrad.nn.state import safe_load, safe_save
 
 FLOAT8 = [dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float8_e4m3fnuz, dtypes.float8_e5m2fnuz]
+# formats with signed values (e8m0 has none: its negatives are NaN)
+SIGNED = FLOAT8 + [dtypes.float4_e2m1fn]
+NARROW = SIGNED + [dtypes.float8_e8m0fnu]
+
+
+def every_code(dtype) -> np.ndarray:
+    """Each code of the format once (float4's 16, one per byte), as that dtype."""
+    return np.arange(16 if dtype == dtypes.float4_e2m1fn else 256, dtype=np.uint8).view(dtype.np)
 
 
 def codes(array: np.ndarray) -> np.ndarray:
@@ -18,18 +27,22 @@ def codes(array: np.ndarray) -> np.ndarray:
 def boundary_values(dtype) -> np.ndarray:
     """Every finite value of the format, the midpoints between neighbours (the ties) and the float32
     values just either side of each, past the largest too, both signs, and the specials."""
-    finite = np.arange(256, dtype=np.uint8).view(dtype.np).astype(np.float64)
+    finite = every_code(dtype).astype(np.float64)
     finite = np.unique(finite[np.isfinite(finite) & (finite >= 0)])
     largest = finite[-1]
     steps = np.append(finite, [largest + (largest - finite[-2]), 2 * largest, 4 * largest])
     middles = ((steps[:-1] + steps[1:]) / 2).astype(np.float32)
     around = np.concatenate([middles, np.nextafter(middles, np.float32(np.inf)),
                              np.nextafter(middles, np.float32(0)), steps.astype(np.float32)])
-    values = np.concatenate([around, -around, np.array([np.inf, -np.inf, np.nan, -np.nan, 1e-30, 3e38], np.float32)])
+    # float32's subnormals too, where e8m0's smallest code lies (2^-127)
+    subnormal = np.array([2.0 ** -127, 2.0 ** -128, 1e-39, 8e-39, 1.1e-38, 2.0 ** -126], np.float32)
+    subnormal = np.concatenate([subnormal, np.nextafter(subnormal, np.float32(np.inf)), np.nextafter(subnormal, np.float32(0))])
+    values = np.concatenate([around, -around, subnormal,
+                             np.array([np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, 1e-30, 3e38], np.float32)])
     return values.astype(np.float32)
 
 
-@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", NARROW, ids=lambda d: d.name)
 def test_float32_converts_as_ml_dtypes_at_every_rounding_boundary(dtype, device):
     values = boundary_values(dtype)
     converted = Tensor(values, device=device).cast(dtype)
@@ -37,15 +50,15 @@ def test_float32_converts_as_ml_dtypes_at_every_rounding_boundary(dtype, device)
     np.testing.assert_array_equal(codes(converted.numpy()), codes(values.astype(dtype.np)))
 
 
-@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", NARROW, ids=lambda d: d.name)
 def test_every_code_decodes_to_its_value(dtype, device):
-    every = np.arange(256, dtype=np.uint8).view(dtype.np)
+    every = every_code(dtype)
     decoded = Tensor(every, device=device).float().numpy()
     np.testing.assert_array_equal(decoded, every.astype(np.float32))  # NaN where NaN
-    np.testing.assert_array_equal(codes(Tensor(every, device=device).numpy()), np.arange(256))
+    np.testing.assert_array_equal(codes(Tensor(every, device=device).numpy()), np.arange(len(every)))
 
 
-@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", NARROW, ids=lambda d: d.name)
 def test_ops_compute_in_float32_and_round_once(dtype, device):
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(200) * 8).astype(np.float32).astype(dtype.np)
@@ -64,7 +77,7 @@ def test_ops_compute_in_float32_and_round_once(dtype, device):
         assert gap.max() <= 1
 
 
-@pytest.mark.parametrize("dtype", FLOAT8, ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", SIGNED, ids=lambda d: d.name)
 def test_a_matmul_with_float8_weights(dtype, device):
     rng = np.random.default_rng(1)
     activations = rng.standard_normal((16, 64)).astype(np.float32)
@@ -79,6 +92,16 @@ def test_a_matmul_with_float8_weights(dtype, device):
     assert difference.max() <= 1
 
 
+def test_mx_block_scales(device):
+    """An MX-style tensor: float4 values times an e8m0 scale per block of 32, computed in float32."""
+    rng = np.random.default_rng(2)
+    values = (rng.standard_normal((4, 64)) * 3).astype(np.float32).astype(dtypes.float4_e2m1fn.np)
+    scales = (2.0 ** rng.integers(-4, 5, (4, 2, 1))).astype(np.float32).astype(dtypes.float8_e8m0fnu.np)
+    blocks = Tensor(values, device=device).float().reshape(4, 2, 32) * Tensor(scales, device=device).float()
+    expected = values.astype(np.float32).reshape(4, 2, 32) * scales.astype(np.float32)
+    np.testing.assert_array_equal(blocks.numpy(), expected)
+
+
 def test_promotion_and_limits():
     assert promote_types(dtypes.float8_e4m3fn, dtypes.float8_e5m2) == dtypes.float32
     assert promote_types(dtypes.float8_e4m3fn, dtypes.float16) == dtypes.float16
@@ -86,11 +109,13 @@ def test_promotion_and_limits():
     assert promote_types(dtypes.float8_e4m3fn, dtypes.int32) == dtypes.float8_e4m3fn
     assert (finfo(dtypes.float8_e4m3fn).max, finfo(dtypes.float8_e5m2).max) == (448.0, 57344.0)
     assert finfo(dtypes.float8_e4m3fn).eps == 0.125
+    assert (finfo(dtypes.float4_e2m1fn).max, finfo(dtypes.float8_e8m0fnu).max) == (6.0, 2.0 ** 127)
+    assert promote_types(dtypes.float4_e2m1fn, dtypes.float8_e8m0fnu) == dtypes.float32
 
 
-@pytest.mark.parametrize("dtype", FLOAT8[:2], ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", FLOAT8[:2] + [dtypes.float8_e8m0fnu], ids=lambda d: d.name)
 def test_safetensors_keep_the_codes(dtype, tmp_path):
-    every = np.arange(256, dtype=np.uint8).view(dtype.np)
+    every = every_code(dtype)
     safe_save({"w": Tensor(every)}, tmp_path / "w.safetensors")
     loaded = safe_load(tmp_path / "w.safetensors")["w"]
     assert loaded.dtype == dtype
