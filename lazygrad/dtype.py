@@ -47,7 +47,7 @@ class DType:
 
     @property
     def is_unsigned(self) -> bool:
-        return self.category == 1 and np.dtype(self.np_type).kind == "u"
+        return self.category == 1 and (np.dtype(self.np_type).kind == "u" or self.np_type is ml_dtypes.uint4)
 
     @property
     def np(self) -> np.dtype:
@@ -68,6 +68,10 @@ class dtypes:
     uint32 = DType("uint32", 4, 1, np.uint32, "unsigned int")
     int64 = DType("int64", 8, 1, np.int64, "long long")
     uint64 = DType("uint64", 8, 1, np.uint64, "unsigned long long")
+    # 4-bit integers, one per byte as ml_dtypes holds them (the low nibble, two's complement for int4);
+    # every op on them computes in int32 and wraps its result to 4 bits (Tensor._apply)
+    int4 = DType("int4", 1, 1, ml_dtypes.int4, "unsigned char")
+    uint4 = DType("uint4", 1, 1, ml_dtypes.uint4, "unsigned char")
     float16 = DType("float16", 2, 2, np.float16, "_Float16")
     # bfloat16: its bits in memory; every op on it computes in float32 and rounds once (Tensor._apply)
     bfloat16 = DType("bfloat16", 2, 2, ml_dtypes.bfloat16, "unsigned short")
@@ -114,14 +118,18 @@ class dtypes:
         raise TypeError(f"unknown dtype {value!r}; valid dtypes are: {valid}")
 
 
-ALL_DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
-              dtypes.int64, dtypes.uint64, dtypes.float4_e2m1fn, dtypes.float8_e4m3fn, dtypes.float8_e5m2,
+ALL_DTYPES = (dtypes.bool, dtypes.int4, dtypes.uint4, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.uint16,
+              dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float4_e2m1fn, dtypes.float8_e4m3fn, dtypes.float8_e5m2,
               dtypes.float8_e4m3fnuz, dtypes.float8_e5m2fnuz, dtypes.float8_e8m0fnu, dtypes.float16, dtypes.bfloat16,
               dtypes.float32, dtypes.float64)
 # Floats that are only stored: every op converts them to float32 first and rounds its result back
 # (Tensor._apply), and they convert to and from float32 only (Tensor.cast).
 STORAGE_FLOATS = frozenset({dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2, dtypes.float8_e4m3fnuz,
                             dtypes.float8_e5m2fnuz, dtypes.float8_e8m0fnu, dtypes.float4_e2m1fn})
+# Integers that are only stored: every op computes in int32 and wraps its result back.
+STORAGE_INTS = frozenset({dtypes.int4, dtypes.uint4})
+# Each stored-only dtype and the dtype its ops compute in.
+STORAGE_WIDE = {**{dtype: dtypes.float32 for dtype in STORAGE_FLOATS}, **{dtype: dtypes.int32 for dtype in STORAGE_INTS}}
 DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES}
 DTYPES_BY_NUMPY = {np.dtype(d.np_type): d for d in ALL_DTYPES}
 
@@ -156,7 +164,7 @@ class iinfo:
         if not dtype.is_int:
             raise TypeError(f"iinfo: expects an integer dtype, got {dtype.name}"
                             + ("; use lazygrad.finfo for floating point dtypes" if dtype.is_float else ""))
-        limits = np.iinfo(dtype.np)
+        limits = ml_dtypes.iinfo(dtype.np) if dtype in STORAGE_INTS else np.iinfo(dtype.np)
         self.dtype = dtype.name
         self.bits = limits.bits
         self.max = int(limits.max)
@@ -178,12 +186,24 @@ def promote_types(a: DType, b: DType) -> DType:
         return a if a.itemsize >= b.itemsize else b
     # Two integer types: the smallest that holds both, numpy's table (uint8 + int8 -> int16, uint32 +
     # int32 -> int64), as PyTorch for the types it promotes. None holds uint64 and a signed type
-    # (numpy gives float64, PyTorch an error): an error here too.
-    result = np.promote_types(a.np, b.np)
+    # (numpy gives float64, PyTorch an error): an error here too. The 4-bit types promote as ml_dtypes
+    # (int4 + uint4 -> int8, uint4 + int8 -> int8, int4 + uint8 -> int16).
+    stand_a, stand_b = _byte_stand_in(a, b), _byte_stand_in(b, a)
+    if stand_a == stand_b:
+        return stand_a
+    result = np.promote_types(stand_a.np, stand_b.np)
     if result.kind == "f":
         raise TypeError(f"no integer dtype holds both {a.name} and {b.name}; cast one of them first "
                         f"(.cast(dtypes.int64) or .cast(dtypes.uint64))")
     return DTYPES_BY_NUMPY[result]
+
+
+def _byte_stand_in(dtype: DType, other: DType) -> DType:
+    """A 4-bit integer type as the byte type that promotes alike beside `other`: int8 for int4, and
+    for uint4 uint8 beside an unsigned type, int8 (which holds it) beside a signed one."""
+    if dtype == dtypes.int4 or (dtype == dtypes.uint4 and not other.is_unsigned):
+        return dtypes.int8
+    return dtypes.uint8 if dtype == dtypes.uint4 else dtype
 
 
 def scalar_dtype(value) -> DType:

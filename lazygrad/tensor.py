@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from lazygrad.devices import canonical_device, get_device
-from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes, least_float, result_type, scalar_dtype
+from lazygrad.dtype import STORAGE_FLOATS, STORAGE_WIDE, DType, dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
 from lazygrad.ops import OPS, GATHER, REDUCE, UNARY, BINARY, TERNARY
 from lazygrad.realize import realize, record_host_buffer
@@ -118,18 +118,18 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         """Apply one primitive of the op table, recording it for backward when a source needs grads."""
         kind = OPS[op].kind
         if kind in (UNARY, BINARY, TERNARY):
-            stored_only = self.lazydata.dtype in STORAGE_FLOATS
+            stored_only = self.lazydata.dtype in STORAGE_WIDE
             sources = []  # a loop, not a list comprehension (a function call): this runs for every op
             for other in others:
                 source = other.lazydata
                 sources.append(source)
-                stored_only = stored_only or source.dtype in STORAGE_FLOATS
+                stored_only = stored_only or source.dtype in STORAGE_WIDE
             if stored_only and op != "CAST" and op != "BITCAST":
-                return self._storage_float_op(op, others, arg)
+                return self._storage_op(op, others, arg)
             lazy = self.lazydata.alu(op, *sources, arg=arg)
         elif kind == REDUCE:
-            if self.lazydata.dtype in STORAGE_FLOATS:
-                return self._storage_float_op(op, others, arg)
+            if self.lazydata.dtype in STORAGE_WIDE:
+                return self._storage_op(op, others, arg)
             lazy = self.lazydata.reduce(op, arg)
         elif kind == GATHER:
             lazy = self.lazydata.take(others[0].lazydata)
@@ -149,17 +149,19 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             out._ctx = (op, (self,) + others, arg)
         return out
 
-    def _storage_float_op(self, op: str, others: tuple["Tensor", ...], arg) -> "Tensor":
-        """An op on operands of a storage float (bfloat16, the float8s), as PyTorch computes it: in
-        float32, its float result rounded to that dtype once (a sum or a matmul accumulates in
-        float32 and rounds at the end). So the devices only load, store and convert those dtypes;
-        they never compute in them."""
-        stored = next(tensor.dtype for tensor in (self,) + others if tensor.dtype in STORAGE_FLOATS)
+    def _storage_op(self, op: str, others: tuple["Tensor", ...], arg) -> "Tensor":
+        """An op on operands of a stored-only dtype (`dtype.STORAGE_WIDE`): a storage float (bfloat16,
+        the float8s, float4) as PyTorch computes it, in float32, its float result rounded to that dtype
+        once (a sum or a matmul accumulates in float32 and rounds at the end); a 4-bit integer in
+        int32, its result wrapped to 4 bits (as ml_dtypes' arithmetic wraps). So the devices only
+        load, store and convert those dtypes; they never compute in them."""
+        stored = next(tensor.dtype for tensor in (self,) + others if tensor.dtype in STORAGE_WIDE)
+        computes = STORAGE_WIDE[stored]
 
         def wide(tensor: "Tensor") -> "Tensor":
-            return tensor.cast(dtypes.float32) if tensor.dtype in STORAGE_FLOATS else tensor
+            return tensor.cast(STORAGE_WIDE[tensor.dtype]) if tensor.dtype in STORAGE_WIDE else tensor
         result = wide(self)._apply(op, *map(wide, others), arg=arg)
-        return result.cast(stored) if result.dtype == dtypes.float32 else result
+        return result.cast(stored) if result.dtype == computes else result
 
     # ---- autograd -----------------------------------------------------------------------------
 
@@ -454,9 +456,9 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             dtype = _scalar_result_type(node.dtype, len(node.shape) > 0, other)
             _check_scalar_fits(other, dtype, op)
             x = self if dtype is node.dtype else self.cast(dtype)
-            # beside a storage float the number stays float32, the dtype its op computes in (as PyTorch
-            # keeps a scalar in its op math type): e8m0 has no negatives, bfloat16 would round 0.1
-            stored = dtypes.float32 if dtype in STORAGE_FLOATS and not selects else dtype
+            # beside a stored-only dtype the number takes the dtype its op computes in (as PyTorch keeps
+            # a scalar in its op math type): e8m0 has no negatives, bfloat16 would round 0.1
+            stored = STORAGE_WIDE[dtype] if dtype in STORAGE_WIDE and not selects else dtype
             constant = Tensor(LazyBuffer.const(other, stored, node.shape, node.device))  # built broadcast: no grad
             return (constant, x) if reverse else (x, constant)
         else:

@@ -24,7 +24,7 @@ import tempfile
 import numpy as np
 
 from lazygrad.diskcache import cache_get, cache_key, cache_put
-from lazygrad.dtype import STORAGE_FLOATS, DType
+from lazygrad.dtype import STORAGE_WIDE, DType
 from lazygrad.stats import stats
 
 INSTALL_HINT = "pip install lazygrad[cuda]  (cupy; needs an NVIDIA GPU and its driver)"
@@ -158,7 +158,7 @@ class CUDABuffer:
         self.device, self.dtype, self.size = device, dtype, size
         self.version = 0  # bumped by every in-place write (lazy.py)
         with cupy_device:  # cupy has no bfloat16 or float8: their bits, as kernels read them
-            self.data = cupy.empty(size, dtype=f"uint{8 * dtype.itemsize}" if dtype in STORAGE_FLOATS else dtype.np)
+            self.data = cupy.empty(size, dtype=f"uint{8 * dtype.itemsize}" if dtype in STORAGE_WIDE else dtype.np)
 
     @property
     def nbytes(self) -> int:

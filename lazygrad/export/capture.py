@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lazygrad import realize as engine
-from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes
+from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
 from lazygrad.jit import TinyJit, realize_effects
 from lazygrad.schedule.kernel import Kernel
 from lazygrad.tensor import Tensor
@@ -75,7 +75,7 @@ def _device_kind(device: str) -> str:
 
 
 def _check_exportable_dtype(dtype: DType, what: str) -> None:
-    if dtype == dtypes.float16 or dtype in STORAGE_FLOATS:
+    if dtype == dtypes.float16 or dtype in STORAGE_WIDE:
         raise ExportError(f"export: {what} is {dtype.name}, which has no C99 type; export the model in float32 "
                           "(cast its parameters and inputs with .float())")
 

@@ -160,6 +160,13 @@ def _binary(name, ref, grad, c, out_dtype=None, keeps_zero=True):
                  keeps_zero=keeps_zero)
 
 
+def _cast_ref(x: np.ndarray, dtype) -> np.ndarray:
+    """numpy's astype, except between ml_dtypes' int4 and uint4, which numpy does not cast: through int64."""
+    if x.dtype.kind == "V" and np.dtype(dtype.np).kind == "V" and x.dtype.itemsize == 1 and "int" in dtype.name:
+        return x.astype(np.int64).astype(dtype.np)
+    return x.astype(dtype.np)
+
+
 _DEFS = [
     # elementwise, one operand
     _unary("NEG", np.negative, lambda g, out, srcs, arg: (-g,), "(-{0})", float_only=False, keeps_zero=True),
@@ -169,7 +176,7 @@ _DEFS = [
     _unary("LOG2", np.log2, lambda g, out, srcs, arg: (g / (srcs[0] * LN2),), "lg_log2{f}({0})"),
     _unary("SIN", np.sin, lambda g, out, srcs, arg: (g * (math.pi / 2 - srcs[0]).sin(),), "sin{f}({0})",
            keeps_zero=True),
-    OpDef("CAST", UNARY, 1, ref=lambda x, dtype: x.astype(dtype.np),
+    OpDef("CAST", UNARY, 1, ref=_cast_ref,
           grad=lambda g, out, srcs, arg: (g.cast(srcs[0].dtype),),
           out_dtype=_arg_dtype, render={"c": "(({ctype})({0}))"}, keeps_zero=True),
     OpDef("BITCAST", UNARY, 1, ref=lambda x, dtype: x.view(dtype.np), grad=NOT_DIFFERENTIABLE,

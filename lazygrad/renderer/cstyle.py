@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes
+from lazygrad.dtype import STORAGE_FLOATS, STORAGE_INTS, DType, dtypes
 from lazygrad.ops import OPS, reduce_identity
 from lazygrad.renderer import narrow_floats
 from lazygrad.shape.symbolic import FloorSyntax
@@ -68,7 +68,7 @@ class CStyleRenderer(FloorSyntax):
     # ---- expressions --------------------------------------------------------------------------
 
     def render_const(self, value, dtype: DType) -> str:
-        if dtype in STORAGE_FLOATS:  # its bits, its code
+        if dtype in STORAGE_FLOATS or dtype in STORAGE_INTS:  # its bits, its code (a 4-bit int's nibble)
             return str(int(np.array(value, dtype=dtype.np).view(np.uint16 if dtype.itemsize == 2 else np.uint8)))
         if self.float16_in_registers_as_float and dtype == dtypes.float16:
             return self.render_const(float(np.float16(value)), dtypes.float32)
@@ -129,13 +129,22 @@ class CStyleRenderer(FloorSyntax):
                 raise TypeError(f"{op} is not defined for {operand_dtype.name}")
         return template
 
-    @staticmethod
-    def render_storage_cast(src_dtype: DType, dtype: DType, operand: str) -> str | None:
+    def render_storage_cast(self, src_dtype: DType, dtype: DType, operand: str) -> str | None:
         """A CAST to or from a storage float, held as its bits or code (bfloat16 as an unsigned 16-bit
         integer, a float8 as a byte); None for other casts. The front end converts them to and from
         float32 only (Tensor.cast): lg_bf16_to_float shifts the bits into a float's high half,
         lg_float_to_bf16 rounds to nearest even and keeps a NaN a NaN; the float8 helpers are
-        narrow_floats.py's. Each dialect defines the helpers."""
+        narrow_floats.py's. Each dialect defines the helpers. A 4-bit integer is its nibble in a byte:
+        stored as the value's low 4 bits (a float truncated through a 64-bit integer first, as
+        ml_dtypes converts), read back with int4's sign bit extended."""
+        if dtype in STORAGE_INTS:
+            wide = self.type_name(dtypes.int64) if src_dtype.is_float else "int"
+            source = self.render_storage_cast(src_dtype, dtypes.int32, operand) if src_dtype in STORAGE_INTS else operand
+            return f"(({self.type_name(dtype)})(({wide})({source}) & 15))"
+        if src_dtype in STORAGE_INTS:
+            nibble = f"((int)({operand}) & 15)"
+            value = f"(({nibble} ^ 8) - 8)" if src_dtype == dtypes.int4 else nibble
+            return value if dtype == dtypes.int32 else f"(({self.type_name(dtype)}){value})"
         if dtype in STORAGE_FLOATS and src_dtype not in STORAGE_FLOATS:
             name = "lg_float_to_bf16" if dtype == dtypes.bfloat16 else narrow_floats.helper_names(dtype)[1]
             return f"{name}((float)({operand}))"

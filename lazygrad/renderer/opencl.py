@@ -66,7 +66,7 @@ import math
 
 import numpy as np
 
-from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes
+from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once
 from lazygrad.renderer.linearize import Loop, LoopProgram
@@ -213,6 +213,7 @@ class OpenCLRenderer(CStyleRenderer):
                   dtypes.uint64: "ulong", dtypes.float16: "float", dtypes.bfloat16: "ushort",
                   dtypes.float8_e4m3fn: "uchar", dtypes.float8_e5m2: "uchar", dtypes.float8_e4m3fnuz: "uchar",
                   dtypes.float8_e5m2fnuz: "uchar", dtypes.float8_e8m0fnu: "uchar", dtypes.float4_e2m1fn: "uchar",
+                  dtypes.int4: "uchar", dtypes.uint4: "uchar",
                   dtypes.float32: "float", dtypes.float64: "double"}
     # Types of buffer elements in memory, where they differ from the register type.
     storage_names = {dtypes.bool: "uchar", dtypes.float16: "half"}
@@ -281,7 +282,7 @@ class OpenCLRenderer(CStyleRenderer):
     def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
         if op == "BITCAST":
             return self.render_bitcast(src_dtypes[0], dtype, operands[0])
-        if op == "CAST" and (src_dtypes[0] in STORAGE_FLOATS or dtype in STORAGE_FLOATS):
+        if op == "CAST" and (src_dtypes[0] in STORAGE_WIDE or dtype in STORAGE_WIDE):
             return self.render_storage_cast(src_dtypes[0], dtype, operands[0])
         if op == "CAST" and dtype == dtypes.float16:
             if src_dtypes[0] == dtypes.float64:

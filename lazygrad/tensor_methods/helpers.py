@@ -14,9 +14,9 @@ import operator
 
 import numpy as np
 
-from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes
+from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes, iinfo
 
-_INT_RANGES = {dtype: (int(np.iinfo(dtype.np).min), int(np.iinfo(dtype.np).max)) for dtype in dtypes.all() if dtype.is_int}
+_INT_RANGES = {dtype: (iinfo(dtype).min, iinfo(dtype).max) for dtype in dtypes.all() if dtype.is_int}
 
 
 def _int_argument(value, function: str, argument: str) -> int:
@@ -133,8 +133,8 @@ def _extreme_value(dtype, largest: bool):
         return largest
     if dtype.is_float:
         return math.inf if largest else -math.inf
-    info = np.iinfo(dtype.np)
-    return int(info.max if largest else info.min)
+    info = iinfo(dtype)
+    return info.max if largest else info.min
 
 
 def _is_stored_float_tensor(value) -> bool:
