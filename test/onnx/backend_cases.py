@@ -136,6 +136,28 @@ def run_case(name: str, device: str) -> tuple[str, str]:
     return "pass", ""
 
 
+# Why each test that does not pass on some device fails, by name prefix (test_backend_nodes.py checks
+# that every one has a reason; --only prints it).
+REASONS = {
+    "test_attention_": "bfloat16 rounded at other points: ONNX's reference rounds each step (QK^T, softmax, the "
+                       "weighted sum) to bfloat16, lazygrad computes the node in float32 and rounds its output once, "
+                       "as PyTorch's bfloat16 attention; 16% of the outputs differ by one or two bfloat16 steps",
+    "test_dft_inverse": "float32 rounding: imaginary parts that are exactly 0 in the reference come out as 1e-7 to "
+                        "2e-7, past the test's absolute tolerance of 1e-7",
+    "test_ai_onnx_ml_label_encoder_": "string keys or values: lazygrad tensors hold numbers only",
+    "test_ai_onnx_ml_tree_ensemble_": "ai.onnx.ml's TreeEnsemble is not built (a tree walk, not tensor algebra)",
+    "test_equal_string": "strings: lazygrad tensors hold numbers only",
+    "test_string_": "strings: lazygrad tensors hold numbers only",
+    "test_regex_": "strings: lazygrad tensors hold numbers only",
+    "test_strnormalizer_": "strings: lazygrad tensors hold numbers only",
+    "test_image_decoder_": "decoding JPEG, PNG, TIFF, WebP ... needs an image codec library, not a tensor op",
+}
+
+
+def failure_reason(name: str) -> str | None:
+    return next((reason for prefix, reason in REASONS.items() if name.startswith(prefix)), None)
+
+
 def read_expectations(path: str = EXPECTATIONS_PATH) -> dict:
     """name -> {device: status}, from lines 'name CPU-status NPY-status'."""
     expectations = {}
@@ -196,7 +218,8 @@ def main() -> None:
                 status, message = "error", traceback.format_exc()
             results[name][device] = status
             if args.only:
-                print(f"{device} {name}: {status} {message}")
+                reason = f" (known: {failure_reason(name)})" if status != "pass" and failure_reason(name) else ""
+                print(f"{device} {name}: {status}{reason} {message}")
     print(f"ran {len(names)} tests on {', '.join(devices)} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     if args.update:
         if args.only or set(devices) != set(DEVICES):

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from backend_cases import DEVICES, load_cases, read_expectations, run_case  # noqa: E402
+from backend_cases import DEVICES, failure_reason, load_cases, read_expectations, run_case  # noqa: E402
 
 NAMES = sorted(load_cases())
 EXPECTED = read_expectations()
@@ -43,6 +43,12 @@ def test_node_cpu(name):
 def test_expectations_list_every_node_test_of_the_pinned_onnx():
     assert sorted(EXPECTED) == NAMES, f"expectations.txt is out of date; run {UPDATE}"
     assert all(set(statuses) == set(DEVICES) for statuses in EXPECTED.values())
+
+
+def test_every_test_that_does_not_pass_has_a_reason():
+    unexplained = [name for name, statuses in EXPECTED.items()
+                   if set(statuses.values()) != {"pass"} and failure_reason(name) is None]
+    assert not unexplained, f"add the reason these fail to backend_cases.REASONS: {unexplained}"
 
 
 def test_expectations_meet_the_cpu_target():

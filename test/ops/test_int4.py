@@ -81,3 +81,15 @@ def test_promotion_limits_and_scalars():
 def test_safetensors_refuse_four_bit_integers(tmp_path):
     with pytest.raises(TypeError, match="'w' is int4, which the safetensors format has no code for"):
         safe_save({"w": Tensor(np.zeros(2, ml_dtypes.int4))}, tmp_path / "w.safetensors")
+
+
+@pytest.mark.parametrize("dtype", FOUR_BIT, ids=lambda d: d.name)
+def test_a_matmul_with_four_bit_weights_converts_inside_the_kernel(dtype, device):
+    rng = np.random.default_rng(3)
+    weights = rng.integers(iinfo(dtype).min, iinfo(dtype).max + 1, (48, 40)).astype(dtype.np)
+    activations = rng.standard_normal((8, 48)).astype(np.float32)
+    scales = rng.random(40).astype(np.float32)
+    result = Tensor(activations, device=device) @ Tensor(weights, device=device) * Tensor(scales, device=device)
+    assert result.dtype == dtypes.float32
+    expected = activations @ weights.astype(np.float32) * scales
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-5)
