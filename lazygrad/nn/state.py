@@ -148,6 +148,7 @@ SAFETENSORS_DTYPES: dict[str, DType] = {
     "U16": dtypes.uint16, "U32": dtypes.uint32, "U64": dtypes.uint64,
     "I64": dtypes.int64, "F16": dtypes.float16, "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64,
     "F8_E4M3": dtypes.float8_e4m3fn, "F8_E5M2": dtypes.float8_e5m2, "F8_E8M0": dtypes.float8_e8m0fnu,
+    "F8_E4M3FNUZ": dtypes.float8_e4m3fnuz, "F8_E5M2FNUZ": dtypes.float8_e5m2fnuz,
 }
 SAFETENSORS_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors package's own limit
@@ -162,6 +163,9 @@ def safe_save(state: dict[str, Tensor], path: str | os.PathLike, metadata: dict[
             raise ValueError(f"safe_save: tensor names must be strings other than '__metadata__', got {name!r}")
         if not isinstance(tensor, Tensor):
             raise TypeError(f"safe_save: {name!r} is a {type(tensor).__name__}, not a Tensor")
+        if tensor.dtype == dtypes.float4_e2m1fn:
+            raise TypeError(f"safe_save: {name!r} is float4_e2m1fn, which safetensors stores two to a byte (F4); "
+                            "safe_save writes one value per element only: cast it to float8_e4m3fn or float32 first")
         if tensor.dtype not in SAFETENSORS_NAMES:
             raise TypeError(f"safe_save: {name!r} is {tensor.dtype.name}, which the safetensors format has no code "
                             f"for (it stores {', '.join(dtype.name for dtype in SAFETENSORS_NAMES)}); cast it first")
