@@ -149,6 +149,7 @@ SAFETENSORS_DTYPES: dict[str, DType] = {
     "I64": dtypes.int64, "F16": dtypes.float16, "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64,
     "F8_E4M3": dtypes.float8_e4m3fn, "F8_E5M2": dtypes.float8_e5m2, "F8_E8M0": dtypes.float8_e8m0fnu,
     "F8_E4M3FNUZ": dtypes.float8_e4m3fnuz, "F8_E5M2FNUZ": dtypes.float8_e5m2fnuz,
+    "F4": dtypes.float4_e2m1fn,  # two to a byte in the file, the first in the low 4 bits (as torchao and ONNX pack)
 }
 SAFETENSORS_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors package's own limit
@@ -163,9 +164,6 @@ def safe_save(state: dict[str, Tensor], path: str | os.PathLike, metadata: dict[
             raise ValueError(f"safe_save: tensor names must be strings other than '__metadata__', got {name!r}")
         if not isinstance(tensor, Tensor):
             raise TypeError(f"safe_save: {name!r} is a {type(tensor).__name__}, not a Tensor")
-        if tensor.dtype == dtypes.float4_e2m1fn:
-            raise TypeError(f"safe_save: {name!r} is float4_e2m1fn, which safetensors stores two to a byte (F4); "
-                            "safe_save writes one value per element only: cast it to float8_e4m3fn or float32 first")
         if tensor.dtype not in SAFETENSORS_NAMES:
             raise TypeError(f"safe_save: {name!r} is {tensor.dtype.name}, which the safetensors format has no code "
                             f"for (it stores {', '.join(dtype.name for dtype in SAFETENSORS_NAMES)}); cast it first")
@@ -178,6 +176,8 @@ def safe_save(state: dict[str, Tensor], path: str | os.PathLike, metadata: dict[
     arrays, offset = [], 0
     for name, tensor in state.items():
         array = np.ascontiguousarray(tensor.numpy()).astype(tensor.dtype.np.newbyteorder("<"), copy=False)
+        if tensor.dtype == dtypes.float4_e2m1fn:
+            array = _packed_nibbles(array.view(np.uint8).reshape(-1))
         header[name] = {"dtype": SAFETENSORS_NAMES[tensor.dtype], "shape": list(tensor.shape),
                         "data_offsets": [offset, offset + array.nbytes]}
         arrays.append(array)
@@ -254,7 +254,7 @@ def _check_entry(path: str, name: str, entry: Any, data_size: int) -> tuple[DTyp
                          "[begin, end] with 0 <= begin <= end")
     dtype = SAFETENSORS_DTYPES[dtype_name]
     begin, end = offsets
-    expected = math.prod(shape) * dtype.itemsize
+    expected = (math.prod(shape) + 1) // 2 if dtype == dtypes.float4_e2m1fn else math.prod(shape) * dtype.itemsize
     if end - begin != expected:
         raise ValueError(f"safe_load: {path}: tensor {name!r} of dtype {dtype_name} and shape {tuple(shape)} needs "
                          f"{expected} bytes, but its data_offsets [{begin}, {end}] span {end - begin}")
@@ -300,6 +300,10 @@ def safe_load(path: str | os.PathLike, device: str | None = None, mmap: bool = F
     host = device if hasattr(get_device(device), "wrap") else "CPU"
     tensors = {}
     for name, (dtype, shape, begin, end) in entries.items():
+        if dtype == dtypes.float4_e2m1fn:  # unpacked, one code per byte as lazygrad holds it: a copy, even mapped
+            codes = _unpacked_nibbles(data[begin:end], math.prod(shape))
+            tensors[name] = Tensor(codes.view(dtype.np).reshape(shape), device=device)
+            continue
         array = data[begin:end].view(dtype.np.newbyteorder("<"))
         if sys.byteorder != "little":
             tensors[name] = Tensor(array.reshape(shape), dtype=dtype, device=device)  # a byte-swapped copy
@@ -307,6 +311,18 @@ def safe_load(path: str | os.PathLike, device: str | None = None, mmap: bool = F
         on_host = Tensor(LazyBuffer.from_buffer(get_device(host).wrap(dtype, array.view(dtype.np)), shape))
         tensors[name] = on_host if host == device else on_host.to(device)
     return tensors
+
+
+def _packed_nibbles(codes: np.ndarray) -> np.ndarray:
+    """4-bit codes (one per byte) two to a byte, the first in the low nibble; an odd last one alone."""
+    padded = np.append(codes, np.uint8(0)) if codes.size % 2 else codes
+    return (padded[0::2] & 15) | ((padded[1::2] & 15) << 4)
+
+
+def _unpacked_nibbles(packed: np.ndarray, count: int) -> np.ndarray:
+    codes = np.empty(packed.size * 2, dtype=np.uint8)
+    codes[0::2], codes[1::2] = packed & 15, packed >> 4
+    return codes[:count]
 
 
 def _read_data(file, path: str, size: int) -> np.ndarray:

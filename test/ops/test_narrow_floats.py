@@ -129,6 +129,17 @@ def test_safetensors_keep_the_codes(dtype, tmp_path):
     assert header[0] == header[1] and ours[-256:] == theirs[-256:]
 
 
-def test_safetensors_refuse_float4_which_it_packs(tmp_path):
-    with pytest.raises(TypeError, match="'w' is float4_e2m1fn, which safetensors stores two to a byte"):
-        safe_save({"w": Tensor(np.zeros(2, dtypes.float4_e2m1fn.np))}, tmp_path / "w.safetensors")
+@pytest.mark.parametrize("count", [16, 7, 0])
+def test_safetensors_pack_float4_two_to_a_byte(count, tmp_path):
+    values = every_code(dtypes.float4_e2m1fn)[np.arange(count) % 16]
+    safe_save({"w": Tensor(values)}, tmp_path / "w.safetensors")
+    data = (tmp_path / "w.safetensors").read_bytes()
+    header = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])["w"]
+    assert header["dtype"] == "F4" and header["shape"] == [count]
+    begin, end = header["data_offsets"]
+    raw = np.frombuffer(data, np.uint8)[8 + int.from_bytes(data[:8], "little"):][begin:end]
+    assert len(raw) == (count + 1) // 2 and all(raw[i // 2] >> 4 * (i % 2) & 15 == codes(values)[i] for i in range(count))
+    for mmap in (False, True):
+        loaded = safe_load(tmp_path / "w.safetensors", mmap=mmap)["w"]
+        assert loaded.dtype == dtypes.float4_e2m1fn
+        np.testing.assert_array_equal(codes(loaded.numpy()), codes(values))
