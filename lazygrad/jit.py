@@ -177,7 +177,7 @@ class _Replay:
                 elif id(buffer) in output_buffers:
                     substitutions.append((position, 1, output_buffers[id(buffer)], by_pointer))
             # a launch computed from state alone: [its source buffers, their versions when it last ran]
-            sources = [launch.inputs, None] if id(launch) in derived else None
+            sources = [derived[id(launch)], None] if id(launch) in derived else None
             self.steps.append((function, arguments, substitutions, sources))
         # the captured buffers, held so the memory that the pointers above point into stays theirs
         self.captured_buffers = [launch.buffers for launch in recording.launches]
@@ -186,27 +186,36 @@ class _Replay:
 
     @staticmethod
     def _derived_launches(recording: engine.Recording, input_buffers: dict[int, int],
-                          output_buffers: dict[int, int]) -> set[int]:
+                          output_buffers: dict[int, int]) -> dict[int, list]:
         """The launches (by id) that read only buffers the capture does not write, nor receives as
         arguments or refills (parameters: a convolution's weight copied into panels, a transposed
-        linear weight), into buffers no other launch writes. What they compute changes only when one
-        of their sources does, and every write bumps a buffer's version (lazy.py; replays too): a
-        replay skips such a launch while its sources' versions are those of its last run."""
+        linear weight), or buffers that such launches alone write (a weight transformed, then copied
+        into panels), into buffers no other launch writes; each with the parameters it depends on.
+        What they compute changes only when one of those does, and every write bumps a buffer's
+        version (lazy.py; replays too): a replay skips such a launch while the versions of its
+        parameters are those of its last run."""
         writes: dict[int, int] = {}
         for launch in recording.launches:
             for buffer in launch.buffers[:len(launch.in_place)]:
                 writes[id(buffer)] = writes.get(id(buffer), 0) + 1
         changing = set(writes) | set(input_buffers) | {id(buffer) for buffer, _ in recording.refills}
-        derived = set()
+        derived: dict[int, list] = {}
+        roots: dict[int, list] = {}  # a buffer written by a derived launch -> the parameters behind it
         for launch in recording.launches:
             targets = launch.buffers[:len(launch.in_place)]
             if launch.program is None or launch.host or not launch.inputs or any(launch.in_place):
                 continue
-            if any(id(buffer) in changing for buffer in launch.inputs):
+            if any(id(buffer) in changing and id(buffer) not in roots for buffer in launch.inputs):
                 continue
             if any(writes[id(buffer)] > 1 or id(buffer) in output_buffers for buffer in targets):
                 continue
-            derived.add(id(launch))
+            sources = {}
+            for buffer in launch.inputs:
+                for root in roots.get(id(buffer), [buffer]):
+                    sources[id(root)] = root
+            derived[id(launch)] = list(sources.values())
+            for buffer in targets:
+                roots[id(buffer)] = derived[id(launch)]
         return derived
 
     @staticmethod

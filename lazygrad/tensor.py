@@ -333,6 +333,14 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         self.lazydata.check_current()
         return self.lazydata.buffer.array.reshape(self.shape).copy()
 
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """np.asarray(tensor) and np.array(tensor): the values, realized, as `numpy()` gives them (a
+        copy; without this numpy would read the tensor element by element, one kernel each)."""
+        if copy is False:
+            raise ValueError("__array__: a lazygrad tensor's values are copied to numpy; copy=False is not possible")
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """DLPack export (lazygrad/dlpack.py): the realized tensor's host memory, shared, not copied."""
         from lazygrad.dlpack import to_dlpack

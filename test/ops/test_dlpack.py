@@ -101,3 +101,16 @@ def test_torch_shares_memory_both_ways():
     ours = lazygrad.from_dlpack(source)
     assert ours.lazydata.buffer.pointer == source.data_ptr() and ours.dtype == dtypes.int64
     np.testing.assert_array_equal((ours + 1).numpy(), np.arange(5) + 1)
+
+
+def test_numpy_reads_a_tensor_whole_through_array(device):
+    """np.asarray and np.array take the values in one realize (no element-by-element reads), views
+    and dtype requests included; copy=False is refused, as numpy's protocol asks, since lazygrad copies."""
+    from lazygrad import stats
+    tensor = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device)
+    stats.reset()
+    np.testing.assert_array_equal(np.asarray(tensor.T * 2), np.arange(12, dtype=np.float32).reshape(3, 4).T * 2)
+    assert stats.kernels <= 1
+    assert np.array(tensor, dtype=np.float64).dtype == np.float64
+    with pytest.raises(ValueError, match="copy=False is not possible"):
+        np.array(tensor, copy=False)

@@ -267,7 +267,7 @@ def test_a_convolution_with_a_large_weight_runs_each_channel_panel_over_all_its_
     fits keeps its rows outside (1x64x56x56 by 64: 2.06 -> 2.36 ms with them inside), and so does
     one whose input does not fit (16x256x14x14 by 256: 29.5 -> 37.1 ms with the images inside)."""
     x = Tensor(np.ones((batch, channels, size, size), np.float32))
-    w = Tensor(np.ones((channels, channels, 3, 3), np.float32))
+    w = Tensor(np.ones((channels, channels, 3, 3), np.float32)).requires_grad_()  # trained: direct, not Winograd
     kernel, _ = product_kernel_of(x.conv2d(w, padding=1))
     opts = heuristic_opts(kernel, AVX2)
     assert opts[:2] == [Opt("UPCAST", 3 + (batch > 1), 16), Opt("UPCAST", 1 + (batch > 1), 7)]

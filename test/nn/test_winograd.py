@@ -1,0 +1,83 @@
+"""Winograd's F(2x2, 3x3) for large 3x3 convolutions in inference on CPU (nn/spatial.py): the
+convolution's values (numpy's, in float64) for every padding and size, taken by every route to a
+convolution (F.conv2d, nn.Conv2d, lazygrad.onnx), and left out for training and on other devices."""
+import numpy as np
+import pytest
+
+import lazygrad.nn.spatial as spatial
+from lazygrad import Tensor, nn, no_grad
+from lazygrad.nn import functional as F
+
+rng = np.random.default_rng(7)
+
+
+@pytest.fixture
+def winograd_calls(monkeypatch):
+    """How many convolutions ran as Winograd products."""
+    calls = []
+    original = spatial._winograd_product
+
+    def counted(padded, weight):
+        calls.append(padded.shape)
+        return original(padded, weight)
+    monkeypatch.setattr(spatial, "_winograd_product", counted)
+    return calls
+
+
+def convolved(x: np.ndarray, w: np.ndarray, b: np.ndarray, padding) -> np.ndarray:
+    """numpy's 3x3 convolution (cross-correlation) in float64: the oracle."""
+    top, left = (padding, padding) if isinstance(padding, int) else padding
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, top), (left, left)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # (N, C, H, W, 3, 3)
+    return np.einsum("nchwij,kcij->nkhw", windows, w.astype(np.float64)) + b.reshape(1, -1, 1, 1)
+
+
+def conv_case(batch: int, channels: int, size: int, out_channels: int | None = None):
+    x = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
+    w = (rng.standard_normal((out_channels or channels, channels, 3, 3)) / np.sqrt(9 * channels)).astype(np.float32)
+    b = rng.standard_normal(out_channels or channels).astype(np.float32)
+    return x, w, b
+
+
+@pytest.mark.parametrize("size, padding", [(14, 1), (15, 1), (16, 0), (13, 2), (15, (2, 1))])
+def test_winograd_gives_the_direct_convolution(size, padding, winograd_calls):
+    x, w, b = conv_case(24, 128, size, 136)  # 128 channels x 24 images x 49 to 64 tiles: past WINOGRAD_MIN_WORK
+    got = F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), Tensor(b, device="CPU"), padding=padding).numpy()
+    assert len(winograd_calls) == 1
+    np.testing.assert_allclose(got, convolved(x, w, b, padding), rtol=1e-4, atol=1e-4)
+
+
+def test_every_route_to_a_convolution_takes_it(winograd_calls):
+    x, w, b = conv_case(24, 128, 14)
+    layer = nn.Conv2d(128, 128, 3, padding=1, device="CPU")
+    with no_grad():
+        layer.weight.assign(Tensor(w, device="CPU")).realize()
+        layer.bias.assign(Tensor(b, device="CPU")).realize()
+        from_layer = layer(Tensor(x, device="CPU")).numpy()
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from lazygrad.onnx import OnnxModel
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), device="CPU")
+    from_onnx = model.run({"x": x})["y"].numpy()
+    assert len(winograd_calls) == 2
+    expected = convolved(x, w, b, 1)
+    np.testing.assert_allclose(from_layer, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(from_onnx, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_training_small_convolutions_and_other_devices_stay_direct(winograd_calls):
+    x, w, b = conv_case(24, 128, 14)
+    weight = Tensor(w, device="CPU").requires_grad_()
+    F.conv2d(Tensor(x, device="CPU"), weight, padding=1).sum().backward()  # its gradients: direct
+    F.conv2d(Tensor(x[:4], device="CPU"), Tensor(w, device="CPU"), padding=1).realize()  # 4 images: too few tiles
+    small = conv_case(48, 64, 14)
+    F.conv2d(Tensor(small[0], device="CPU"), Tensor(small[1], device="CPU"), padding=1).realize()  # 64 channels
+    F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), stride=2, padding=1).realize()
+    F.conv2d(Tensor(x[:1, :, :4, :4], device="NPY"), Tensor(w, device="NPY"), padding=1).realize()  # no CPU kernels
+    assert winograd_calls == []
