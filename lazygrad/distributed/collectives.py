@@ -4,7 +4,7 @@ Front-end layer of lazygrad.distributed. Each collective realizes its tensor, th
 communication as a host step (realize.run_host_step): a Python function on the buffers that a jit
 capture records between the kernels, so a jitted training step all-reduces on every replay. The
 transport is mpi_backend.py; values travel in a dtype MPI has (float16, bfloat16 and the float8s
-as float32, rounded once on the way back; bool as uint8). Before the data, the ranks compare what
+as float32, rounded once on the way back; int4 as int32; bool as uint8). Before the data, the ranks compare what
 each passes (shape, dtype, op) in one small all-reduce, so a mismatch is an error that names the
 ranks instead of a truncated message or a hang.
 
@@ -19,7 +19,7 @@ import numpy as np
 from lazygrad.devices import get_device
 from lazygrad.devices.buffer import Buffer
 from lazygrad.distributed.mpi_backend import DistributedError, MPIBackend
-from lazygrad.dtype import DType, dtypes
+from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
 from lazygrad.lazy import LazyBuffer
 from lazygrad.realize import run_host_step
 from lazygrad.tensor import Tensor
@@ -66,12 +66,12 @@ def world_size() -> int:
 # ---- what travels --------------------------------------------------------------------------------
 
 def _wire_dtype(dtype: DType) -> DType:
-    """The dtype a tensor's values travel in: one MPI reduces natively."""
+    """The dtype a tensor's values travel in: one MPI reduces natively. A stored-only dtype travels in
+    the one its ops compute in (`STORAGE_WIDE`: float32, int32 for the 4-bit integers), float16 in
+    float32, bool as uint8."""
     if dtype == dtypes.bool:
         return dtypes.uint8
-    if dtype.is_float and dtype not in (dtypes.float32, dtypes.float64):
-        return dtypes.float32
-    return dtype
+    return STORAGE_WIDE.get(dtype, dtypes.float32 if dtype == dtypes.float16 else dtype)
 
 
 def _realized_buffer(tensor: Tensor, dtype: DType):

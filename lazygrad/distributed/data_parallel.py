@@ -57,7 +57,7 @@ class DistributedDataParallel:
         size = 0
         for parameter in reversed(self.parameters):
             nbytes = parameter.numel() * collectives._wire_dtype(parameter.dtype).itemsize
-            if not buckets or size + nbytes > bucket_bytes and buckets[-1] or parameter.dtype != buckets[-1][0].dtype:
+            if not buckets or size + nbytes > bucket_bytes or parameter.dtype != buckets[-1][0].dtype:
                 buckets.append([])
                 size = 0
             buckets[-1].append(parameter)

@@ -64,7 +64,9 @@ class MPIBackend:
 
         def abort(kind, value, traceback):
             previous(kind, value, traceback)
+            sys.stdout.flush()
             sys.stderr.flush()
+            time.sleep(0.2)  # mpiexec forwards the traceback before MPI_Abort takes the processes down
             comm.Abort(1)
         abort._lazygrad_aborts = True
         sys.excepthook = abort

@@ -24,7 +24,7 @@ from lazygrad.nn import Linear, ReLU, Sequential  # noqa: E402
 from lazygrad.nn.optim import Adam  # noqa: E402
 from lazygrad.nn.state import get_parameters  # noqa: E402
 
-DTYPES = (dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
+DTYPES = (dtypes.bool, dtypes.int4, dtypes.uint4, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
           dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 SHAPES = ((), (0,), (5,), (3, 4))
 

@@ -69,7 +69,7 @@ def test_case_passes_on_every_rank(case, device):
 def test_a_rank_that_fails_stops_the_job(case, says):
     started = time.monotonic()
     result = run_job(str(CASES), case, "CPU", timeout=120, env={"CASE_TIMEOUT": "3"})
-    assert result.returncode != 0 and says in result.stdout, result.stdout[-4000:]
+    assert result.returncode != 0 and says in result.stdout, f"exit status {result.returncode}:\n{result.stdout[-4000:]}"
     assert not re.search(r"ok \w+ rank \d", result.stdout)
     assert time.monotonic() - started < 60, "the job should stop within seconds of the failure, not hang"
 
