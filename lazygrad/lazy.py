@@ -15,13 +15,15 @@ instead of returning a wrong answer.
 """
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 
 import numpy as np
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.ops import OPS, MOVEMENT, REDUCE
+from lazygrad.ops import ELEMENTWISE, OPS, MOVEMENT, REDUCE
+from lazygrad.shape.view import ShapeTracker, View
 
 class StaleValueError(RuntimeError):
     """A value was computed from a buffer that has since been overwritten in place."""
@@ -161,10 +163,12 @@ class LazyBuffer:
     # ---- elementwise and reduce ----------------------------------------------------------------
 
     def alu(self, op: str, *others: "LazyBuffer", arg=None) -> "LazyBuffer":
-        opdef = OPS[op]
         srcs = (self,) + others
-        dtype = opdef.out_dtype([s.dtype for s in srcs], arg) if opdef.out_dtype else srcs[-1].dtype
-        return LazyBuffer.create(op, srcs, arg, dtype, self.shape, self.device)
+        order = _common_stored_order(srcs)
+        if order is not None:  # computed in the order its operands are stored, then viewed as asked
+            inverse = tuple(order.index(axis) for axis in range(len(order)))
+            return _elementwise(op, tuple(_in_order(source, order) for source in srcs), arg).permute(inverse)
+        return _elementwise(op, srcs, arg)
 
     def reduce(self, op: str, axes: tuple[int, ...]) -> "LazyBuffer":
         assert OPS[op].kind == REDUCE
@@ -262,6 +266,80 @@ class LazyBuffer:
         if device == self.device:
             return self
         return LazyBuffer.create("COPY", (self,), None, self.dtype, self.shape, device)
+
+
+def _elementwise(op: str, srcs: tuple, arg) -> LazyBuffer:
+    opdef = OPS[op]
+    dtype = opdef.out_dtype([s.dtype for s in srcs], arg) if opdef.out_dtype else srcs[-1].dtype
+    return LazyBuffer.create(op, srcs, arg, dtype, srcs[0].shape, srcs[0].device)
+
+
+_UNORDERED = ()  # a computed value read through a view that is no permutation of its storage
+
+
+def _stored_order(node: LazyBuffer) -> tuple[LazyBuffer, tuple[int, ...]] | tuple | None:
+    """How `node` reads a computed (unrealized) value through reshapes and permutes: (that value,
+    node's axes in the order their elements are stored), _UNORDERED if the view is not a
+    permutation of the storage, None if node is no such view (a buffer, a constant, a broadcast)."""
+    chain, base = [], node
+    while base.op in ("RESHAPE", "PERMUTE") and base.buffer is None:
+        chain.append((base.op, base.arg))
+        base = base.srcs[0]
+    if base.buffer is not None or (base.op not in ELEMENTWISE and OPS[base.op].kind != REDUCE):
+        return None
+    order = _view_order(base.shape, tuple(chain)) if chain else tuple(range(len(base.shape)))
+    return _UNORDERED if order is None else (base, order)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _view_order(shape: tuple[int, ...], chain: tuple) -> tuple[int, ...] | None:
+    """The axes of a contiguous value of `shape` read through the reshapes and permutes of `chain`
+    (the outermost first), in the order their elements are stored; None if no order stores them."""
+    tracker = ShapeTracker.from_shape(shape)
+    for op, arg in reversed(chain):
+        tracker = tracker.apply(op, arg)
+    view = tracker.views[-1]
+    if len(tracker.views) != 1 or view.offset or view.mask is not None:
+        return None
+    keys, last = [], math.inf
+    for axis, (size, stride) in enumerate(zip(view.shape, view.strides)):
+        if size != 1:  # a size-1 axis goes with the axis before it
+            last = stride
+        keys.append((-last, axis))
+    order = tuple(sorted(range(len(keys)), key=keys.__getitem__))
+    if View.contiguous(tuple(view.shape[axis] for axis in order)).strides != tuple(view.strides[axis] for axis in order):
+        return None
+    return order
+
+
+def _common_stored_order(srcs: tuple) -> tuple[int, ...] | None:
+    """The order in which an elementwise op of `srcs` should compute: the storage order of the
+    computed values it reads, when they all share one that is not their logical order."""
+    orders = set()
+    for source in srcs:
+        stored = _stored_order(source)
+        if stored is not None:
+            orders.add(stored[1] if stored else None)
+    if len(orders) != 1:
+        return None
+    order = orders.pop()
+    return None if order is None or order == tuple(range(len(order))) else order
+
+
+def stored_out_of_order(node: LazyBuffer) -> bool:
+    """Whether node reads a computed value stored in another order than node's axes (a
+    convolution's channels-last result viewed channels first), so a kernel walking node's last
+    axis would gather it."""
+    stored = _stored_order(node)
+    return stored is not None and (not stored or stored[1] != tuple(range(len(node.shape))))
+
+
+def _in_order(node: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
+    """node permuted to `order`: a reshape of the computed value it reads when that is how it is stored."""
+    stored = _stored_order(node)
+    if stored and stored[1] == order:
+        return stored[0].reshape(tuple(node.shape[axis] for axis in order))
+    return node.permute(order)
 
 
 def accumulation_split(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int] | None:

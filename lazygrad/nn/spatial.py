@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from lazygrad.dtype import dtypes
+from lazygrad.lazy import stored_out_of_order
 from lazygrad.tensor import Tensor, no_grad
 from lazygrad.tensor_methods.helpers import computes_in_float32
 from lazygrad.tensor_methods.linalg import matmul_in_panels, packs_operands
@@ -168,6 +169,8 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
         return _pointwise_product(windows, weight)
     if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride)):
         return _output_channels_last_product(windows, weight)
+    if stored_out_of_order(x.lazydata):  # the vector below walks x's columns: store them so
+        windows = pool_windows(x.contiguous(), kernel, stride, dilation)
     windows = windows.reshape((batch, groups, group_channels) + outputs + kernel)
     output_axes, kernel_axes = tuple(range(3, 3 + dims)), tuple(range(3 + dims, 3 + 2 * dims))
     windows = windows.permute((0, 1) + output_axes + (2,) + kernel_axes).unsqueeze(2)
@@ -218,6 +221,12 @@ def _pointwise_product(windows: Tensor, weight: Tensor) -> Tensor:
 # Output channels per weight panel of a convolution computed with its output channels last
 # (`_output_channels_last_product`): two AVX2 vectors.
 CHANNEL_PANEL = 16
+
+
+def _channel_panel(out_channels: int) -> int:
+    return CHANNEL_PANEL if out_channels % CHANNEL_PANEL == 0 else CHANNEL_PANEL // 2
+
+
 # Channels of a depthwise convolution computed channels last come in whole vectors of this many
 # (`_depthwise_channels_last`): one AVX2 vector, half an AVX-512 one.
 DEPTHWISE_CHANNEL_VECTOR = 8
@@ -251,7 +260,8 @@ def _channels_last(device: str, groups: int, weight_shape, strided: bool = False
     then reads across channels, 0.5-0.7 -> 1.0-1.1 ms; MobileNetV2's first, 3x3x3 to 32 channels,
     0.73-0.91 -> 0.36-0.39 ms)."""
     out_channels, channels, kernel = weight_shape[0], weight_shape[1], weight_shape[2:]
-    if device.split(":")[0] != "CPU" or groups != 1 or out_channels % CHANNEL_PANEL:
+    if device.split(":")[0] != "CPU" or groups != 1 or out_channels % _channel_panel(out_channels) \
+            or out_channels < CHANNEL_PANEL:
         return False
     return strided or math.prod(kernel) == 1 or channels * math.prod(kernel) >= CHANNELS_LAST_MIN_WINDOW
 
@@ -271,7 +281,8 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
     `_windowed_product_gradient`'s, of the same product laid out channels in the middle."""
     dims = weight.ndim - 2
     batch, channels, outputs = windows.shape[0], windows.shape[1], windows.shape[2:2 + dims]
-    out_channels, kernel, width = weight.shape[0], weight.shape[2:], CHANNEL_PANEL
+    out_channels, kernel = weight.shape[0], weight.shape[2:]
+    width = _channel_panel(out_channels)
     spatial, kernel_axes = tuple(range(2, 2 + dims)), tuple(range(2 + dims, 2 + 2 * dims))
     with no_grad():
         panels = weight.reshape((out_channels // width, width, channels) + kernel)

@@ -110,6 +110,11 @@ class CStyleRenderer(FloorSyntax):
             return self.render_const(0, dtype)
         return f"(({valid}) ? {param}[{index}] : {self.render_const(0, dtype)})"
 
+    def render_splat_load(self, param: str, dtype: DType, index: str, valid) -> str:
+        """A value read once for every lane of a vector copy (the C dialect hides it from gcc's
+        grouping of loads)."""
+        return self.render_load(param, dtype, index, valid)
+
     def render_masked(self, value: str, dtype: DType, valid) -> str:
         if valid is True:
             return value

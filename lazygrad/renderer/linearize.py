@@ -299,6 +299,9 @@ class _Emitter:
         if node.op in LEAF_OPS:
             texts = [self.scalar_expression(node, [], indexer) for indexer in lanes]
             if all(text == texts[0] for text in texts):
+                if node.op == "LOAD":  # read once, broadcast where a vector needs it
+                    index, valid = _render_index(lanes[0], node.arg[1], renderer)
+                    return renderer.render_splat_load(self.params[node.arg[0]][0], node.dtype, index, valid), 1
                 return texts[0], 1
             if node.op == "LOAD" and _is_vector_access(node.arg[1], lanes):
                 index, _ = _render_index(lanes[0], node.arg[1], renderer)

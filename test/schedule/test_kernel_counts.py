@@ -341,3 +341,61 @@ def test_an_unstrided_convolution_takes_its_input_gradient_as_a_convolution():
         for kx in range(3):
             expected[:, :, ky:ky + 12, kx:kx + 12] += np.einsum("nohw,oc->nchw", g, w.numpy()[:, :, ky, kx])
     np.testing.assert_allclose(x.grad.numpy(), expected[:, :, 1:13, 1:13], rtol=1e-4, atol=1e-4)
+
+
+def test_elementwise_ops_on_a_transposed_reduce_compute_in_its_stored_order():
+    """A reduce viewed through a permute (a convolution computed channels last, returned channels
+    first): the elementwise ops after it compute in the order the reduce stores, so they join its
+    kernel, and the permute stays a view on top; a value read in both orders keeps the logical one."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 6, 5)).astype(np.float32), rng.standard_normal((1, 5, 1)).astype(np.float32)
+    x, scale = Tensor(a), Tensor(b)
+    summed = x.sum(0).T.reshape(1, 5, 6)                       # stored (6, 5), viewed (1, 5, 6)
+    activated = (summed * scale + 1).relu()
+    node = activated.lazydata
+    assert node.op == "PERMUTE" and node.srcs[0].op not in ("PERMUTE", "RESHAPE")
+    # stored once (it is read by two reduces), in the reduce's kernel
+    count, value = kernels_for(lambda: activated.sum(2) + activated.amax(2))
+    expected = np.maximum(a.sum(0).T[None] * b + 1, 0)
+    np.testing.assert_allclose(value, expected.sum(2) + expected.max(2), rtol=1e-5, atol=1e-5)
+    assert count == 2
+    # operands computed in different orders: the op computes in the logical one
+    mixed = x.sum(0).T + x.permute(0, 2, 1).amax(0)
+    assert mixed.lazydata.op != "PERMUTE"
+    np.testing.assert_allclose(mixed.numpy(), a.sum(0).T + a.max(0).T, rtol=1e-5)
+
+
+@pytest.mark.parametrize("out_channels", [24, 40])
+def test_a_convolution_to_channels_a_panel_of_16_does_not_divide_computes_them_last_in_panels_of_8(out_channels):
+    """MobileNetV2's 1x1 projections to 24 channels: channels last in panels of 8, so the
+    channels-last depthwise convolution before them and the BatchNorm after them need no transposed
+    copy. Values against numpy, forward and the input's gradient."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((2, 32, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((out_channels, 32, 1, 1)).astype(np.float32)
+    x = Tensor(a, requires_grad=True)
+    out = x.conv2d(Tensor(w))
+    schedule = [item for item in create_schedule([out.lazydata]) if item.kernel is not None]
+    assert any(item.kernel.name.endswith(f"_{out_channels // 8}_8_1_1_r32") for item in schedule), \
+        [item.kernel.name for item in schedule]
+    np.testing.assert_allclose(out.numpy(), np.einsum("oc,nchw->nohw", w[:, :, 0, 0], a), rtol=1e-4, atol=1e-4)
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.broadcast_to(w[:, :, 0, 0].sum(0)[None, :, None, None], a.shape),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_convolution_with_channels_in_the_middle_reads_a_channels_last_input_from_a_copy():
+    """A 1x1 convolution that keeps its channels in the middle (20 channels) after one computed
+    channels last: its vector walks the columns, so the input is stored in that order first rather
+    than gathered across the channels."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((1, 16, 12, 12)).astype(np.float32)
+    w1, w2 = rng.standard_normal((32, 16, 1, 1)).astype(np.float32), rng.standard_normal((20, 32, 1, 1)).astype(np.float32)
+    hidden = Tensor(a).conv2d(Tensor(w1)).relu()
+    out = hidden.conv2d(Tensor(w2))
+    reduces = [item.kernel for item in create_schedule([out.lazydata]) if item.kernel is not None and item.kernel.reduce_axes]
+    last = reduces[-1]
+    loads = [node for node in last.ast.walk() if node.op == "LOAD"]
+    assert all(node.arg[1].views[-1].strides[-1] in (0, 1) or node.arg[1].shape[-1] == 1 for node in loads)
+    expected = np.einsum("oc,nchw->nohw", w2[:, :, 0, 0], np.maximum(np.einsum("oc,nchw->nohw", w1[:, :, 0, 0], a), 0))
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
