@@ -334,6 +334,12 @@ def stored_out_of_order(node: LazyBuffer) -> bool:
     return stored is not None and (not stored or stored[1] != tuple(range(len(node.shape))))
 
 
+def stored_in_order(node: LazyBuffer) -> bool:
+    """Whether node reads a computed value in the order it is stored."""
+    stored = _stored_order(node)
+    return bool(stored) and stored[1] == tuple(range(len(node.shape)))
+
+
 def _in_order(node: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
     """node permuted to `order`: a reshape of the computed value it reads when that is how it is stored."""
     stored = _stored_order(node)

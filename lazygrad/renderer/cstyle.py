@@ -115,12 +115,16 @@ class CStyleRenderer(FloorSyntax):
         grouping of loads)."""
         return self.render_load(param, dtype, index, valid)
 
-    def render_masked(self, value: str, dtype: DType, valid) -> str:
+    def render_masked(self, value: str, dtype: DType, valid, width: int = 1) -> str:
+        """value where valid, else zero (a vector of zeros for a vector value of `width` lanes)."""
+        zero = self.render_const(0, dtype)
+        if width > 1:
+            zero = self.render_broadcast(dtype, width, zero)
         if valid is True:
             return value
         if valid is False:
-            return self.render_const(0, dtype)
-        return f"(({valid}) ? {value} : {self.render_const(0, dtype)})"
+            return zero
+        return f"(({valid}) ? {value} : {zero})"
 
     def template(self, op: str, operand_dtype: DType) -> str:
         render = OPS[op].render

@@ -210,16 +210,25 @@ def _is_vector_access(tracker: ShapeTracker, lanes: list) -> bool:
     """Whether the lanes of a copy access consecutive elements without a mask, starting at an index
     provably a multiple of the lane count (every coefficient and the constant are), so one aligned
     vector access reads or writes them all."""
+    return _vector_access_validity(tracker, lanes) is True
+
+
+def _vector_access_validity(tracker: ShapeTracker, lanes: list) -> str | bool | None:
+    """For lanes of a copy that access consecutive elements from an index provably a multiple of the
+    lane count (every coefficient and the constant are), valid all together or not at all (a
+    channels-last input's padding): that validity (True, or its text); else None."""
     width = len(lanes)
     accesses = [indexer(tracker) for indexer in lanes]
     first = accesses[0][0]
-    if any(render_condition(conditions) is not True for _, conditions in accesses):
-        return False
+    validity = render_condition(accesses[0][1])
+    if validity is False or any(render_condition(conditions) != validity for _, conditions in accesses[1:]):
+        return None
     for lane, (offset, _) in enumerate(accesses):
         step = offset - first
         if not step.is_const or step.const != lane:
-            return False
-    return first.const % width == 0 and all(coefficient % width == 0 for coefficient in first.terms.values())
+            return None
+    aligned = first.const % width == 0 and all(coefficient % width == 0 for coefficient in first.terms.values())
+    return validity if aligned else None
 
 
 class _Emitter:
@@ -303,9 +312,13 @@ class _Emitter:
                     index, valid = _render_index(lanes[0], node.arg[1], renderer)
                     return renderer.render_splat_load(self.params[node.arg[0]][0], node.dtype, index, valid), 1
                 return texts[0], 1
-            if node.op == "LOAD" and _is_vector_access(node.arg[1], lanes):
+            validity = _vector_access_validity(node.arg[1], lanes) if node.op == "LOAD" else None
+            if validity is not None:
                 index, _ = _render_index(lanes[0], node.arg[1], renderer)
-                return renderer.render_vector_load(self.params[node.arg[0]][0], node.dtype, index, width), width
+                load = renderer.render_vector_load(self.params[node.arg[0]][0], node.dtype, index, width)
+                if validity is not True:
+                    load = renderer.render_masked(load, node.dtype, validity, width)
+                return load, width
             return renderer.render_vector(node.dtype, texts), width
         operands = [names[src] for src in node.srcs]
         if all(operand not in self.widths for operand in operands):

@@ -16,8 +16,8 @@ The contract (docs/architecture.md):
     broadcast copy costs more than a few ops (`worth_storing_broadcast`: a max pool's gradient per
     window);
   * a padded value read through an EXPAND inside a sum of products (a convolution's padded input,
-    however the padding was written) is stored with its zeros when it is not small
-    (`worth_storing_padded`), so the product's loads carry no bounds tests;
+    however the padding was written) is stored with its zeros when it is not small and its last
+    axis is padded too (`worth_storing_padded`), so the product's loads carry no bounds tests;
   * the user's outputs, CONTIGUOUS, ASSIGN, TAKE (an indexed load) and device copies are always
     materialized;
   * kernels without a reduce that have the same shape and read a common buffer, where neither
@@ -62,6 +62,7 @@ MAX_KERNEL_BUFFERS = 128
 # (`worth_storing_padded`). conv2d 32x16x32x32 by 32x16x3x3, padding 1: 7.0 ms with masked loads,
 # 3.1 ms with the copy (0.2 ms); at 8x34x34 (9K elements) the copy measured neither faster nor slower.
 PADDED_COPY_MIN_ELEMENTS = 1 << 12
+UNPADDED_VECTOR = 8  # lanes of a vector along an unpadded last axis that make a padded view worth keeping
 # A value read by several kernels is stored once when recomputing it in each costs more than this
 # (op costs as in worth_storing). One step of an LSTM's cell state costs about 95.
 SHARED_RECOMPUTE_LIMIT = 64
@@ -223,7 +224,12 @@ class _FusionPlan:
         """Whether a padded value read through an EXPAND inside a sum of products (a convolution's
         windows of a padded input, a padded matmul operand) is stored with its zeros first: read as a
         view, every load tests its bounds, and gcc then builds each vector of a register tile from
-        scalar loads. Small ones keep the view, so a small convolution with bias stays one kernel."""
+        scalar loads. Small ones keep the view, so a small convolution with bias stays one kernel, and
+        so does one padded only outside its last axis when that fills vectors (a depthwise
+        convolution's channels-last input): a vector along that axis is valid all together or not
+        at all, one test per load."""
+        if pad.arg[-1] == (0, 0) and pad.shape[-1] % UNPADDED_VECTOR == 0:
+            return False
         return pad.numel() >= PADDED_COPY_MIN_ELEMENTS
 
     def _split_wide_kernels(self) -> bool:

@@ -97,8 +97,18 @@ def test_contiguous_elementwise_upcast_is_vector_loads_and_a_vector_store():
     assert source_of(tensor((64, 64)) * tensor((64, 64)) + 1, 1, UPCAST_16).count("data0[") == 16
 
 
-def test_padded_input_gathers_its_lanes_and_still_stores_a_vector():
+def test_an_input_padded_across_the_lanes_is_one_masked_vector_load():
+    """Padding outside the vector's axis makes every lane valid together or none: one test, one
+    vector load or a vector of zeros."""
     padded = tensor((60, 64)).pad(((2, 2), (0, 0)))
+    source = source_of(padded + tensor((64, 64)), 16, [Opt("UPCAST", 1, 16)])
+    assert vector_loads(source) == [16, 16]
+    assert re.search(r"\(\(\(i0>=2\)&&\(i0<62\)\) \? \(\*\(__global const float16\*\)", source), source
+    assert vector_stores(source) == [16]
+
+
+def test_an_input_padded_along_the_lanes_gathers_them():
+    padded = tensor((64, 60)).pad(((0, 0), (2, 2)))
     source = source_of(padded + tensor((64, 64)), 16, [Opt("UPCAST", 1, 16)])
     assert vector_loads(source) == [16]                     # the unpadded operand
     assert "((float16)(" in source and "?" in source        # the masked lanes, gathered
