@@ -708,9 +708,9 @@ def _cross(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
 # ---- the factorizations: numpy's LAPACK on the host ----------------------------------------------
 
 # The factorizations whose gradient lazygrad writes out (as lazy matmuls of the host's results):
-# inv, det, slogdet, solve, cholesky, eigh (and eigvalsh), svdvals. The others refuse an input that
-# wants one.
-DIFFERENTIABLE = {"inv", "det", "slogdet", "solve", "cholesky", "eigh", "svdvals"}
+# inv, det, slogdet, solve, cholesky, eigh (and eigvalsh), svd, svdvals, qr, pinv. matrix_rank
+# refuses an input that wants one.
+DIFFERENTIABLE = {"inv", "det", "slogdet", "solve", "cholesky", "eigh", "svd", "svdvals", "qr", "pinv"}
 
 
 def _host(name: str, x: Tensor, *others: Tensor) -> list[np.ndarray]:
@@ -790,8 +790,19 @@ def _relative_tolerance(a: np.ndarray, rtol) -> np.ndarray:
 
 
 def _pinv(x: Tensor, /, *, rtol=None) -> Tensor:
+    """A's gradient where the rank does not change (PyTorch's): with P = pinv(A),
+    -P^T G P^T + (I - A P) G^T P P^T + P^T P G^T (I - P A)."""
     (a,) = _host("pinv", x)
-    return _back(np.linalg.pinv(a, rcond=_relative_tolerance(a, rtol)), x)
+    result = _back(np.linalg.pinv(a, rcond=_relative_tolerance(a, rtol)), x)
+
+    def gradient(grad, out, sources, rule):
+        matrix, pseudo = _back(a, x), out
+        rows, columns = a.shape[-2], a.shape[-1]
+        outside_columns = _back(np.eye(rows), x) - matrix @ pseudo   # I - A P, (m, m)
+        outside_rows = _back(np.eye(columns), x) - pseudo @ matrix   # I - P A, (n, n)
+        return [-(pseudo.mT @ grad @ pseudo.mT) + outside_columns @ grad.mT @ pseudo @ pseudo.mT
+                + pseudo.mT @ pseudo @ grad.mT @ outside_rows]
+    return result._with_gradient((x,), gradient)
 
 
 def _solve(x1: Tensor, x2: Tensor, /) -> Tensor:
@@ -810,15 +821,83 @@ def _solve(x1: Tensor, x2: Tensor, /) -> Tensor:
 
 
 def _qr(x: Tensor, /, *, mode: str = "reduced"):
+    """A's gradient from Q's and R's where Q has as many columns as A (A no wider than tall, or
+    square in complete mode) and R is invertible: (gQ + Q copyltu(M)) R^-T, M = R gR^T - gQ^T Q,
+    copyltu(M) M's lower triangle mirrored above the diagonal (PyTorch's formula). A wide A, or a
+    tall one in complete mode, has no unique Q to differentiate: an input that wants a gradient
+    there raises."""
     if mode not in ("reduced", "complete"):
         raise ValueError(f"linalg.qr: mode must be 'reduced' or 'complete', not {mode!r}")
-    q, r = np.linalg.qr(_host("qr", x)[0], mode=mode)
-    return _Unique(Q=_back(q, x), R=_back(r, x))
+    (a,) = _host("qr", x)
+    rows, columns = a.shape[-2:]
+    if _wants_gradient(x) and (columns > rows or (mode == "complete" and rows != columns)):
+        raise RuntimeError(f"linalg.qr: the gradient needs as many columns in Q as in A (mode='reduced' and "
+                           f"a matrix no wider than tall), got shape {a.shape} in mode {mode!r}; detach() the "
+                           "input or call it under lazygrad.no_grad()")
+    q, r = np.linalg.qr(a, mode=mode)
+    factor_q, factor_r = _back(q, x), _back(r, x)
+    r_inverse_transposed = _transposed_inverse(r, x) if _wants_gradient(x) else None
+
+    def gradient_from(grad_q: Tensor | None, grad_r: Tensor | None) -> Tensor:
+        m = factor_r @ grad_r.mT if grad_q is None else -(grad_q.mT @ factor_q)
+        inner = factor_q @ (m.tril() + m.tril(-1).mT)
+        return (inner if grad_q is None else inner + grad_q) @ r_inverse_transposed
+
+    q_out = factor_q._with_gradient((x,), lambda grad, out, sources, rule: [gradient_from(grad, None)])
+    r_out = factor_r._with_gradient((x,), lambda grad, out, sources, rule: [gradient_from(None, grad)])
+    return _Unique(Q=q_out, R=r_out)
+
+
+def _wants_gradient(x: Tensor) -> builtins.bool:
+    from lazygrad.tensor import Tensor as TensorType
+    return x.requires_grad and TensorType.grad_enabled
 
 
 def _svd(x: Tensor, /, *, full_matrices: builtins.bool = True):
-    u, s, vh = np.linalg.svd(_host("svd", x)[0], full_matrices=full_matrices)
-    return _Unique(U=_back(u, x), S=_back(s, x), Vh=_back(vh, x))
+    """A's gradient from U's, S's and Vh's (V = Vh^T, k = min(m, n) singular values, the first k
+    columns of U and V when full_matrices): U [F * (U^T gU - gU^T U) S + diag(gS) + S F * (V^T gV -
+    gV^T V)] V^T + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T), F[i, j] = 1 / (s[j]^2 - s[i]^2)
+    off the diagonal (Townsend's; repeated singular values give infinities there, a zero one in a
+    non-square A infinities in the last terms, as in PyTorch). The columns of a full U or V beyond k
+    are not unique: their gradient is ignored."""
+    (a,) = _host("svd", x)
+    u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
+    rows, columns = a.shape[-2:]
+    k = builtins.min(rows, columns)
+    u_out, s_out, vh_out = _back(u, x), _back(s, x), _back(vh, x)
+    if not _wants_gradient(x):
+        return _Unique(U=u_out, S=s_out, Vh=vh_out)
+    left, right = _back(u[..., :, :k], x), _back(np.swapaxes(vh[..., :k, :], -1, -2), x)  # (m, k), (n, k)
+    squares = s[..., None, :] ** 2 - s[..., :, None] ** 2
+    eye = np.eye(k, dtype=np.bool_)
+    with np.errstate(divide="ignore"):
+        gaps = _back(np.where(eye, 0.0, 1.0 / np.where(eye, 1.0, squares)), x)
+        inverse_s = _back(1.0 / s, x)
+    values = _back(s, x)
+
+    def gradient_from(grad_u: Tensor | None, grad_s: Tensor | None, grad_v: Tensor | None) -> Tensor:
+        inner = 0
+        outer = 0
+        if grad_s is not None:
+            inner = inner + grad_s[..., None, :] * _back(np.eye(k), x)
+        if grad_u is not None:
+            grad_u = grad_u[..., :, :k]
+            product = left.mT @ grad_u
+            inner = inner + (gaps * (product - product.mT)) * values[..., None, :]
+            if rows > k:
+                outer = outer + ((grad_u - left @ product) * inverse_s[..., None, :]) @ right.mT
+        if grad_v is not None:
+            grad_v = grad_v[..., :, :k]
+            product = right.mT @ grad_v
+            inner = inner + values[..., :, None] * (gaps * (product - product.mT))
+            if columns > k:
+                outer = outer + (left * inverse_s[..., None, :]) @ (grad_v - right @ product).mT
+        return left @ inner @ right.mT + outer
+
+    u_out = u_out._with_gradient((x,), lambda grad, out, sources, rule: [gradient_from(grad, None, None)])
+    s_out = s_out._with_gradient((x,), lambda grad, out, sources, rule: [gradient_from(None, grad, None)])
+    vh_out = vh_out._with_gradient((x,), lambda grad, out, sources, rule: [gradient_from(None, None, grad.mT)])
+    return _Unique(U=u_out, S=s_out, Vh=vh_out)
 
 
 def _svdvals(x: Tensor, /) -> Tensor:

@@ -441,11 +441,65 @@ def test_a_host_factorization_without_a_gradient_refuses_an_input_that_wants_one
     from lazygrad import no_grad
     x = Tensor(np.eye(3, dtype=np.float32) * 2, requires_grad=True)
     with pytest.raises(RuntimeError, match="no gradient"):
-        xp.linalg.pinv(x)
+        xp.linalg.matrix_rank(x)
     with no_grad():
         check(xp.linalg.pinv(x), (np.eye(3) / 2).astype(np.float32))
+    wide = Tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    with pytest.raises(RuntimeError, match="as many columns in Q as in A"):
+        xp.linalg.qr(wide)
+    with pytest.raises(RuntimeError, match="as many columns in Q as in A"):
+        xp.linalg.qr(Tensor(np.ones((3, 2), np.float32), requires_grad=True), mode="complete")
+    with no_grad():
+        assert xp.linalg.qr(wide).R.shape == (2, 3)
     with pytest.raises(TypeError, match="floating-point"):
         xp.linalg.det(Tensor(np.eye(2, dtype=np.int32)))
+
+
+def test_svd_qr_and_pinv_have_gradients(device):
+    """Against float64 finite differences, tall, wide and batched: pinv; svd's S, and its U and Vh
+    through functions their signs do not change (U S Vh, squares); qr's Q and R (tall and square)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from gradcheck import check_gradients
+    rng = np.random.default_rng(3)
+    for shape in ((4, 3), (3, 4), (2, 3, 3)):
+        a = rng.standard_normal(shape)
+        k = min(shape[-2:])
+        weights = xp.asarray(rng.standard_normal(shape), device=device)
+        transposed = xp.asarray(rng.standard_normal(shape[:-2] + shape[::-1][:2]), device=device)
+        check_gradients(lambda x: (xp.linalg.pinv(x) * transposed).sum(), a, device=device)
+        for full in (False, True):
+            def of_svd(x):
+                u, s, vh = xp.linalg.svd(x, full_matrices=full)
+                u, vh = u[..., :, :k], vh[..., :k, :]
+                rebuilt = ((u * s[..., None, :]) @ vh * weights).sum()
+                return rebuilt + (s * s).sum() + (u[..., :1, :] ** 2).sum() * 3 + (vh[..., :, :1] ** 2).sum() * 5
+            check_gradients(of_svd, a, device=device)
+        if shape[-2] >= shape[-1]:
+            r_weights = xp.asarray(rng.standard_normal(shape[:-2] + (k, k)), device=device)
+            check_gradients(lambda x: (xp.linalg.qr(x).Q * weights).sum() + (xp.linalg.qr(x).R * r_weights).sum(),
+                            a, device=device)
+
+
+def test_svd_qr_and_pinv_gradients_are_pytorchs():
+    torch = pytest.importorskip("torch", reason="torch is not installed (the bench extra)")
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((2, 5, 3))
+    w_q, w_r, w_p = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 3, 3)), rng.standard_normal((2, 3, 5))
+    cases = [
+        (lambda x: (xp.linalg.qr(x).Q * Tensor(w_q)).sum() + (xp.linalg.qr(x).R * Tensor(w_r)).sum(),
+         lambda t: (torch.linalg.qr(t).Q * torch.tensor(w_q)).sum() + (torch.linalg.qr(t).R * torch.tensor(w_r)).sum()),
+        (lambda x: (xp.linalg.pinv(x) * Tensor(w_p)).sum(), lambda t: (torch.linalg.pinv(t) * torch.tensor(w_p)).sum()),
+        (lambda x: (xp.linalg.svd(x, full_matrices=False).U ** 2 * Tensor(w_q)).sum() + xp.linalg.svd(x, full_matrices=False).S.sum(),
+         lambda t: (torch.linalg.svd(t, full_matrices=False).U ** 2 * torch.tensor(w_q)).sum() + torch.linalg.svd(t, full_matrices=False).S.sum()),
+    ]
+    for ours, theirs in cases:
+        x = Tensor(a, requires_grad=True)
+        ours(x).backward()
+        t = torch.tensor(a, requires_grad=True)
+        theirs(t).backward()
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-9, atol=1e-12)
 
 
 def test_inv_det_slogdet_and_solve_have_gradients(device):
