@@ -89,8 +89,12 @@ class Lin:
     def __add__(self, other: "Lin | int") -> "Lin":
         other = Lin.of(other)
         terms = dict(self.terms)
+        recombine = False
         for atom, coeff in other.terms.items():
             terms[atom] = terms.get(atom, 0) + coeff
+            recombine = recombine or atom.kind != "var"
+        if recombine:
+            return _recombined(terms, self.const + other.const)
         return Lin(terms, self.const + other.const)
 
     __radd__ = __add__
@@ -213,6 +217,23 @@ class FloorSyntax:
 
 
 _PLAIN = FloorSyntax()
+
+
+def _recombined(terms: dict, const: int) -> Lin:
+    """terms + const with each `k*c*(x // c) + k*(x % c)` pair folded back into `k*x` (a view that
+    splits an axis and a later one that merges it again: ResNet-18's max pool gradient indexed
+    `(i/64)*802816 + (i%64)*12544`, i*12544, so gcc loaded the same element twice)."""
+    for atom, coeff in list(terms.items()):
+        if atom.kind != "mod" or atom not in terms or coeff == 0:
+            continue
+        quotient = Atom("div", inner=atom.inner, divisor=atom.divisor)
+        if terms.get(quotient, 0) == coeff * atom.divisor:
+            del terms[atom], terms[quotient]
+            inner = atom.inner * coeff
+            for inner_atom, inner_coeff in inner.terms.items():
+                terms[inner_atom] = terms.get(inner_atom, 0) + inner_coeff
+            const += inner.const
+    return Lin(terms, const)
 
 
 def var(name: str, lo: int, hi: int) -> Lin:

@@ -168,3 +168,16 @@ def test_division_and_modulo_agree_with_python_everywhere(terms, const, divisor)
         plain = expr.evaluate(env)
         assert quotient.evaluate(env) == plain // divisor
         assert remainder.evaluate(env) == plain % divisor
+
+
+def test_a_split_axis_merged_again_is_the_axis():
+    """k*c*(x // c) + k*(x % c) is k*x, whatever x: a view that splits an axis and one that merges it
+    back index the element directly (so the compiler sees two reads of it as one)."""
+    i, j = var("i", 0, 1023), var("j", 0, 7)
+    assert ((i // 64) * 802816 + (i % 64) * 12544).render() == "i*12544"
+    assert (((i * 8 + j) // 64) * 64 + (i * 8 + j) % 64 + 3).render() == "i*8+j+3"
+    assert ((i // 64) * 3 + i % 64).render() == "(i/64)*3+(i%64)"      # not a whole quotient: kept
+    shifted = i - 5                                                       # negative values: floor semantics
+    combined = (shifted // 4) * 8 + (shifted % 4) * 2
+    for value in (0, 3, 4, 7, 1023):
+        assert combined.evaluate({"i": value}) == 2 * (value - 5)
