@@ -4,6 +4,10 @@ A `LazyBuffer` is one op applied to source nodes, with the dtype, shape and devi
 Building the same op on the same sources twice returns the same node, so shared work is found
 without any analysis. Movement ops are nodes too; the scheduler folds chains of them into views.
 
+An elementwise op of values computed in another order than their shape's (a convolution's
+channels-last result viewed channels first) is built in that stored order, the permute on top
+(`LazyBuffer.alu`), so it joins the kernel that computes them and is stored the same way.
+
 When the engine realizes a node it attaches the device buffer and forgets the sources (`realized`),
 so a training loop does not keep every past step's graph alive.
 

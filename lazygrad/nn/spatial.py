@@ -169,8 +169,8 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
         return _pointwise_product(windows, weight)
     if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride)):
         return _output_channels_last_product(windows, weight)
-    if stored_out_of_order(x.lazydata):  # the vector below walks x's columns: store them so
-        windows = pool_windows(x.contiguous(), kernel, stride, dilation)
+    if stored_out_of_order(x.lazydata):  # stored channels last: the vector below walks x's columns,
+        windows = pool_windows(x.contiguous(), kernel, stride, dilation)  # so read a copy in this order
     windows = windows.reshape((batch, groups, group_channels) + outputs + kernel)
     output_axes, kernel_axes = tuple(range(3, 3 + dims)), tuple(range(3 + dims, 3 + 2 * dims))
     windows = windows.permute((0, 1) + output_axes + (2,) + kernel_axes).unsqueeze(2)
@@ -224,6 +224,10 @@ CHANNEL_PANEL = 16
 
 
 def _channel_panel(out_channels: int) -> int:
+    """Output channels per weight panel: CHANNEL_PANEL, or half of it where that does not divide them
+    (MobileNetV2's projections to 24 channels, which then read the channels-last depthwise output
+    as it is stored: the model jitted, one thread, six alternating runs, median 8.2 -> 8.1 ms against
+    those convolutions in the other layout reading a transposed copy)."""
     return CHANNEL_PANEL if out_channels % CHANNEL_PANEL == 0 else CHANNEL_PANEL // 2
 
 

@@ -154,8 +154,6 @@ HELPERS.update({f"lg_float{lanes}": f"typedef float lg_float{lanes} __attribute_
                                     "aligned(4)));\n"
                                     f"typedef int lg_mask{lanes} __attribute__((vector_size({4 * lanes})));"
                  for lanes in (4, 8, 16)})
-# A select of float vectors by a mask of -1/0 lanes, bit by bit (C's ?: takes no vector condition); gcc
-# makes it one blend. A generic macro, so one definition serves every lane count.
 # A float read once and broadcast across a vector copy's lanes (a register tile's left operand). The
 # empty asm hides where the pointer points, so gcc's SLP vectorizer does not group a tile's reads of
 # such values into one vector load it then splits lane by lane: with the values 32 floats apart (a
@@ -164,6 +162,8 @@ HELPERS.update({f"lg_float{lanes}": f"typedef float lg_float{lanes} __attribute_
 # broadcast memory operand again (84 us).
 HELPERS["lg_splat_load("] = ("#define lg_splat_load(p) ({ const float *lg_at_ = (p); __asm__(\"\" : \"+r\"(lg_at_)); "
                              "*lg_at_; })")
+# A select of float vectors by a mask of -1/0 lanes, bit by bit (C's ?: takes no vector condition); gcc
+# makes it one blend. A generic macro, so one definition serves every lane count.
 HELPERS["lg_select("] = ("#define lg_select(mask, a, b) ((__typeof__(a))(((mask) & (__typeof__(mask))(a)) "
                          "| (~(mask) & (__typeof__(mask))(b))))")
 HELPERS.update({f"lg_exp2f{lanes}(": _vector_exp2_helper(lanes) for lanes in (4, 8, 16)})
