@@ -637,9 +637,28 @@ def _max_pool(name: str, dims: int, input, kernel_size, stride, padding, dilatio
     kernel, stride, dilation, _, _, pads = _pool_geometry(name, x, dims, kernel_size, stride, padding, dilation,
                                                           ceil_mode)
     lowest = -math.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
-    windows = pool_windows(x.pad(((0, 0), (0, 0)) + pads, value=lowest), kernel, stride, dilation)
-    out = windows.max(tuple(range(2 + dims, 2 + 2 * dims)))
+    to_last = (0,) + tuple(range(2, 2 + dims)) + (1,)
+    if x.device.split(":")[0] == "CPU" and not (Tensor.grad_enabled and x.requires_grad) \
+            and stored_in_order(x.lazydata.permute(to_last)):
+        out = _channels_last_max_pool(x.permute(to_last).pad(((0, 0),) + pads + ((0, 0),), value=lowest),
+                                      kernel, stride, dilation)
+    else:
+        windows = pool_windows(x.pad(((0, 0), (0, 0)) + pads, value=lowest), kernel, stride, dilation)
+        out = windows.max(tuple(range(2 + dims, 2 + 2 * dims)))
     return out.squeeze(0) if unbatched else out
+
+
+def _channels_last_max_pool(padded: Tensor, kernel, stride, dilation) -> Tensor:
+    """Max pooling of a padded (N, *spatial, C) value stored channels last (a convolution's output,
+    through its batch norm and relu: ResNet-18's stem), computed in (N, *outputs, C) order and
+    returned as an (N, C, *outputs) view: the vector is the channels, every load contiguous, and
+    the residual sum after it stays channels last with the convolutions beside it."""
+    dims = len(kernel)
+    channels_first = padded.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
+    windows = pool_windows(channels_first, kernel, stride, dilation)                     # (N, C, *outputs, *kernel)
+    by_position = windows.permute((0,) + tuple(range(2, 2 + dims)) + (1,) + tuple(range(2 + dims, 2 + 2 * dims)))
+    out = by_position.max(tuple(range(2 + dims, 2 + 2 * dims)))                            # (N, *outputs, C)
+    return out.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
 
 
 def max_pool1d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,

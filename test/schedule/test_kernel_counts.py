@@ -419,3 +419,20 @@ def test_a_strided_depthwise_convolution_reads_its_channels_last_input_through_t
         for kx in range(3):
             expected += inner[:, :, ky:ky + 12:2, kx:kx + 12:2] * wd[None, :, 0, ky, kx, None, None]
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_max_pool_of_a_channels_last_value_pools_channels_last():
+    """ResNet-18's stem: the max pool of a channels-last convolution's relu reads it as it is stored
+    (the channels are the vector) and stores channels last, so the residual sum after it stays
+    channels last beside the next convolutions. Values against numpy."""
+    from lazygrad import no_grad
+    rng = np.random.default_rng(7)
+    a, w = rng.standard_normal((1, 16, 12, 12)).astype(np.float32), rng.standard_normal((32, 16, 1, 1)).astype(np.float32)
+    with no_grad():
+        out = Tensor(a).conv2d(Tensor(w)).relu().max_pool2d(3, 2, 1)
+        names = [item.kernel.name for item in create_schedule([out.lazydata]) if item.kernel is not None]
+        assert "r_1_6_6_32_r3x3" in names, names
+        hidden = np.pad(np.maximum(np.einsum("oc,nchw->nohw", w[:, :, 0, 0], a), 0), ((0, 0), (0, 0), (1, 1), (1, 1)),
+                        constant_values=-np.inf)
+        expected = np.max([hidden[:, :, ky:ky + 12:2, kx:kx + 12:2] for ky in range(3) for kx in range(3)], axis=0)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
