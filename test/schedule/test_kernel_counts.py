@@ -436,3 +436,26 @@ def test_a_max_pool_of_a_channels_last_value_pools_channels_last():
                         constant_values=-np.inf)
         expected = np.max([hidden[:, :, ky:ky + 12:2, kx:kx + 12:2] for ky in range(3) for kx in range(3)], axis=0)
         np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_relu_stores_its_output_when_a_gradient_will_read_it():
+    """Training: relu's output is stored by the forward pass (its gradient reads it), so backward
+    kernels read it as laid out instead of computing it again from a channels-last convolution's
+    product across the channels; a max pool's padded input is stored too. Inference builds neither
+    copy. Gradient values against numpy."""
+    from lazygrad import no_grad
+    rng = np.random.default_rng(8)
+    a, w = rng.standard_normal((2, 8, 6, 6)).astype(np.float32), rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
+    x, weight = Tensor(a, requires_grad=True), Tensor(w)
+    hidden = x.conv2d(weight).relu()
+    assert hidden.lazydata.op == "CONTIGUOUS"
+    pooled = hidden.max_pool2d(2)
+    with no_grad():
+        assert Tensor(a).conv2d(weight).relu().lazydata.op != "CONTIGUOUS"
+    pooled.sum().backward()
+    product = np.einsum("oc,nchw->nohw", w[:, :, 0, 0], a)
+    blocks = product.reshape(2, 16, 3, 2, 3, 2)
+    is_max = (blocks == blocks.max(axis=(3, 5), keepdims=True)) & (blocks > 0)
+    grad_product = is_max.reshape(2, 16, 6, 6).astype(np.float32)
+    np.testing.assert_allclose(x.grad.numpy(), np.einsum("oc,nohw->nchw", w[:, :, 0, 0], grad_product),
+                               rtol=1e-4, atol=1e-4)
