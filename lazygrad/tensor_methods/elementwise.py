@@ -287,8 +287,7 @@ class ElementwiseMethods:
         from lazygrad.tensor import no_grad
         with no_grad():
             out = self.maximum(0)
-        if type(self).grad_enabled and self.requires_grad:
-            out = out.contiguous()
+        out = self._kept_for_backward(out)
         return out._with_gradient((self,), lambda grad, out, sources, rule: [(out > 0).where(grad, 0)])
     def square(self): return self * self
 
@@ -501,14 +500,16 @@ class ElementwiseMethods:
     def selu(self) -> "Tensor":
         return _SELU_SCALE * self.elu(_SELU_ALPHA)
 
-    def _kept_for_backward(self) -> "Tensor":
-        """This tensor, stored by the forward pass when a gradient will read it. An activation's
-        input is usually a matmul fused into the activation's kernel: without this, every backward
-        kernel reading it would compute the matmul again."""
+    def _kept_for_backward(self, value: "Tensor | None" = None) -> "Tensor":
+        """`value` (default this tensor), stored by the forward pass when this tensor's gradient will
+        be taken, since the backward pass reads it. An activation's input is usually a matmul fused
+        into the activation's kernel: without this, every backward kernel reading it would compute
+        the matmul again."""
         from lazygrad.tensor import Tensor
-        if Tensor.grad_enabled and self.requires_grad and not self.lazydata.realized:
-            return self.contiguous()
-        return self
+        value = self if value is None else value
+        if Tensor.grad_enabled and self.requires_grad and not value.lazydata.realized:
+            return value.contiguous()
+        return value
 
     @computes_in_float32
     def gelu(self, approximate: str = "none") -> "Tensor":
