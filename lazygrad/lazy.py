@@ -282,11 +282,13 @@ _UNORDERED = ()  # a computed value read through a view that is no permutation o
 
 
 def _stored_order(node: LazyBuffer) -> tuple[LazyBuffer, tuple[int, ...]] | tuple | None:
-    """How `node` reads a computed (unrealized) value through reshapes and permutes: (that value,
-    node's axes in the order their elements are stored), _UNORDERED if the view is not a
-    permutation of the storage, None if node is no such view (a buffer, a constant, a broadcast)."""
+    """How `node` reads a computed (unrealized) value through reshapes, permutes and shrinks: (that
+    value, node's axes in the order their elements are stored), _UNORDERED if the view is not a
+    permutation of the storage or of a prefix of it, None if node is no such view (a buffer, a
+    constant, a broadcast). A prefix is a matmul's result without the rows its panels padded
+    (linalg `_panel_product`; ResNet-18's 1x1 downsampling at batch 1)."""
     chain, base = [], node
-    while base.op in ("RESHAPE", "PERMUTE") and base.buffer is None:
+    while base.op in ("RESHAPE", "PERMUTE", "SHRINK") and base.buffer is None:
         chain.append((base.op, base.arg))
         base = base.srcs[0]
     if base.buffer is not None or (base.op not in ELEMENTWISE and OPS[base.op].kind != REDUCE):
@@ -297,8 +299,8 @@ def _stored_order(node: LazyBuffer) -> tuple[LazyBuffer, tuple[int, ...]] | tupl
 
 @functools.lru_cache(maxsize=1 << 12)
 def _view_order(shape: tuple[int, ...], chain: tuple) -> tuple[int, ...] | None:
-    """The axes of a contiguous value of `shape` read through the reshapes and permutes of `chain`
-    (the outermost first), in the order their elements are stored; None if no order stores them."""
+    """The axes of a contiguous value of `shape` read through the movements of `chain` (the outermost
+    first), in the order their elements are stored from the first on; None if no order stores them."""
     tracker = ShapeTracker.from_shape(shape)
     for op, arg in reversed(chain):
         tracker = tracker.apply(op, arg)
@@ -348,7 +350,10 @@ def _in_order(node: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
     """node permuted to `order`: a reshape of the computed value it reads when that is how it is stored."""
     stored = _stored_order(node)
     if stored and stored[1] == order:
-        return stored[0].reshape(tuple(node.shape[axis] for axis in order))
+        value, shape = stored[0], tuple(node.shape[axis] for axis in order)
+        if value.numel() != node.numel():  # a prefix of its storage
+            value = value.reshape((value.numel(),)).shrink(((0, node.numel()),))
+        return value.reshape(shape)
     return node.permute(order)
 
 

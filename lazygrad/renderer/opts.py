@@ -501,13 +501,24 @@ ROW_PANEL_MAX, ROW_PANEL_READ_MAX = 8, 1024
 # entries on the CPUs measured; beyond them every access of the pass is a TLB miss).
 PAGE_BYTES, PANEL_PAGES = 4096, 64
 CACHE_LINE_BYTES = 64
+# An output row this short, gathered (a panel of a weight gradient's window columns, each from its own
+# channel and kernel position), is written whole in each step of `transposed_read_panel`'s pass: a
+# vector store of values that each come from their own input stream.
+STORED_ROW_UPCAST_MAX = 32
+# The steps of a read along its input that `transposed_read_panel` follows: contiguous, and the
+# windows of a stride-2 convolution (its weight gradient packs them).
+READ_STEPS = (1, 2)
+# Rows of a source this large are not in cache when the next panel's pass reads them again
+# (`source_order_panel`): beyond the 1 MiB L2 of the CPUs measured.
+SOURCE_ORDER_MIN_BYTES = 4 << 20
 
 
-def contiguous_run(kernel: Kernel, access: KernelNode, axis: int) -> int:
-    """How many steps along `axis` an access walking it contiguously takes before its index jumps
-    (the other axes at 0): a merged axis of several source dims (batch, rows and columns of a
-    padded window, or NCHW planes) is contiguous only along its innermost dim. The whole axis when
-    it never jumps; a jump is looked for at the axis's divisors, where such dims end."""
+def contiguous_run(kernel: Kernel, access: KernelNode, axis: int, step: int = 1) -> int:
+    """How many steps along `axis` an access walking it `step` elements at a time (contiguously, or
+    through a stride's windows) takes before its index jumps (the other axes at 0): a merged axis
+    of several source dims (batch, rows and columns of a padded window, or NCHW planes) is
+    contiguous only along its innermost dim. The whole axis when it never jumps; a jump is looked
+    for at the axis's divisors, where such dims end."""
     shape = kernel.full_shape
     probe = _probe(shape)
     offset, _ = access.arg[1].index_and_valid(probe)
@@ -517,7 +528,7 @@ def contiguous_run(kernel: Kernel, access: KernelNode, axis: int) -> int:
         at[f"p{axis}"] = position
         return offset.evaluate(at)
     for run in range(2, shape[axis]):
-        if shape[axis] % run == 0 and index(run) - index(run - 1) != 1:
+        if shape[axis] % run == 0 and index(run) - index(run - 1) != step:
             return run
     return shape[axis]
 
@@ -545,7 +556,13 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     input, 1.37 with the whole axis -> 0.89 ms; 64 channels at 56x56 with an NCHW residual (two
     pages per channel) 0.93 without a PANEL -> 0.33 ms, and two convolutions' outputs added 1.01 ->
     0.38 ms. Over ResNet-18's nine such kernels at batch 1, panels of 16 took 2.29 ms, of 32 2.55
-    ms; at batch 16 panels of 8 or the whole 64 channels were slower than 16 in each."""
+    ms; at batch 16 panels of 8 or the whole 64 channels were slower than 16 in each.
+
+    A stride-2 window's run is followed too, two elements a step. Where the stored row is at most
+    STORED_ROW_UPCAST_MAX values gathered from as many input streams (a panel of a weight gradient's
+    window columns), it is upcast as well, so each step of the pass stores whole vectors: AVX-512,
+    one thread, 64 channels at 56x56 into panels of 32, 19.6 -> 5.3 ms; the stride-2 windows at 28x28,
+    which took no PANEL before, 16.3 -> 1.8 ms."""
     shape = kernel.full_shape
     accesses = [node for node in kernel.ast.walk() if node.op in ("LOAD", "STORE") and node.arg[1].shape == shape]
     strides = load_strides(kernel, accesses, ops=("LOAD", "STORE"))
@@ -554,10 +571,11 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     if not stored:
         return []
     for access, steps in zip(accesses, strides):
-        across = [axis for axis, step in steps.items() if step == 1 and axis < stored[0]]
-        if access.op != "LOAD" or not across or steps.get(stored[0]) in (0, 1) or shape[across[0]] < 8:
+        across = sorted((step, axis) for axis, step in steps.items() if step in READ_STEPS and axis < stored[0])
+        if access.op != "LOAD" or not across or steps.get(stored[0]) in (0, 1) or shape[across[0][1]] < 8:
             continue
-        run = contiguous_run(kernel, access, across[0])
+        across = [axis for _, axis in across]
+        run = contiguous_run(kernel, access, across[0], steps[across[0]])
         line = CACHE_LINE_BYTES // access.dtype.itemsize
         if 4 <= run < shape[across[0]]:
             amount = run
@@ -571,7 +589,39 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
         paged = sum(abs(steps.get(across[0]) or 0) * other.dtype.itemsize >= PAGE_BYTES
                     for other, steps in zip(accesses, strides))
         if amount * paged <= PANEL_PAGES:
-            return [Opt("PANEL", across[0], amount)]
+            panel = Opt("PANEL", across[0], amount)
+            if shape[stored[0]] <= STORED_ROW_UPCAST_MAX and steps.get(stored[0], 0) is None:
+                return [panel, Opt("UPCAST", stored[0], shape[stored[0]])]
+            return [panel]
+    return []
+
+
+def source_order_panel(kernel: Kernel) -> list[Opt]:
+    """For a copy of runs of rows into panels (a matmul operand packed into panels of columns:
+    (columns / width, k, width) from a (k, columns) source, the last axis contiguous in both) whose
+    rows span SOURCE_ORDER_MIN_BYTES or more: a PANEL of the whole panel axis, so it loops inside the
+    row axis and the source is read once, in its own order. In the stored order each panel's pass
+    reads a run of every row from memory again. ResNet-18's training step at batch 16, its stem's
+    weight gradient (200704 rows of 147 window values into 5 panels of 32), one thread: 27 -> 8.2
+    ms. Rows that stay in L2 between passes are read faster in the stored order (its 7x7 stage at
+    batch 16, 256 rows of 784 into 25 panels, 1.7 against 15.5 ms with the PANEL)."""
+    shape = kernel.full_shape
+    accesses = [node for node in kernel.ast.walk() if node.op in ("LOAD", "STORE") and node.arg[1].shape == shape]
+    strides = load_strides(kernel, accesses, ops=("LOAD", "STORE"))
+    loads = [steps for access, steps in zip(accesses, strides) if access.op == "LOAD"]
+    stores = [(access, steps) for access, steps in zip(accesses, strides) if access.op == "STORE"]
+    last = len(shape) - 1
+    if len(stores) != 1 or not loads or any(steps.get(last) != 1 for steps in loads + [stores[0][1]]):
+        return []
+    store, store_steps = stores[0]
+    moving = [axis for axis in range(last) if shape[axis] > 1]
+    for outer, inner in zip(moving, moving[1:]):
+        # the panel axis continues each load's contiguous run: panel p holds the columns after p - 1's
+        if all(steps.get(outer) == shape[last] and (steps.get(inner) or 0) > steps[outer] for steps in loads) \
+                and (store_steps.get(outer) or 0) > (store_steps.get(inner) or 0) > 0 \
+                and max(steps[inner] for steps in loads) * shape[inner] * store.dtype.itemsize >= SOURCE_ORDER_MIN_BYTES:
+            paged = store_steps[outer] * store.dtype.itemsize >= PAGE_BYTES
+            return [Opt("PANEL", outer, shape[outer])] if shape[outer] * paged <= PANEL_PAGES else []
     return []
 
 
@@ -686,11 +736,11 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     reduces, else a cache line of outputs for a reduce reading across them (`transposed_reduce_tile`,
     also for kernels with several reduces, where otherwise linearize's own loop choices serve:
     flat vectorized loops, inner accumulator arrays); for a kernel without a reduce,
-    `transposed_read_panel`. The GPU dialects get `work_item_tile` instead."""
+    `transposed_read_panel`, else `source_order_panel`, else `strided_spread_tile`. The GPU dialects get `work_item_tile` instead."""
     if not getattr(renderer, "expands_tiles", False):
         return work_item_tile(kernel, renderer)
     if not kernel.reduce_axes:
-        return transposed_read_panel(kernel) or strided_spread_tile(kernel)
+        return transposed_read_panel(kernel) or source_order_panel(kernel) or strided_spread_tile(kernel)
     if sum(node.is_reduce for node in kernel.ast.walk()) > 1:
         # chained or side-by-side reduces (softmax's max, then sum): plain loops, each a SIMD
         # reduction, unless they read across their outputs

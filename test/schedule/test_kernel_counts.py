@@ -365,6 +365,29 @@ def test_elementwise_ops_on_a_transposed_reduce_compute_in_its_stored_order():
     np.testing.assert_allclose(mixed.numpy(), a.sum(0).T + a.max(0).T, rtol=1e-5)
 
 
+def test_elementwise_ops_on_a_prefix_of_a_transposed_reduce_compute_in_its_stored_order():
+    """A matmul's result without the rows its panels padded (a 1x1 convolution over 49 positions
+    computed as a (56, C) matmul, cut to 49 rows, viewed channels first) is a prefix of its storage:
+    ops on it compute in the stored order too, so a residual sum with another channels-last value
+    stays channels last and the sum over the pixels after it reads both in order. A cut that is no
+    prefix (columns) keeps the logical order."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 8, 5)).astype(np.float32), rng.standard_normal((3, 7, 5)).astype(np.float32)
+    padded = Tensor(a).sum(0)                                   # stored (8, 5)
+    prefix = padded[:7].reshape(1, 7, 5).permute(0, 2, 1)       # viewed (1, 5, 7)
+    other = Tensor(b).sum(0).reshape(1, 7, 5).permute(0, 2, 1)  # stored (7, 5) too
+    scaled = prefix * Tensor(np.float32(3))                     # the prefix alone: a batch norm of it
+    added = (scaled + other).relu()
+    assert scaled.lazydata.op == "PERMUTE" and added.lazydata.op == "PERMUTE"
+    count, value = kernels_for(lambda: added.sum(2))
+    expected = np.maximum(a.sum(0)[:7] * 3 + b.sum(0), 0).T[None]
+    np.testing.assert_allclose(value, expected.sum(2), rtol=1e-5, atol=1e-5)
+    assert count == 3
+    columns = padded[:, :4].T + 1                               # not a prefix of the storage
+    assert columns.lazydata.op != "PERMUTE"
+    np.testing.assert_allclose(columns.numpy(), a.sum(0)[:, :4].T + 1, rtol=1e-5)
+
+
 @pytest.mark.parametrize("out_channels", [24, 40])
 def test_a_convolution_to_channels_a_panel_of_16_does_not_divide_computes_them_last_in_panels_of_8(out_channels):
     """MobileNetV2's 1x1 projections to 24 channels: channels last in panels of 8, so the
