@@ -509,8 +509,8 @@ STORED_ROW_UPCAST_MAX = 32
 # windows of a stride-2 convolution (its weight gradient packs them).
 READ_STEPS = (1, 2)
 # Rows of a source this large are not in cache when the next panel's pass reads them again
-# (`source_order_panel`): beyond the 1 MiB L2 of the CPUs measured.
-SOURCE_ORDER_MIN_BYTES = 4 << 20
+# (`source_order_panel`): beyond the 32 MiB L3 of the CPUs measured.
+SOURCE_ORDER_MIN_BYTES = 32 << 20
 
 
 def contiguous_run(kernel: Kernel, access: KernelNode, axis: int, step: int = 1) -> int:
@@ -603,8 +603,9 @@ def source_order_panel(kernel: Kernel) -> list[Opt]:
     row axis and the source is read once, in its own order. In the stored order each panel's pass
     reads a run of every row from memory again. ResNet-18's training step at batch 16, its stem's
     weight gradient (200704 rows of 147 window values into 5 panels of 32), one thread: 27 -> 8.2
-    ms. Rows that stay in L2 between passes are read faster in the stored order (its 7x7 stage at
-    batch 16, 256 rows of 784 into 25 panels, 1.7 against 15.5 ms with the PANEL)."""
+    ms (118 MB of rows). Rows that stay in cache between passes are read faster in the stored order:
+    its 7x7 stage at batch 16, 256 rows of 784 into 25 panels (800 KB), 1.7 against 15.5 ms with the
+    PANEL; 12544 rows of 128 into 16 panels of 8 (6.4 MB), 1.4 against 4.7 ms."""
     shape = kernel.full_shape
     accesses = [node for node in kernel.ast.walk() if node.op in ("LOAD", "STORE") and node.arg[1].shape == shape]
     strides = load_strides(kernel, accesses, ops=("LOAD", "STORE"))
@@ -668,6 +669,11 @@ def row_reduce_tile(kernel: Kernel) -> list[Opt]:
 
 # Outputs a transposed reduce computes together: a 64-byte cache line of float32, or half of one.
 TRANSPOSED_REDUCE_LANES = (16, 8)
+# Where every load walks the axis contiguously and other outputs give the threads work (at least
+# TRANSPOSED_REDUCE_WIDE_WORK of them), up to this many outputs are upcast: a whole channels-last row of
+# 64 channels, read once instead of once per 16 (a batch norm's partial sums over ResNet-18's 64
+# channels at 56x56 in training, one thread, 1.95 -> 0.71 ms).
+TRANSPOSED_REDUCE_WIDE, TRANSPOSED_REDUCE_WIDE_WORK = 64, 8
 # Reduces of fewer steps keep linearize's loops: ResNet-18's global average pool at batch 16 (49
 # steps over 512 channels stored channels last, plus the residual branch's NCHW rows) ran 0.8 ms
 # with its accumulator array, 1.8 ms with 16 channels upcast.
@@ -683,7 +689,8 @@ def transposed_reduce_tile(kernel: Kernel) -> list[Opt]:
     16, 2 threads: the stem's batch norm statistics 122 -> 23 ms, its gradient sums 107 -> 22 ms.
     Not when linearize's accumulator array serves better (`choose_inner_axes`: one reduce, the axis
     last among the outputs, every load a row along it: a plain column sum, 1.5 against 3 ms), nor
-    for a short reduce (TRANSPOSED_REDUCE_MIN_STEPS)."""
+    for a short reduce (TRANSPOSED_REDUCE_MIN_STEPS). A whole row of up to TRANSPOSED_REDUCE_WIDE
+    outputs where every load walks them contiguously and other outputs keep the threads busy."""
     if math.prod(kernel.full_shape[axis] for axis in kernel.reduce_axes) < TRANSPOSED_REDUCE_MIN_STEPS:
         return []
     strides = load_strides(kernel, [node for node in kernel.ast.walk() if node.op == "LOAD"])
@@ -697,7 +704,9 @@ def transposed_reduce_tile(kernel: Kernel) -> list[Opt]:
                 continue
             if one_reduce and axis == globals_[-1] and all(other.get(axis) in (0, 1) for other in strides):
                 return []
-            amount = _largest_divisor(kernel.full_shape[axis], TRANSPOSED_REDUCE_LANES)
+            others = math.prod(kernel.full_shape[other] for other in globals_ if other != axis)
+            whole_rows = others >= TRANSPOSED_REDUCE_WIDE_WORK and all(other.get(axis) in (0, 1) for other in strides)
+            amount = _largest_divisor(kernel.full_shape[axis], (TRANSPOSED_REDUCE_WIDE,) * whole_rows + TRANSPOSED_REDUCE_LANES)
             if amount is not None:
                 return [Opt("UPCAST", axis, amount)]
     return []

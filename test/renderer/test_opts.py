@@ -395,11 +395,11 @@ def test_window_columns_packed_into_panels_are_stored_a_whole_panel_row_at_a_tim
 
 def test_a_large_source_packed_into_panels_is_read_once_in_its_own_order():
     """Rows packed into panels of columns (the stem's weight gradient: 147 window values a row)
-    loop over the panels inside the rows when the rows span 4 MiB or more, so the source streams
-    from memory once (ResNet-18's stem at batch 16, one thread: 27 -> 8.2 ms); rows that stay in L2
-    keep the stored order (its 7x7 stage, 800 KB: 1.7 ms against 15.5 with the panels inside)."""
+    loop over the panels inside the rows when the rows span 32 MiB or more, so the source streams
+    from memory once (ResNet-18's stem at batch 16, one thread: 27 -> 8.2 ms); rows that stay in
+    cache keep the stored order (its 7x7 stage, 800 KB: 1.7 ms against 15.5 with the panels inside)."""
     rng = np.random.default_rng(4)
-    for rows, expected_opts in ((8192, [Opt("PANEL", 0, 5)]), (1024, [])):
+    for rows, expected_opts in ((57344, [Opt("PANEL", 0, 5)]), (8192, [])):
         values = rng.standard_normal((rows, 147)).astype(np.float32)
         source = Tensor(values) * 2
         packed = source.pad(((0, 0), (0, 13))).reshape(rows, 5, 32).permute(1, 0, 2).contiguous()
@@ -534,6 +534,28 @@ def test_a_reduce_reading_across_its_outputs_computes_a_cache_line_of_them():
     np.testing.assert_allclose(both.numpy(), stored.sum((0, 1, 2)) + (stored * stored).sum((0, 1, 2)), rtol=1e-4, atol=1e-4)
     assert upcasts(activation.sum((0, 2, 3))) == []  # channels last among the outputs: accumulator array
     assert upcasts((Tensor(gradient[:, :, :4, :4]) * activation[:, :, :4, :4]).sum((0, 2, 3))) == []  # 64 steps
+
+
+def test_a_reduce_reading_whole_channels_last_rows_upcasts_all_their_channels():
+    """Partial per-channel sums (each of 8 row groups summed apart, as the scheduler splits a batch
+    norm's long reduce), every load walking 64 channels contiguously: all 64 are upcast, so each row
+    is read once rather than once per 16 channels. With a load across the channels (an NCHW
+    gradient beside it) or without other outputs for the threads, a line of 16 as before."""
+    rng = np.random.default_rng(6)
+    stored = rng.standard_normal((4, 8, 64, 64)).astype(np.float32)          # (N, H, W, C)
+    activation = (Tensor(stored) * 2).permute(0, 3, 1, 2)                    # computed, viewed NCHW
+    partial = activation.reshape(4, 64, 8, 1, 64).sum((0, 3, 4))              # (64, 8): per channel, per row group
+    kernel = kernel_of(partial)
+    channel_axis = kernel.full_shape.index(64)
+    assert heuristic_opts(kernel, CRenderer()) == [Opt("UPCAST", channel_axis, 64)]
+    np.testing.assert_allclose(partial.numpy(), (stored * 2).sum((0, 2)).T, rtol=1e-4, atol=1e-4)
+    gradient = rng.standard_normal((4, 64, 8, 64)).astype(np.float32)
+    mixed = (Tensor(gradient) * activation).reshape(4, 64, 8, 1, 64).sum((0, 3, 4))
+    assert [(opt.op, opt.amount) for opt in heuristic_opts(kernel_of(mixed), CRenderer())] == [("UPCAST", 16)]
+    np.testing.assert_allclose(mixed.numpy(), (gradient * (stored * 2).transpose(0, 3, 1, 2)).sum((0, 3)),
+                               rtol=1e-4, atol=1e-4)
+    whole = activation.sum((0, 2, 3)) + (activation * activation).sum((0, 2, 3))  # no other outputs
+    assert [(opt.op, opt.amount) for opt in heuristic_opts(kernel_of(whole), CRenderer())] == [("UPCAST", 16)]
 
 
 @pytest.mark.usefixtures("avx2_panels")
