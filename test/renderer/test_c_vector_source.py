@@ -255,3 +255,17 @@ def test_a_tiles_broadcast_values_are_read_through_a_hidden_pointer():
     assert source.count("lg_splat_load(data1 + (") >= 8 and "#define lg_splat_load(p)" in source
     expected = np.einsum("oc,nhwc->nohw", w.numpy()[:, :, 0, 0], x.numpy())
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_bool_cast_to_float_is_a_select():
+    """A comparison counted as a float (a max pool's maxima per window, for its gradient) renders as
+    a select, which gcc vectorizes as a blend; it kept `(float)(b)` of a bool scalar (ResNet-18's max
+    pool backward at batch 16, one thread: 35 -> 12 ms). Values against numpy, NaN included."""
+    a = np.random.default_rng(2).integers(0, 3, (64, 300)).astype(np.float32)
+    a[0, :5] = np.nan
+    x, m = Tensor(a), Tensor(np.full((64, 1), 1, np.float32))
+    counted = (x == m).float().sum(1)
+    renderer, program = program_of(counted, 16)
+    source = renderer.render_program(program)
+    assert "? 1.0f : 0.0f)" in source and "((float)(" not in source
+    np.testing.assert_array_equal(counted.numpy(), (a == 1).sum(1).astype(np.float32))
