@@ -320,7 +320,8 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     """Register tile for a reduce whose loads each stay put along some output axis (matmul,
     convolution): the output axis that some load walks contiguously (the vector axis) and an output
     axis that load does not move along (the row axis) are upcast, so every loaded value is used
-    many times from registers. A matmul (one reduce axis) gets 8 rows by the widest of 32, 16, 8
+    many times from registers. A matmul (one reduce axis) gets 8 rows (7 where 8 does not divide them
+    and 7 does, MATMUL_ROW_CHOICES) by the widest of 32, 16, 8
     columns that fits beside them (with operands of LARGE_OPERAND_ELEMENTS or more, the widest
     vector first), else a convolution's width of 16 or more. A convolution
     (several reduce axes) whose loads are plain gets 8 output channels by the widest run of columns
@@ -367,8 +368,10 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     return tile
 
 
-# Row counts a matmul's register tile takes (`matmul_tile`), most first.
-MATMUL_ROW_CHOICES = (8, 6, 4, 2)
+# Row counts a matmul's register tile takes (`matmul_tile`), most first. 7 for rows of 7x7 or 14x14
+# positions (a stride-2 convolution's input gradient at batch 16, one thread: 196 x 256 by 256 x 1152
+# per image as 7 x 32, 33 -> 18 ms; as 4 x 32 the fma units waited on too few accumulators).
+MATMUL_ROW_CHOICES = (8, 7, 6, 4, 2)
 
 
 def panel_tile(renderer) -> tuple[int, int]:
