@@ -536,6 +536,12 @@ def contiguous_run(kernel: Kernel, access: KernelNode, axis: int, step: int = 1)
     return shape[axis]
 
 
+def _memory_accesses(kernel: Kernel) -> tuple[list[KernelNode], list[dict[int, int | None]]]:
+    """The loads and stores over a kernel's full shape, and each one's steps (`load_strides`)."""
+    accesses = [node for node in kernel.ast.walk() if node.op in ("LOAD", "STORE") and node.arg[1].shape == kernel.full_shape]
+    return accesses, load_strides(kernel, accesses, ops=("LOAD", "STORE"))
+
+
 def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     """For a kernel without a reduce that reads an input across its rows (a channels-last
     convolution's output, read back in NCHW order by its batch norm and relu; a matmul operand
@@ -567,8 +573,7 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     one thread, 64 channels at 56x56 into panels of 32, 19.6 -> 5.3 ms; the stride-2 windows at 28x28,
     which took no PANEL before, 16.3 -> 1.8 ms."""
     shape = kernel.full_shape
-    accesses = [node for node in kernel.ast.walk() if node.op in ("LOAD", "STORE") and node.arg[1].shape == shape]
-    strides = load_strides(kernel, accesses, ops=("LOAD", "STORE"))
+    accesses, strides = _memory_accesses(kernel)
     stored = [axis for access, steps in zip(accesses, strides) if access.op == "STORE"
               for axis, step in steps.items() if step == 1]
     if not stored:
@@ -610,8 +615,7 @@ def source_order_panel(kernel: Kernel) -> list[Opt]:
     its 7x7 stage at batch 16, 256 rows of 784 into 25 panels (800 KB), 1.7 against 15.5 ms with the
     PANEL; 12544 rows of 128 into 16 panels of 8 (6.4 MB), 1.4 against 4.7 ms."""
     shape = kernel.full_shape
-    accesses = [node for node in kernel.ast.walk() if node.op in ("LOAD", "STORE") and node.arg[1].shape == shape]
-    strides = load_strides(kernel, accesses, ops=("LOAD", "STORE"))
+    accesses, strides = _memory_accesses(kernel)
     loads = [steps for access, steps in zip(accesses, strides) if access.op == "LOAD"]
     stores = [(access, steps) for access, steps in zip(accesses, strides) if access.op == "STORE"]
     last = len(shape) - 1
