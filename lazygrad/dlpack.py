@@ -33,7 +33,7 @@ class _SharedBuffer:
 
 def shared_array(tensor, method: str) -> np.ndarray:
     """The realized tensor's buffer as a numpy array of its shape, sharing its memory."""
-    if tensor.device.split(":")[0] not in HOST_DEVICES:
+    if isinstance(tensor.device, tuple) or tensor.device.split(":")[0] not in HOST_DEVICES:
         raise BufferError(f"{method}: the tensor is on {tensor.device}, and lazygrad shares host memory only "
                           f"(the CPU and NPY devices); move it first with .to('CPU') (a copy)")
     tensor.realize()

@@ -54,6 +54,7 @@ import weakref
 from lazygrad import realize as engine
 from lazygrad.devices import get_device
 from lazygrad.lazy import PENDING_ASSIGNS, LazyBuffer
+from lazygrad.multi import MultiLazyBuffer, lazy_nodes
 from lazygrad.realize import realize
 from lazygrad.stats import stats
 from lazygrad.tensor import Tensor
@@ -72,6 +73,9 @@ def _signature(args: tuple, kwargs: dict) -> tuple[list[tuple], list[Tensor]]:
     for name, value in named:  # runs on every call: plain attribute reads, no properties
         if isinstance(value, Tensor):
             node = value.lazydata
+            if node.__class__ is not LazyBuffer:
+                raise JitError(f"jit: argument {name!r} is sharded over {node.device}; pass it whole and shard it "
+                               "inside the function, where the copies to each device are captured")
             described.append((name, "tensor", (node.shape, node.dtype, node.device)))
             tensors.append(value)
         elif isinstance(value, _PLAIN_TYPES) or (isinstance(value, tuple) and all(isinstance(v, _PLAIN_TYPES) for v in value)):
@@ -135,6 +139,9 @@ class _Replay:
             raise JitError("jit: two tensor arguments share one buffer; pass distinct tensors")
         output_buffers = {}
         for index, tensor in enumerate(outputs):
+            if isinstance(tensor.lazydata, MultiLazyBuffer):
+                raise JitError(f"jit: output {index} is sharded over {tensor.device}; return it gathered on one "
+                               f"device, e.g. `.to({tensor.device[0]!r})`")
             buffer_id = id(tensor.lazydata.buffer)
             if buffer_id in input_buffers:
                 raise JitError(f"jit: output {index} is the tensor argument {input_buffers[buffer_id]} "
@@ -229,13 +236,14 @@ class _Replay:
             for buffer in launch.buffers[:len(launch.in_place)]:
                 if id(buffer) not in output_buffers:
                     written[id(buffer)] = buffer
-        holders: dict[int, list] = {buffer_id: [] for buffer_id in written}
+        holders: dict[int, list] = {buffer_id: [] for buffer_id in written}  # (tensor, shard index or None)
         for thing in gc.get_objects():
             if issubclass(type(thing), Tensor) and thing.lazydata.realized:  # isinstance would ask proxies for __class__
-                node = thing.lazydata
-                if id(node.buffer) in holders and node.buffer is written[id(node.buffer)] \
-                        and node.version == node.buffer.version:
-                    holders[id(node.buffer)].append(weakref.ref(thing))
+                sharded = isinstance(thing.lazydata, MultiLazyBuffer)
+                for index, node in enumerate(lazy_nodes(thing.lazydata)):
+                    if id(node.buffer) in holders and node.buffer is written[id(node.buffer)] \
+                            and node.version == node.buffer.version:
+                        holders[id(node.buffer)].append((weakref.ref(thing), index if sharded else None))
         return [(buffer, holders[buffer_id]) for buffer_id, buffer in written.items()]
 
     @staticmethod
@@ -295,10 +303,18 @@ class _Replay:
         if self.rewritten:
             for buffer, holders in self.rewritten:
                 buffer.version += 1
-                for reference in holders:
+                for reference, shard in holders:
                     tensor = reference()
-                    if tensor is not None and tensor.lazydata.buffer is buffer:
-                        tensor.lazydata = LazyBuffer.from_buffer(buffer, tensor.lazydata.shape)
+                    if tensor is None:
+                        continue
+                    node = tensor.lazydata
+                    if shard is None:
+                        if node.__class__ is LazyBuffer and node.buffer is buffer:
+                            tensor.lazydata = LazyBuffer.from_buffer(buffer, node.shape)
+                    elif node.__class__ is MultiLazyBuffer and node.lbs[shard].buffer is buffer:
+                        shards = list(node.lbs)
+                        shards[shard] = LazyBuffer.from_buffer(buffer, shards[shard].shape)
+                        tensor.lazydata = MultiLazyBuffer(shards, node.axis, node.bounds)
         stats.kernels += self.kernel_count - skipped
         results = []
         for buffer, (shape, _, _, _) in zip(output_buffers, self.output_allocations):
@@ -430,7 +446,7 @@ class TinyJit:
             if name != position or kind != "tensor" or not isinstance(value, Tensor):
                 return False
             node = value.lazydata
-            if node.op != "BUFFER" or node.buffer is None or node.buffer.version != node.version:
+            if node.__class__ is not LazyBuffer or node.op != "BUFFER" or node.buffer is None or node.buffer.version != node.version:
                 return False
             if node.shape != captured[0] or node.dtype is not captured[1] or node.device != captured[2]:
                 return False
@@ -478,7 +494,8 @@ def realize_effects(outputs: list[Tensor]) -> None:
     """Realize the outputs and every pending assign: a function's assigns are its side effects, so
     they run in the call that made them (and, captured, in every replay). lazygrad.export's capture
     calls it too."""
-    realize([node for node in PENDING_ASSIGNS if not node.realized] + [tensor.lazydata for tensor in outputs])
+    realize([node for node in PENDING_ASSIGNS if not node.realized] + [node for tensor in outputs
+                                                                       for node in lazy_nodes(tensor.lazydata)])
     PENDING_ASSIGNS.clear()
     if outputs:
         Tensor.realize(*outputs)

@@ -105,7 +105,11 @@ class LazyBuffer:
 
     @staticmethod
     def const(value, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
-        """A constant broadcast to `shape` (a view of a single value, never materialized)."""
+        """A constant broadcast to `shape` (a view of a single value, never materialized); on a tuple
+        of devices (a sharded tensor's), one on each (multi.py)."""
+        if type(device) is tuple:
+            from lazygrad.multi import MultiLazyBuffer
+            return MultiLazyBuffer.const(value, dtype, shape, device)
         key = (repr(value), dtype, shape, device)  # repr tells -0.0 from 0.0 and 1 from True
         chain = _CONSTANTS.get(key)
         if chain is not None:
@@ -266,9 +270,13 @@ class LazyBuffer:
         PENDING_ASSIGNS.add(node)
         return node
 
-    def copy_to(self, device: str) -> "LazyBuffer":
+    def copy_to(self, device) -> "LazyBuffer":
+        """This value on another device; on a tuple of devices, a copy on each (multi.py)."""
         if device == self.device:
             return self
+        if type(device) is tuple:
+            from lazygrad.multi import MultiLazyBuffer
+            return MultiLazyBuffer.shard(self, device, None)
         return LazyBuffer.create("COPY", (self,), None, self.dtype, self.shape, device)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from lazygrad import derived_values
 from lazygrad.beam import beam_opts
-from lazygrad.devices import get_device
+from lazygrad.devices import canonical_device, get_device
 from lazygrad.devices.compile_pool import CompileBatch
 from lazygrad.graph import write_graph
 from lazygrad.knobs import knobs
@@ -272,6 +272,8 @@ def _run_item(item: ScheduleItem, derived: bool = False) -> float:
             buffers.append(device.alloc(output.dtype, math.prod(output.shape)))
     if item.kernel is None:  # a copy between devices
         buffers[0].copyin(inputs[0].buffer.array)
+        if knobs.debug >= 2:
+            print(f"  {f'copy {inputs[0].device} -> {device_name}':<40} {buffers[0].nbytes} bytes", file=sys.stderr)
         if recording is not None:
             recording.launches.append(Launch(None, [buffers[0], inputs[0].buffer], tuple(in_place)))
         outputs[0].mark_realized(buffers[0])
@@ -298,6 +300,8 @@ def _run_item(item: ScheduleItem, derived: bool = False) -> float:
     stats.bytes += moved
     if knobs.debug >= 2:
         label = compiled.name + (" (in place)" if any(in_place) else "")
+        if device_name != canonical_device(None):  # a shard's kernel, or work moved to another device
+            label += f" on {device_name}"
         print(f"  {label:<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
               f"{compiled.flops / max(elapsed, 1e-9) / 1e9:8.2f} GFLOP/s {moved / max(elapsed, 1e-9) / 1e9:8.2f} GB/s", file=sys.stderr)
     if recording is not None:

@@ -19,6 +19,7 @@ import numpy as np
 from lazygrad.devices import canonical_device, get_device
 from lazygrad.dtype import STORAGE_FLOATS, STORAGE_WIDE, DType, dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
+from lazygrad.multi import MultiLazyBuffer
 from lazygrad.ops import OPS, GATHER, REDUCE, UNARY, BINARY, TERNARY
 from lazygrad.realize import realize, record_host_buffer
 from lazygrad.tensor_methods.creation import CreationMethods, manual_seed  # noqa: F401 (lazygrad.manual_seed)
@@ -79,7 +80,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         self.grad: Tensor | None = None
         self._ctx: tuple | None = None  # (op, source tensors, arg) of the primitive that made this tensor
         self.requires_grad = False
-        if isinstance(data, LazyBuffer):
+        if isinstance(data, (LazyBuffer, MultiLazyBuffer)):
             self.lazydata = data if dtype is None else data.cast(dtypes.from_any(dtype))
         else:
             self.lazydata = self._lazy_from_data(data, dtype, canonical_device(device))
@@ -87,7 +88,9 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             self.requires_grad_(True)
 
     @staticmethod
-    def _lazy_from_data(data, dtype, device: str) -> LazyBuffer:
+    def _lazy_from_data(data, dtype, device) -> LazyBuffer | MultiLazyBuffer:
+        if isinstance(device, tuple):  # the same values on each device
+            return MultiLazyBuffer([Tensor._lazy_from_data(data, dtype, each) for each in device], None, None)
         dtype = dtypes.from_any(dtype) if dtype is not None else None
         if isinstance(data, Tensor):
             data = data.numpy()
@@ -296,11 +299,18 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         tensors = (self,) + others
         nodes = []  # a loop, not a list comprehension (a function call): every eager op runs this
         for tensor in tensors:
-            nodes.append(tensor.lazydata)
+            node = tensor.lazydata
+            if node.__class__ is LazyBuffer:
+                nodes.append(node)
+            else:
+                nodes.extend(node.lbs)
         realize(nodes)
         for tensor in tensors:
             node = tensor.lazydata
-            if node.op != "BUFFER":  # keep only the buffer, not the graph that made it
+            if node.__class__ is not LazyBuffer:
+                shards = [LazyBuffer.from_buffer(lb.buffer, lb.shape) if lb.op != "BUFFER" else lb for lb in node.lbs]
+                tensor.lazydata = MultiLazyBuffer(shards, node.axis, node.bounds)
+            elif node.op != "BUFFER":  # keep only the buffer, not the graph that made it
                 tensor.lazydata = LazyBuffer.from_buffer(node.buffer, node.shape)
         return self
 
@@ -329,6 +339,8 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         return self
 
     def numpy(self) -> np.ndarray:
+        if isinstance(self.lazydata, MultiLazyBuffer):  # gathered on its first device
+            return self.to(self.device[0]).numpy()
         self.realize()
         self.lazydata.check_current()
         return self.lazydata.buffer.array.reshape(self.shape).copy()
@@ -360,7 +372,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
 
     def __dlpack_device__(self) -> tuple[int, int]:
         from lazygrad.dlpack import DLPACK_CPU, HOST_DEVICES
-        if self.device.split(":")[0] not in HOST_DEVICES:
+        if isinstance(self.device, tuple) or self.device.split(":")[0] not in HOST_DEVICES:
             raise BufferError(f"__dlpack_device__: the tensor is on {self.device}, and lazygrad shares host memory "
                               "only; move it first with .to('CPU') (a copy)")
         return (DLPACK_CPU, 0)
@@ -376,11 +388,12 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
 
     def to(self, *args, device: str | None = None, dtype=None) -> "Tensor":
         """`x.to("NPY")`, `x.to(dtypes.float16)`, `x.to("CPU", dtypes.int32)` or `x.to(other_tensor)`
-        (its device and dtype): a string names a device, anything else a dtype."""
+        (its device and dtype): a string names a device, a tuple of strings several (a copy on each,
+        see `shard`), anything else a dtype. A sharded tensor `.to(device)` is gathered there."""
         for arg in args:
             if isinstance(arg, Tensor):
                 device, dtype = device or arg.device, dtype or arg.dtype
-            elif isinstance(arg, str):
+            elif isinstance(arg, str) or (isinstance(arg, tuple) and all(isinstance(each, str) for each in arg)):
                 device = arg
             elif arg is not None:
                 dtype = arg
@@ -388,6 +401,41 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         if device is not None:
             result = result._apply("COPY", arg=canonical_device(device))
         return result
+
+    def shard(self, devices, axis: int | None = None) -> "Tensor":
+        """This tensor split along `axis` over `devices` (a tuple of names), one consecutive piece per
+        device as numpy's array_split cuts it; `axis=None` puts the whole tensor on each. Ops on the
+        result run on every device, each on its piece; a reduce over the split axis (a matmul's sum
+        among them) adds the devices' partial results on each device, so its result is replicated.
+        `.to(device)` gathers the pieces on one device; `.device` is the tuple (lazygrad/multi.py)."""
+        devices = canonical_device(tuple(devices) if isinstance(devices, list) else devices)
+        if not isinstance(devices, tuple):
+            raise TypeError(f"shard: devices must be a tuple of device names, got {devices!r}")
+        if axis is not None:
+            axis = _normalize_axis(axis, self.ndim, "shard")
+        node = self.lazydata
+        if isinstance(node, MultiLazyBuffer):
+            if (node.device, node.axis) == (devices, axis):
+                return self
+            node = node.gathered(devices[0])
+        out = Tensor(MultiLazyBuffer.shard(node, devices, axis))
+        if self.requires_grad and Tensor.grad_enabled:  # its gradient is gathered back, as a copy's
+            out.requires_grad = True
+            out._ctx = ("COPY", (self,), devices)
+        return out
+
+    def shard_(self, devices, axis: int | None = None) -> "Tensor":
+        """`shard` in place, for a leaf (a parameter, a buffer, data): data-parallel training
+        replicates each parameter with `p.shard_(devices)` and splits the batch with `x.shard(devices, 0)`."""
+        if self._ctx is not None:
+            raise RuntimeError("shard_: only a leaf tensor (a parameter, a buffer or data) can be sharded in "
+                               "place; use shard() for a computed value")
+        # realized now: each device's copy is then a buffer of its own, which an optimizer's in-place
+        # update writes, instead of a pending copy of the buffer that the update overwrites
+        self.lazydata = self.detach().shard(devices, axis).realize().lazydata
+        if self.grad is not None:
+            self.grad.shard_(devices, axis)
+        return self
 
     def __bool__(self) -> bool:
         return bool(self.item())

@@ -11,8 +11,14 @@ from lazygrad.knobs import DEVICE_NAMES, knobs
 _INSTANCES: dict[str, object] = {}
 
 
-def canonical_device(name: str | None) -> str:
-    """'cpu' -> 'CPU'; None -> the default device (DEV); an unknown name says which exist."""
+def canonical_device(name):
+    """'cpu' -> 'CPU'; None -> the default device (DEV); an unknown name says which exist. A tuple
+    or list of names (a sharded tensor's devices) becomes a tuple of canonical names."""
+    if isinstance(name, (tuple, list)):
+        devices = tuple(canonical_device(each) for each in name)
+        if not devices or len(set(devices)) != len(devices):
+            raise ValueError(f"devices {tuple(name)!r}: name at least one device, each once")
+        return devices
     text = (name or knobs.dev).upper()
     base, _, index = text.partition(":")
     if base not in DEVICE_NAMES or (text.count(":") and not index.isdigit()):
@@ -20,15 +26,26 @@ def canonical_device(name: str | None) -> str:
     return text[:-2] if text.endswith(":0") else text
 
 
+def lead_device(device) -> str:
+    """The device whose kind front-end choices follow: the device itself, or the first of a sharded
+    tensor's devices."""
+    return device[0] if isinstance(device, tuple) else device
+
+
+def device_kind(device) -> str:
+    """'CPU' for 'CPU' and 'CPU:1' (and for a sharded tensor whose first device is one)."""
+    return lead_device(device).split(":")[0]
+
+
 def get_device(name: str):
     if name not in _INSTANCES:
         base = name.split(":")[0]
         if base == "CPU":
             from lazygrad.devices.cpu import CPUDevice
-            _INSTANCES[name] = CPUDevice()
+            _INSTANCES[name] = CPUDevice(name)
         elif base == "NPY":
             from lazygrad.devices.npy import NPYDevice
-            _INSTANCES[name] = NPYDevice()
+            _INSTANCES[name] = NPYDevice(name)
         elif base == "OPENCL":
             from lazygrad.devices.opencl import OpenCLDevice
             _INSTANCES[name] = OpenCLDevice(name)

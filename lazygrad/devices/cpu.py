@@ -241,9 +241,8 @@ def cpu_flags() -> set[str]:
 
 
 class CPUDevice:
-    name = "CPU"
-
-    def __init__(self):
+    def __init__(self, name: str = "CPU"):
+        self.name = name  # "CPU:1" is a second instance on the same host (a shard's device, multi.py)
         self.allocator = HostAllocator()
         self._compilers: dict[str, Compiler] = {}
         remove_orphaned_work_files()
@@ -269,7 +268,7 @@ class CPUDevice:
 
     def _cache_key(self, source: str) -> str:
         compiler = self.compiler
-        return cache_key(self.name, platform.machine(), compiler.path, compiler.version, compiler.native_target,
+        return cache_key("CPU", platform.machine(), compiler.path, compiler.version, compiler.native_target,
                          tuple(compiler.flags()), source)
 
     def compile_cached(self, source: str) -> bytes:

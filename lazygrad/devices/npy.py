@@ -54,9 +54,8 @@ def evaluate(node: LazyBuffer, values: dict[int, np.ndarray]) -> np.ndarray:
 
 
 class NPYDevice:
-    name = "NPY"
-
-    def __init__(self):
+    def __init__(self, name: str = "NPY"):
+        self.name = name
         self.allocator = HostAllocator()
 
     def alloc(self, dtype: DType, size: int) -> Buffer:

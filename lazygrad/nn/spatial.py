@@ -19,8 +19,10 @@ import math
 
 import numpy as np
 
+from lazygrad.devices import device_kind
 from lazygrad.dtype import dtypes
-from lazygrad.lazy import stored_in_order, stored_out_of_order
+from lazygrad.lazy import LazyBuffer, stored_in_order, stored_out_of_order
+from lazygrad.multi import first_shard
 from lazygrad.tensor import Tensor, no_grad
 from lazygrad.tensor_methods.helpers import computes_in_float32
 from lazygrad.tensor_methods.linalg import matmul_in_panels, packs_operands
@@ -169,7 +171,7 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
         return _pointwise_product(windows, weight)
     if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride)):
         return _output_channels_last_product(windows, weight)
-    if stored_out_of_order(x.lazydata):  # stored channels last: the vector below walks x's columns,
+    if stored_out_of_order(first_shard(x.lazydata)):  # stored channels last: the vector below walks x's columns,
         windows = pool_windows(x.contiguous(), kernel, stride, dilation)  # so read a copy in this order
     windows = windows.reshape((batch, groups, group_channels) + outputs + kernel)
     output_axes, kernel_axes = tuple(range(3, 3 + dims)), tuple(range(3 + dims, 3 + 2 * dims))
@@ -198,7 +200,7 @@ def _pointwise(device: str, groups: int, weight_shape, positions: int) -> bool:
     1.16 -> 0.44, 96x14x14 by 576 0.48 -> 0.44; at 56x56 (3136 positions) it measured slower, 0.51 ->
     0.53, at 112x112 1.19 -> 1.89."""
     out_channels, channels, kernel = weight_shape[0], weight_shape[1], weight_shape[2:]
-    return (device.split(":")[0] == "CPU" and groups == 1 and math.prod(kernel) == 1 and out_channels % CHANNEL_PANEL == 0
+    return (device_kind(device) == "CPU" and groups == 1 and math.prod(kernel) == 1 and out_channels % CHANNEL_PANEL == 0
             and out_channels * channels >= POINTWISE_MIN_WEIGHT and positions <= POINTWISE_MAX_POSITIONS)
 
 
@@ -264,7 +266,7 @@ def _channels_last(device: str, groups: int, weight_shape, strided: bool = False
     then reads across channels, 0.5-0.7 -> 1.0-1.1 ms; MobileNetV2's first, 3x3x3 to 32 channels,
     0.73-0.91 -> 0.36-0.39 ms)."""
     out_channels, channels, kernel = weight_shape[0], weight_shape[1], weight_shape[2:]
-    if device.split(":")[0] != "CPU" or groups != 1 or out_channels % _channel_panel(out_channels) \
+    if device_kind(device) != "CPU" or groups != 1 or out_channels % _channel_panel(out_channels) \
             or out_channels < CHANNEL_PANEL:
         return False
     return strided or math.prod(kernel) == 1 or channels * math.prod(kernel) >= CHANNELS_LAST_MIN_WINDOW
@@ -308,7 +310,7 @@ def _depthwise_channels_last(device: str, groups: int, weight_shape) -> bool:
     """Whether a convolution runs as `_depthwise_channels_last_product`: on the CPU device, one input
     and one output channel per group, in whole vectors of 8 channels."""
     out_channels, group_channels = weight_shape[0], weight_shape[1]
-    return (device.split(":")[0] == "CPU" and group_channels == 1 and out_channels == groups
+    return (device_kind(device) == "CPU" and group_channels == 1 and out_channels == groups
             and groups % DEPTHWISE_CHANNEL_VECTOR == 0)
 
 
@@ -322,7 +324,7 @@ def _channels_last_padded(x: Tensor, dims: int, strided: bool) -> Tensor:
     than it (144 channels at 56x56: 0.07 + 0.13 -> 0.32 ms), so those keep it."""
     to_last = (0,) + tuple(range(2, 2 + dims)) + (1,)
     node = x.lazydata
-    if strided and node.op == "PAD" and node.buffer is None:
+    if strided and isinstance(node, LazyBuffer) and node.op == "PAD" and node.buffer is None:
         inner = node.srcs[0].permute(to_last)
         if stored_in_order(inner):
             return Tensor(inner.pad(tuple(node.arg[axis] for axis in to_last)))
@@ -476,7 +478,7 @@ def _winograd(padded: Tensor, weight: Tensor, stride, dilation, groups: int) -> 
     requires grad), ungrouped 3x3 at stride 1 and dilation 1, float32, with at least
     WINOGRAD_MIN_CHANNELS input and output channels and WINOGRAD_MIN_WORK channels times tiles (see
     the measurements above)."""
-    if padded.device.split(":")[0] != "CPU" or groups != 1 or weight.shape[2:] != (3, 3) or padded.ndim != 4:
+    if device_kind(padded.device) != "CPU" or groups != 1 or weight.shape[2:] != (3, 3) or padded.ndim != 4:
         return False
     if stride != (1, 1) or dilation != (1, 1) or padded.dtype != dtypes.float32 or weight.dtype != dtypes.float32:
         return False
@@ -638,8 +640,8 @@ def _max_pool(name: str, dims: int, input, kernel_size, stride, padding, dilatio
                                                           ceil_mode)
     lowest = -math.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
     to_last = (0,) + tuple(range(2, 2 + dims)) + (1,)
-    if x.device.split(":")[0] == "CPU" and not (Tensor.grad_enabled and x.requires_grad) \
-            and stored_in_order(x.lazydata.permute(to_last)):
+    if device_kind(x.device) == "CPU" and not (Tensor.grad_enabled and x.requires_grad) \
+            and stored_in_order(first_shard(x.lazydata).permute(to_last)):
         out = _channels_last_max_pool(x.permute(to_last).pad(((0, 0),) + pads + ((0, 0),), value=lowest),
                                       kernel, stride, dilation)
     else:

@@ -38,6 +38,8 @@ def random_tensor(draw, device) -> "Tensor":
     recorded with `draw`, so each replay draws new numbers, continuing the same stream."""
     from lazygrad.realize import record_refill
     from lazygrad.tensor import Tensor
+    if isinstance(device, (tuple, list)):  # drawn once, then copied: the same numbers on each device
+        return random_tensor(draw, device[0]).to(tuple(device))
     result = Tensor(draw(), device=device).realize()
     record_refill(result.lazydata.buffer, draw)
     return result

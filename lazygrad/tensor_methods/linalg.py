@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from lazygrad.devices import device_kind, lead_device
 from lazygrad.dtype import result_type
+from lazygrad.multi import first_shard
 from lazygrad.ops import ELEMENTWISE, MOVEMENT, OPS
 from lazygrad.tensor_methods.helpers import broadcast_shapes, computes_in_float32
 
@@ -226,7 +228,7 @@ def packs_operands(device: str, m: int, k: int, n: int) -> bool:
     """Whether an (m, k) @ (k, n) matmul on the device copies its operands into panels (so a copy of
     an operand made just for the matmul would be a second one). The GPU dialects tile each work-item
     otherwise (renderer/opts.py) and read the operands in place."""
-    return device.split(":")[0] == "CPU" and m >= PANEL_MIN_ROWS and k * n >= PANEL_MIN_ELEMENTS
+    return device_kind(device) == "CPU" and m >= PANEL_MIN_ROWS and k * n >= PANEL_MIN_ELEMENTS
 
 
 def panel_shape(device: str) -> tuple[int, int]:
@@ -235,7 +237,7 @@ def panel_shape(device: str) -> tuple[int, int]:
     with AVX-512)."""
     from lazygrad.realize import renderer_for
     from lazygrad.renderer.opts import panel_tile
-    return panel_tile(renderer_for(device))
+    return panel_tile(renderer_for(lead_device(device)))
 
 
 def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
@@ -257,7 +259,7 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
     rows, width = panel_shape(x.device)
     padded = -(-m // rows) * rows
     columns = -(-n // width) * width
-    if _has_expensive_op(x.lazydata):
+    if _has_expensive_op(first_shard(x.lazydata)):
         x = x.contiguous()
     if padded != m:
         x = x.pad(((0, 0),) * (x.ndim - 2) + ((0, padded - m), (0, 0)))
@@ -320,13 +322,13 @@ def _matmul_gradient(grad, out, sources, arg) -> list:
 def _walks_k_contiguously(tensor) -> bool:
     """Whether tensor is a permuted view whose second-last dim is its source's last (contiguous) one:
     `w.T`, and attention's keys `k.transpose(1, 2).transpose(-1, -2)`, one permute (0, 2, 3, 1)."""
-    node = tensor.lazydata
+    node = first_shard(tensor.lazydata)
     return node.op == "PERMUTE" and tensor.ndim >= 2 and node.arg[-2] == tensor.ndim - 1
 
 
 def _is_transposed_view(tensor) -> bool:
     """Whether tensor is its source with the last two dims swapped (`w.T`, `w.transpose(-1, -2)`)."""
-    node = tensor.lazydata
+    node = first_shard(tensor.lazydata)
     if node.op != "PERMUTE" or tensor.ndim < 2:
         return False
     order = node.arg
