@@ -1,6 +1,8 @@
 """BEAM search on tiny kernels: it finds correct opts, stores them in the disk cache, reuses them,
 searches again with IGNORE_BEAM_CACHE=1, and survives candidates that fail to compile."""
 import json
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -11,6 +13,10 @@ from lazygrad import Context, Tensor
 from lazygrad.diskcache import cache_put
 from lazygrad.renderer.axes import merge_dims
 from lazygrad.schedule.fuse import create_schedule
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "ops"))
+
+from ops_helpers import available_devices, device_params  # noqa: E402
 
 
 def tiny_matmul():
@@ -39,6 +45,20 @@ def test_beam_searches_then_uses_the_cache(fresh, capfd):
     realize._PROGRAMS.clear()
     with Context(IGNORE_BEAM_CACHE=1):
         tiny_matmul()[2].numpy()
+    assert "searched in" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("device", device_params([device for device in available_devices() if device != "NPY"]))
+def test_beam_searches_and_stays_right_on_every_compiled_device(fresh, device, capfd):
+    """A matmul with its epilogue and a softmax's reduces, searched on each device with kernels
+    (CUDA where a GPU is present, OPENCL in its opt-in tier), against numpy."""
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((24, 40)).astype(np.float32), rng.standard_normal((40, 33)).astype(np.float32)
+    product = (Tensor(a, device=device) @ Tensor(b, device=device)).relu()
+    np.testing.assert_allclose(product.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+    softmax = Tensor(a, device=device).softmax(-1).numpy()
+    exponentials = np.exp(a - a.max(-1, keepdims=True))
+    np.testing.assert_allclose(softmax, exponentials / exponentials.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
     assert "searched in" in capfd.readouterr().err
 
 
