@@ -181,7 +181,9 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
     # weight, loaded once per output channel, before the window values), which gcc's SLP
     # vectorizer needs to pack a tile row into one vector fma (with the window first, the first
     # output channel's row stayed scalar). A product of two numbers is the same either way round.
-    summed = (weight * windows).sum(tuple(range(3 + dims, 4 + 2 * dims)))
+    # summed in the operands' dtype: an integer convolution accumulates in its own integers (int32 for
+    # lazygrad.quantize's int8 products), where `sum` would widen them to int64
+    summed = (weight * windows)._reduce("SUM", tuple(range(3 + dims, 4 + 2 * dims)), False, "convolution")
     summed = summed._with_gradient((weight, windows), _windowed_product_gradient)
     return summed.reshape((batch, out_channels) + outputs)
 
@@ -298,7 +300,7 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
         left = windows.permute((0,) + spatial + (1,) + kernel_axes)
         left = left.reshape((batch,) + outputs + (1, 1, channels) + kernel)
         # window values first: gcc's SLP packs the tile's fmas only with their operands in this order
-        summed = (left * right).sum(tuple(range(3 + dims, 4 + 2 * dims)))                # (N, *outputs, O/P, P)
+        summed = (left * right)._reduce("SUM", tuple(range(3 + dims, 4 + 2 * dims)), False, "convolution")  # (N, *outputs, O/P, P)
         result = summed.reshape((batch,) + outputs + (out_channels,)).permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
     laid_out_weight = weight.reshape((1, 1, out_channels) + (1,) * dims + (channels,) + kernel)
     laid_out_windows = windows.permute((0,) + spatial + (1,) + kernel_axes).unsqueeze(1).unsqueeze(1)
@@ -357,7 +359,7 @@ def _depthwise_channels_last_product(x: Tensor, weight: Tensor, stride, dilation
         left = windows.permute((0,) + spatial + (1,) + tuple(range(2 + dims, 2 + 2 * dims)))  # (N, *outputs, C, *kernel)
         taps = weight.detach().reshape((channels,) + kernel).permute(tuple(range(1, 1 + dims)) + (0,)).contiguous()
         taps = taps.permute((dims,) + tuple(range(dims)))                                  # (C, *kernel) of a (*kernel, C) copy
-        summed = (taps * left).sum(tuple(range(2 + dims, 2 + 2 * dims)))                   # (N, *outputs, C)
+        summed = (taps * left)._reduce("SUM", tuple(range(2 + dims, 2 + 2 * dims)), False, "convolution")  # (N, *outputs, C)
         result = summed.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
     if not (Tensor.grad_enabled and (x.requires_grad or weight.requires_grad)):
         return result
@@ -411,9 +413,10 @@ def _check_conv_weight(name: str, input: Tensor, weight: Tensor, bias, groups, d
                          f"{weight.shape} with groups={groups} expects {expected}")
     out_channels = weight.shape[1] * groups if transposed else weight.shape[0]
     _check_channel_vector(name, "bias", bias, out_channels)
-    if not (input.dtype.is_float and weight.dtype.is_float):
-        raise TypeError(f"{name}: expected floating point input and weight, got {input.dtype.name} and "
-                        f"{weight.dtype.name}")
+    integers = input.dtype.is_int and weight.dtype.is_int  # exact integer products (int8 models, lazygrad.quantize)
+    if not (input.dtype.is_float and weight.dtype.is_float) and not integers:
+        raise TypeError(f"{name}: expected floating point (or both integer) input and weight, got "
+                        f"{input.dtype.name} and {weight.dtype.name}")
 
 
 def _conv_padding(name: str, padding, kernel, stride, dilation) -> tuple[tuple[int, int], ...]:

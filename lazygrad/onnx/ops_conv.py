@@ -192,10 +192,10 @@ def conv(ctx, x, w, bias=None, kernel_shape=None, strides=None, dilations=None, 
 @onnx_op("ConvInteger")
 def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, kernel_shape=None, strides=None, dilations=None,
                  pads=None, auto_pad="NOTSET", group=1):
-    x = x.cast(dtypes.float64) - (0 if x_zero_point is None else x_zero_point.cast(dtypes.float64))
-    shift = 0 if w_zero_point is None else w_zero_point.cast(dtypes.float64).reshape(-1, *([1] * (w.ndim - 1)))
-    w = w.cast(dtypes.float64) - shift
-    return conv(ctx, x, w, None, kernel_shape, strides, dilations, pads, auto_pad, group).cast(dtypes.int32)
+    x = x.cast(dtypes.int32) - (0 if x_zero_point is None else x_zero_point.cast(dtypes.int32))
+    shift = 0 if w_zero_point is None else w_zero_point.cast(dtypes.int32).reshape(-1, *([1] * (w.ndim - 1)))
+    w = w.cast(dtypes.int32) - shift
+    return conv(ctx, x, w, None, kernel_shape, strides, dilations, pads, auto_pad, group)  # exact int32 sums
 
 
 @onnx_op("ConvTranspose")

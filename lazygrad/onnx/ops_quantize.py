@@ -109,7 +109,7 @@ def centered(x: Tensor, zero_point, shape_for_axis=None) -> Tensor:
 
 @onnx_op("QLinearMatMul")
 def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point=None):
-    product = centered(a, a_zero_point).cast(dtypes.float64) @ centered(b, b_zero_point).cast(dtypes.float64)
+    product = centered(a, a_zero_point) @ centered(b, b_zero_point)  # int32 products and sums, as ONNX specifies
     multiplier = a_scale.cast(dtypes.float64) * b_scale.cast(dtypes.float64) / y_scale.cast(dtypes.float64)
     return requantize(product, multiplier, y_zero_point, a, ctx.declared_type(7))
 
@@ -117,10 +117,9 @@ def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_sc
 @onnx_op("QLinearConv")
 def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point=None, bias=None,
                  **attributes):
-    x_float = centered(x, x_zero_point).cast(dtypes.float64)
-    w_float = centered(w, w_zero_point, (-1,) + (1,) * (w.ndim - 1)).cast(dtypes.float64)
-    bias = None if bias is None else bias.cast(dtypes.float64)  # already in the accumulator's scale
-    accumulated = conv(ctx, x_float, w_float, bias, **attributes)
+    centered_w = centered(w, w_zero_point, (-1,) + (1,) * (w.ndim - 1))
+    bias = None if bias is None else bias.cast(dtypes.int32)  # already in the accumulator's scale
+    accumulated = conv(ctx, centered(x, x_zero_point), centered_w, bias, **attributes)  # exact int32 sums
     w_scale = w_scale.cast(dtypes.float64).reshape((1, -1) + (1,) * (x.ndim - 2)) if w_scale.numel() > 1 else \
         w_scale.cast(dtypes.float64)
     multiplier = x_scale.cast(dtypes.float64) * w_scale / y_scale.cast(dtypes.float64)

@@ -73,6 +73,23 @@ def test_the_digits_cnn_runs_in_c_as_in_lazygrad(tmp_path):
     assert "#pragma" not in source and "malloc" not in source and "lazygrad" not in source.split("*/", 1)[1]
 
 
+def test_the_digits_cnn_in_int8_runs_in_c_with_int8_weights(tmp_path):
+    """lazygrad.quantize's model exports like any other: its weights as int8 arrays (a quarter of the
+    float bytes, plus a scale per output channel), its products summed in int32 in C too."""
+    from lazygrad.quantize import quantize
+    lazygrad.manual_seed(0)
+    float_model = train_digits.build_model(8, device="CPU")
+    float_parameters = sum(tensor.numel() for tensor in lazygrad.nn.state.get_parameters(float_model))
+    model = quantize(float_model).eval()
+    rng = np.random.default_rng(2)
+    examples = [np.zeros((4, 1, 8, 8), np.float32)]
+    inputs = [rng.standard_normal((4, 1, 8, 8)).astype(np.float32)]
+    result, outputs = export_and_run(model, examples, inputs, tmp_path, name="int8")
+    assert_same(outputs, lazygrad_outputs(model, inputs))
+    assert result.weight_bytes < 0.3 * 4 * float_parameters
+    assert "signed char" in Path(result.source_path).read_text()
+
+
 def test_an_export_compiles_freestanding_and_needs_only_math_functions(tmp_path):
     lazygrad.manual_seed(0)
     model = train_digits.build_model(8, device="CPU")

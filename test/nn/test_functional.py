@@ -887,7 +887,7 @@ ERRORS = [
      r"conv2d: stride must be an int or a tuple of 2 ints, got \(1, 2, 3\)"),
     (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), dilation=0), ValueError, r"conv2d: dilation must be at least 1"),
     (lambda: F.conv2d(_t(1, 3, 8, 8, dtype=np.int32), _t(4, 3, 3, 3)), TypeError,
-     r"conv2d: expected floating point input and weight, got int32 and float32"),
+     r"conv2d: expected floating point \(or both integer\) input and weight, got int32 and float32"),
     (lambda: F.conv1d(_t(2, 3, 8), _t(4, 2, 3)), ValueError, r"conv1d: input of shape \(2, 3, 8\) has 3 channels"),
     (lambda: F.conv_transpose2d(_t(1, 3, 4, 4), _t(2, 3, 3, 3)), ValueError,
      r"conv_transpose2d: input of shape \(1, 3, 4, 4\) has 3 channels, but weight of shape \(2, 3, 3, 3\) with "

@@ -1,0 +1,102 @@
+"""int8 (lazygrad.quantize) against float32: layers and the digits CNN, jitted, alternating the two.
+
+    python extra/bench/bench_quantize.py
+    python extra/bench/bench_quantize.py --repeats 20 --only linear,digits
+
+Per case: the median time of a jitted call of the float32 model and of its quantized copy (inputs
+quantized per call), alternated call by call; the time of each side's product kernel alone (the
+slowest kernel of a warm plain call, read from DEBUG=2: the matmul or convolution); the model's bytes;
+and for the digits CNN (the demo's checkpoint) the test accuracy of both. The int8 side also runs
+the kernels that quantize its input (a max |x| and a rounding) and dequantize its output.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))           # lazygrad from the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))           # extra/, for train_digits
+
+KERNEL_LINE = re.compile(r"^  (?P<name>\S+)\s.*?\s(?P<ms>[\d.]+) ms\s")
+
+
+def cases():
+    """name -> (build the float model, input shape)."""
+    import lazygrad.nn as nn
+    import train_digits
+    from lazygrad.nn.state import load_state_dict, safe_load
+
+    def digits():
+        model = train_digits.build_model(8)
+        load_state_dict(model, safe_load(str(train_digits.HERE / "train_digits.safetensors")))
+        return model
+    return {
+        "linear": (lambda: nn.Sequential(nn.Linear(1024, 1024)), (256, 1024)),
+        "conv3x3": (lambda: nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False)), (16, 64, 56, 56)),
+        "conv1x1": (lambda: nn.Sequential(nn.Conv2d(256, 256, 1, bias=False)), (16, 256, 14, 14)),
+        "digits": (digits, (200, 1, 8, 8)),
+        "digits b1": (digits, (1, 1, 8, 8)),
+    }
+
+
+def slowest_kernel_ms(call) -> float:
+    """The longest kernel of a warm plain call (its buffers from the pool, not fresh pages)."""
+    from lazygrad.knobs import Context
+    call()
+    captured = io.StringIO()
+    with Context(DEBUG=2), contextlib.redirect_stderr(captured):
+        call()
+    times = [float(match["ms"]) for match in map(KERNEL_LINE.match, captured.getvalue().splitlines()) if match]
+    return max(times, default=0.0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=None, help="cases, comma-separated (default: all)")
+    parser.add_argument("--repeats", type=int, default=11, help="alternating rounds (the median is reported)")
+    args = parser.parse_args()
+    import lazygrad
+    from lazygrad import Tensor
+    from lazygrad.jit import jit
+    from lazygrad.quantize import model_bytes, quantize
+    print(f"{'case':<10} {'float32 ms':>10} {'int8 ms':>8} {'ratio':>6} {'fp32 kernel':>11} {'int8 kernel':>11} "
+          f"{'fp32 bytes':>10} {'int8 bytes':>10} {'accuracy fp32/int8':>19}")
+    for name, (build, shape) in cases().items():
+        if args.only and name not in args.only.split(","):
+            continue
+        lazygrad.manual_seed(0)
+        models = {"float32": build().eval(), "int8": quantize(build()).eval()}
+        x = Tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32)).realize()
+        calls = {side: jit(lazygrad.no_grad()(model.__call__)) for side, model in models.items()}
+        times: dict[str, list[float]] = {side: [] for side in models}
+        for number in range(3 + args.repeats):
+            for side, call in calls.items():
+                start = time.perf_counter()
+                call(x).realize()
+                if number >= 3:
+                    times[side].append(time.perf_counter() - start)
+        kernels = {side: slowest_kernel_ms(lambda: lazygrad.no_grad()(model.__call__)(x).realize())
+                   for side, model in models.items()}
+        accuracy = ""
+        if name == "digits":
+            import train_digits
+            data = train_digits.load_digits_dataset(0)
+            accuracy = "/".join(f"{train_digits.evaluate(model, data.test_images, data.test_labels):.4f}"
+                                for model in models.values())
+        fp32, int8 = statistics.median(times["float32"]), statistics.median(times["int8"])
+        print(f"{name:<10} {fp32 * 1e3:>10.3f} {int8 * 1e3:>8.3f} {int8 / fp32:>6.2f} {kernels['float32']:>11.3f} "
+              f"{kernels['int8']:>11.3f} {model_bytes(models['float32']):>10} {model_bytes(models['int8']):>10} "
+              f"{accuracy:>19}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

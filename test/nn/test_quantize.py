@@ -1,0 +1,171 @@
+"""lazygrad.quantize: int8 weights per output channel and int8 inputs per tensor, their products
+summed in int32, against a numpy formulation of the same scheme on every device; the digits CNN's
+accuracy and size; the jit; and integer convolutions, exact against float64."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import lazygrad
+from lazygrad import Tensor, dtypes, nn
+from lazygrad.jit import jit
+from lazygrad.nn import functional as F
+from lazygrad.quantize import QuantizedConv2d, QuantizedLinear, model_bytes, quantize, quantize_per_channel
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "ops"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "extra"))
+
+from ops_helpers import available_devices, device_params  # noqa: E402
+
+DEVICES = device_params(available_devices())
+
+
+def reference_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    flat = weight.reshape(weight.shape[0], -1).astype(np.float32)
+    largest = np.abs(flat).max(1)
+    scale = np.where(largest == 0, np.float32(1), largest / np.float32(127)).astype(np.float32)
+    quantized = np.clip(np.round(flat / scale[:, None]), -127, 127).astype(np.int8)
+    return quantized.reshape(weight.shape), scale
+
+
+def reference_input(x: np.ndarray, scale=None) -> tuple[np.ndarray, np.float32]:
+    if scale is None:
+        largest = np.abs(x).max()
+        scale = np.float32(1) if largest == 0 else np.float32(largest / np.float32(127))
+    return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale
+
+
+def test_weights_quantize_per_output_channel_like_numpy():
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    weight[2] = 0  # a channel of zeros: scale 1, all zeros
+    weight[4, 0, 0, 0] = 2.5 * np.abs(weight[4]).max()  # one outlier sets its channel's scale
+    quantized, scale = quantize_per_channel(Tensor(weight))
+    want_quantized, want_scale = reference_weight(weight)
+    assert quantized.dtype == dtypes.int8 and scale.dtype == dtypes.float32
+    np.testing.assert_array_equal(quantized.numpy(), want_quantized)
+    np.testing.assert_allclose(scale.numpy(), want_scale, rtol=1e-7)
+    assert scale.numpy()[2] == 1 and not quantized.numpy()[2].any()
+    assert np.abs(quantized.numpy()).max() == 127  # -128 is never used
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_quantized_linear_is_the_int32_product_of_int8_values_rescaled(device):
+    rng = np.random.default_rng(1)
+    layer = nn.Linear(24, 10, device=device)
+    x = (rng.standard_normal((5, 24)) * 3).astype(np.float32)
+    model = quantize(nn.Sequential(layer))
+    assert isinstance(model[0], QuantizedLinear) and model[0].weight.dtype == dtypes.int8
+    weight_q, weight_scale = reference_weight(layer.weight.numpy())
+    x_q, x_scale = reference_input(x)
+    accumulated = x_q.astype(np.int32) @ weight_q.astype(np.int32).T
+    expected = accumulated.astype(np.float32) * (x_scale * weight_scale) + layer.bias.numpy()
+    np.testing.assert_allclose(model(Tensor(x, device=device)).numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("stride, padding, groups", [(1, 1, 1), (2, 0, 1), (1, 1, 4)])
+def test_a_quantized_conv2d_is_the_int32_convolution_of_int8_values_rescaled(device, stride, padding, groups):
+    rng = np.random.default_rng(2)
+    layer = nn.Conv2d(8, 12, 3, stride=stride, padding=padding, groups=groups, device=device)
+    x = rng.standard_normal((2, 8, 9, 9)).astype(np.float32)
+    model = quantize(nn.Sequential(layer))
+    assert isinstance(model[0], QuantizedConv2d)
+    weight_q, weight_scale = reference_weight(layer.weight.numpy())
+
+    def expected(images):  # the input's scale is its own max |x|: a batch's, or one image's
+        x_q, x_scale = reference_input(images)
+        accumulated = F.conv2d(Tensor(x_q.astype(np.float64)), Tensor(weight_q.astype(np.float64)), None, stride,
+                               padding, 1, groups).numpy()  # exact: sums of int8 products stay below 2^53
+        return accumulated.astype(np.float32) * (x_scale * weight_scale).reshape(1, -1, 1, 1) \
+            + layer.bias.numpy().reshape(1, -1, 1, 1)
+    np.testing.assert_allclose(model(Tensor(x, device=device)).numpy(), expected(x), rtol=1e-6, atol=1e-6)
+    unbatched = model(Tensor(x[1], device=device))  # (C, H, W) as nn.Conv2d takes it
+    np.testing.assert_allclose(unbatched.numpy(), expected(x[1:])[0], rtol=1e-6, atol=1e-6)
+
+
+def test_calibration_fixes_each_input_scale_and_larger_inputs_saturate():
+    rng = np.random.default_rng(3)
+    layer = nn.Linear(4, 3)
+    samples = [rng.uniform(-2, 2, (8, 4)).astype(np.float32) for _ in range(3)]
+    model = quantize(nn.Sequential(layer), calibration=samples)
+    largest = max(np.abs(sample).max() for sample in samples)
+    np.testing.assert_allclose(model[0].input_scale.numpy(), largest / 127, rtol=1e-6)
+    x = np.array([[100.0, -100.0, 1.0, 0.0]], np.float32)  # beyond the calibrated range
+    weight_q, weight_scale = reference_weight(layer.weight.numpy())
+    x_q, _ = reference_input(x, np.float32(largest / 127))
+    assert x_q[0, 0] == 127 and x_q[0, 1] == -127
+    expected = (x_q.astype(np.int32) @ weight_q.astype(np.int32).T) * (np.float32(largest / 127) * weight_scale) \
+        + layer.bias.numpy()
+    np.testing.assert_allclose(model(Tensor(x)).numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_digits_cnn_in_int8_keeps_its_accuracy_in_a_quarter_of_the_bytes():
+    import train_digits
+    from lazygrad.nn.state import load_state_dict, safe_load
+    data = train_digits.load_digits_dataset(0)
+
+    def trained():
+        model = train_digits.build_model(8)
+        load_state_dict(model, safe_load(str(train_digits.HERE / "train_digits.safetensors")))
+        return model
+    float_model = trained()
+    float_accuracy = train_digits.evaluate(float_model, data.test_images, data.test_labels)
+    for calibration in (None, [data.train_images[:200], data.train_images[200:400]]):
+        int8_model = quantize(trained(), calibration=calibration)
+        accuracy = train_digits.evaluate(int8_model, data.test_images, data.test_labels)
+        assert accuracy >= float_accuracy - 0.01, (calibration is None, accuracy, float_accuracy)
+        assert model_bytes(int8_model) < 0.3 * model_bytes(float_model)
+
+
+def test_a_quantized_model_replays_under_the_jit():
+    lazygrad.manual_seed(4)
+    model = quantize(nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 3)))
+    step = jit(lazygrad.no_grad()(lambda x: model(x)))
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        x = rng.standard_normal((2, 1, 6, 6)).astype(np.float32)
+        np.testing.assert_allclose(step(Tensor(x)).numpy(), model(Tensor(x)).numpy(), rtol=1e-6, atol=1e-6)
+    assert step.replay is not None
+
+
+def test_layers_in_lists_and_nested_modules_are_replaced_and_others_kept():
+    class Net(nn.Module):
+        def __init__(self):
+            self.blocks = [nn.Linear(4, 4), nn.ReLU()]
+            self.head = nn.Sequential(nn.Linear(4, 2), nn.Sigmoid())
+            self.norm = nn.LayerNorm(4)
+
+        def forward(self, x):
+            return self.head(self.blocks[1](self.blocks[0](self.norm(x))))
+    net = quantize(Net())
+    assert isinstance(net.blocks[0], QuantizedLinear) and isinstance(net.head[0], QuantizedLinear)
+    assert isinstance(net.norm, nn.LayerNorm) and net(Tensor(np.ones((1, 4), np.float32))).shape == (1, 2)
+
+
+def test_quantize_errors_name_the_fix():
+    with pytest.raises(TypeError, match="nn.Sequential\\(layer\\)"):
+        quantize(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="no nn.Linear or nn.Conv2d"):
+        quantize(nn.Sequential(nn.ReLU()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_integer_convolutions_are_exact_and_stay_in_their_dtype(device):
+    """conv2d of two integer tensors sums exact integer products in that dtype (PyTorch refuses
+    integers): int8 values widened to int32, as lazygrad.quantize and ONNX's ConvInteger run them."""
+    rng = np.random.default_rng(6)
+    for shape, kernel, arguments in (((2, 3, 7, 7), (4, 3, 3, 3), dict(padding=1)),
+                                     ((1, 16, 9, 9), (8, 16, 1, 1), dict(stride=2)),
+                                     ((2, 6, 5, 5), (6, 1, 3, 3), dict(padding=1, groups=6))):
+        x = rng.integers(-127, 128, shape).astype(np.int8)
+        w = rng.integers(-127, 128, kernel).astype(np.int8)
+        out = Tensor(x, device=device).cast(dtypes.int32).conv2d(Tensor(w, device=device).cast(dtypes.int32), **arguments)
+        assert out.dtype == dtypes.int32
+        expected = F.conv2d(Tensor(x.astype(np.float64)), Tensor(w.astype(np.float64)), **arguments).numpy()
+        np.testing.assert_array_equal(out.numpy(), expected.astype(np.int32))
+    with pytest.raises(TypeError, match="both integer"):
+        Tensor(np.ones((1, 1, 3, 3), np.int32)).conv2d(Tensor(np.ones((1, 1, 1, 1), np.float32)))
