@@ -6,7 +6,8 @@
 Per case: the median time of a jitted call of the float32 model and of its quantized copy (inputs
 quantized per call), alternated call by call; the time of each side's product kernel alone (the
 slowest kernel of a warm plain call, read from DEBUG=2: the matmul or convolution); the model's bytes;
-and for the digits CNN (the demo's checkpoint) the test accuracy of both. The int8 side also runs
+and for the digits CNN (the demo's checkpoint, or the demo's training run first when there is
+none) the test accuracy of both. The int8 side also runs
 the kernels that quantize its input (a max |x| and a rounding) and dequantize its output.
 """
 from __future__ import annotations
@@ -32,11 +33,15 @@ def cases():
     """name -> (build the float model, input shape)."""
     import lazygrad.nn as nn
     import train_digits
-    from lazygrad.nn.state import load_state_dict, safe_load
+    from lazygrad.nn.state import get_state_dict, load_state_dict, safe_load
 
-    def digits():
+    checkpoint = train_digits.HERE / "train_digits.safetensors"
+    trained = None if checkpoint.exists() else train_digits.train(train_digits.load_digits_dataset(0), progress=False,
+                                                                   log=lambda line: None).model
+
+    def digits():  # the demo's checkpoint (`make demo`), else the same training run here
         model = train_digits.build_model(8)
-        load_state_dict(model, safe_load(str(train_digits.HERE / "train_digits.safetensors")))
+        load_state_dict(model, safe_load(str(checkpoint)) if trained is None else get_state_dict(trained))
         return model
     return {
         "linear": (lambda: nn.Sequential(nn.Linear(1024, 1024)), (256, 1024)),
