@@ -228,7 +228,7 @@ class CRenderer(CStyleRenderer):
 
     # Ops computed on float vectors: C's operators act lane by lane on GCC/clang vector types (a
     # comparison gives a mask of -1/0 lanes; WHERE is a select by it, lg_select).
-    vector_ops = frozenset({"NEG", "ADD", "MUL", "SUM", "MAX", "CMPLT", "CMPNE", "XOR", "WHERE", "EXP2"})
+    vector_ops = frozenset({"NEG", "ADD", "MUL", "SUM", "MAX", "MAX_REDUCE", "CMPLT", "CMPNE", "XOR", "WHERE", "EXP2"})
     lanewise_ops = True  # other ops of a vector copy computed lane by lane (render_lane, render_vector)
 
     def __init__(self, simd_lanes: int = 16, simd_registers: int = 32, standalone: bool = False):
@@ -296,6 +296,11 @@ class CRenderer(CStyleRenderer):
             left, right = operands
             return f"lg_select((({left}>{right}) | ({left}!={left})), {left}, {right})"
         return self.template(op, src_dtypes[-1] if src_dtypes else dtype).format(*operands, f="", ctype="")
+
+    def render_accumulate(self, op: str, dtype, accumulator: str, value: str, width: int = 1) -> str:
+        if width > 1 and op == "MAX_REDUCE":  # C's ?: takes no vector condition: MAX's select, NaN kept
+            return self.render_vector_op("MAX", [dtype, dtype], dtype, [value, accumulator], width)
+        return super().render_accumulate(op, dtype, accumulator, value)
 
     def render_vector_fma(self, dtype, width: int, left: str, right: str, accumulator: str) -> str:
         lanes = [f"__builtin_fmaf({left}[{lane}], {right}[{lane}], {accumulator}[{lane}])" for lane in range(width)]

@@ -175,7 +175,8 @@ class CStyleRenderer(FloorSyntax):
         suffix = "" if operand_dtype == dtypes.float64 else "f"
         return self.template(op, operand_dtype).format(*operands, f=suffix, ctype=self.type_name(dtype))
 
-    def render_accumulate(self, op: str, dtype: DType, accumulator: str, value: str) -> str:
+    def render_accumulate(self, op: str, dtype: DType, accumulator: str, value: str, width: int = 1) -> str:
+        """accumulator updated with value by the reduce's op (`width` lanes of a vector copy: C's tiles)."""
         return self.template(op, dtype).format(accumulator, value, f="" if dtype == dtypes.float64 else "f",
                                                ctype=self.type_name(dtype))
 

@@ -564,7 +564,7 @@ class _Reduction:
         self.combine = []
         for number in range(output_count, len(copies)):
             final, partial = self.targets[number % output_count], self.targets[number]
-            update = emitter.renderer.render_accumulate(op, dtype, final, partial)
+            update = emitter.renderer.render_accumulate(op, dtype, final, partial, self.width)
             self.combine.append(Statement(final, dtype, update, declare=False, width=self.width))
         self.inner: list[Statement] = []
 
@@ -589,5 +589,5 @@ class _Reduction:
             elif self.fused:
                 update = renderer.render_fma(dtype, *operands, target)
             else:
-                update = renderer.render_accumulate(self.node.op, dtype, target, operands[0])
+                update = renderer.render_accumulate(self.node.op, dtype, target, operands[0], width)
             self.inner.append(Statement(target, dtype, update, declare=False, width=width))

@@ -322,7 +322,7 @@ class OpenCLRenderer(CStyleRenderer):
             return f"lg_half_from_bits(as_ushort({operand}))"
         return f"as_{self.type_name(target)}({operand})"
 
-    def render_accumulate(self, op: str, dtype: DType, accumulator: str, value: str) -> str:
+    def render_accumulate(self, op: str, dtype: DType, accumulator: str, value: str, width: int = 1) -> str:
         # A float16 accumulator stays a float until the loop ends, as numpy sums float16.
         return self.template(op, dtype).format(accumulator, value, f="", ctype=self.type_name(dtype))
 

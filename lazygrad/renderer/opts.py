@@ -419,6 +419,32 @@ def channels_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     return [Opt("UPCAST", channels, lanes)]
 
 
+# Vectors of channels a max pool computed channels last takes in one step (`pool_vector_tile`).
+POOL_VECTORS = 4
+
+
+def pool_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
+    """A max over windows whose every load walks the last output axis contiguously (a max pool
+    computed channels last, nn/spatial.py `_channels_last_max_pool`): that axis upcast in whole
+    vectors, up to POOL_VECTORS, so each window step is a vector load and a vector max into
+    accumulators held in registers (the C renderer's vector MAX_REDUCE). Without it, linearize's
+    loop over an array of accumulators loads and stores each one at every step. ResNet-18's pool
+    (64 channels, 112x112 -> 56x56), one thread, kernel alone: 0.45 -> 0.28 ms."""
+    reduces = [node for node in kernel.ast.walk() if node.is_reduce]
+    if len(reduces) != 1 or reduces[0].op != "MAX_REDUCE" or len(kernel.reduce_axes) < 2:
+        return []
+    globals_ = [axis for axis, size in enumerate(kernel.full_shape) if axis not in kernel.reduce_axes and size > 1]
+    strides = load_strides(kernel, reduces[0].srcs[0].walk())
+    if not globals_ or not strides or any(load.get(globals_[-1]) != 1 for load in strides):
+        return []
+    channels = globals_[-1]
+    lanes = renderer.vector_width(reduces[0].dtype, kernel.full_shape[channels])
+    if lanes <= 1:
+        return []
+    vectors = next(count for count in range(POOL_VECTORS, 0, -1) if kernel.full_shape[channels] % (count * lanes) == 0)
+    return [Opt("UPCAST", channels, vectors * lanes)]
+
+
 # Vector registers the columns of a tile without rows may fill (`_in_whole_vectors`).
 LONE_VECTOR_REGISTERS = 8
 
@@ -771,7 +797,7 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
         # reduction, unless they read across their outputs
         return transposed_reduce_tile(kernel)
     tile = matmul_tile(kernel, renderer) or channels_vector_tile(kernel, renderer)
-    opts = tile or row_reduce_tile(kernel) or transposed_reduce_tile(kernel)
+    opts = tile or pool_vector_tile(kernel, renderer) or row_reduce_tile(kernel) or transposed_reduce_tile(kernel)
     try:
         tiled = apply_opts(kernel, opts, renderer)
     except OptError:

@@ -136,12 +136,16 @@ def test_an_op_without_a_vector_form_is_computed_lane_by_lane():
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_a_max_reduce_keeps_its_reduce_scalar_across_its_rows():
-    # a row maximum (the logits' max of a log_softmax) has no vector form of its accumulator update
-    x = realized((16, 1000))
-    np.testing.assert_array_equal(x.max(axis=1).numpy(), x.numpy().max(axis=1))
+def test_a_max_reduce_takes_its_rows_as_vector_lanes_and_keeps_nan():
+    """A row maximum's accumulators are vectors across its 8 rows, updated by the vector MAX select
+    (one thread, 4096 x 4096: 12.0 -> 3.1 ms; 1024 x 30522 logits 17.5 -> 6.9 ms); a NaN in a row
+    is its maximum, as numpy's."""
+    values = realized((16, 1000)).numpy()
+    values[3, 500] = values[9, 0] = np.nan
+    x = Tensor(values).realize()
+    np.testing.assert_array_equal(x.max(axis=1).numpy(), values.max(axis=1))
     renderer, program = program_of(x.max(axis=1), 16)
-    assert program.vector_width == 1
+    assert program.vector_width == 8 and "lg_select" in renderer.render_program(program)
 
 
 @pytest.mark.parametrize("lanes", [8, 16])
