@@ -195,7 +195,9 @@ def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, kernel_shape=N
     x = x.cast(dtypes.int32) - (0 if x_zero_point is None else x_zero_point.cast(dtypes.int32))
     shift = 0 if w_zero_point is None else w_zero_point.cast(dtypes.int32).reshape(-1, *([1] * (w.ndim - 1)))
     w = w.cast(dtypes.int32) - shift
-    return conv(ctx, x, w, None, kernel_shape, strides, dilations, pads, auto_pad, group)  # exact int32 sums
+    # stored centered first (the weight's a value kept between calls): computed inside the convolution's
+    # tile, the subtraction kept it scalar (ResNet-18 quantized by ONNX Runtime, one thread: 430 ms)
+    return conv(ctx, x.contiguous(), w.contiguous(), None, kernel_shape, strides, dilations, pads, auto_pad, group)
 
 
 @onnx_op("ConvTranspose")

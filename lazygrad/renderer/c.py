@@ -147,20 +147,23 @@ HELPERS = {
     "lg_bf16_to_float(": BF16_TO_FLOAT,
     "lg_float_to_bf16(": FLOAT_TO_BF16,
 }
-# The float vectors of the lane counts CPUs have (renderer/c.py CRenderer.vector_width): one type for
-# values, one for memory accesses, aligned to its element.
-HELPERS.update({f"lg_float{lanes}": f"typedef float lg_float{lanes} __attribute__((vector_size({4 * lanes})));\n"
-                                    f"typedef float lg_float{lanes}_unaligned __attribute__((vector_size({4 * lanes}), "
-                                    "aligned(4)));\n"
-                                    f"typedef int lg_mask{lanes} __attribute__((vector_size({4 * lanes})));"
-                 for lanes in (4, 8, 16)})
+# The float32 and int32 vectors of the lane counts CPUs have (renderer/c.py CRenderer.vector_width): one
+# type for values, one for memory accesses, aligned to its element; and the masks comparisons make.
+def _vector_types(ctype: str, name: str, lanes: int) -> str:
+    mask = define_once(f"typedef int lg_mask{lanes} __attribute__((vector_size({4 * lanes})));")
+    return (f"typedef {ctype} {name}{lanes} __attribute__((vector_size({4 * lanes})));\n"
+            f"typedef {ctype} {name}{lanes}_unaligned __attribute__((vector_size({4 * lanes}), aligned(4)));\n{mask}")
+
+
+HELPERS.update({f"lg_float{lanes}": _vector_types("float", "lg_float", lanes) for lanes in (4, 8, 16)})
+HELPERS.update({f"lg_int{lanes}": _vector_types("int", "lg_int", lanes) for lanes in (4, 8, 16)})
 # A float read once and broadcast across a vector copy's lanes (a register tile's left operand). The
 # empty asm hides where the pointer points, so gcc's SLP vectorizer does not group a tile's reads of
 # such values into one vector load it then splits lane by lane: with the values 32 floats apart (a
 # 1x1 convolution reading a channels-last input) it loaded a whole vector for each and broadcast its
 # first lane, 138 against 84 us for the same kernel reading them 1 apart; hidden, each is an fma's
 # broadcast memory operand again (84 us).
-HELPERS["lg_splat_load("] = ("#define lg_splat_load(p) ({ const float *lg_at_ = (p); __asm__(\"\" : \"+r\"(lg_at_)); "
+HELPERS["lg_splat_load("] = ("#define lg_splat_load(p) ({ __typeof__(p) lg_at_ = (p); __asm__(\"\" : \"+r\"(lg_at_)); "
                              "*lg_at_; })")
 # A select of float vectors by a mask of -1/0 lanes, bit by bit (C's ?: takes no vector condition); gcc
 # makes it one blend. A generic macro, so one definition serves every lane count.
@@ -212,6 +215,13 @@ WINDOWED_TILE_ATTRIBUTE = ('__attribute__((optimize("no-tree-loop-vectorize", "n
 SELECT_ONLY_LOAD_ATTRIBUTE = '__attribute__((optimize("no-tree-loop-vectorize"))) '
 
 
+# The dtypes a tile's copies are written as C vector types for (CRenderer.vector_width), with their names:
+# float32 everywhere, int32 for integer products (lazygrad.quantize, ONNX's ConvInteger): as separate
+# scalars gcc packed ResNet-18's int32 convolutions into vectors for some kernels only (6.4 GOP/s for
+# the others, against 84 where it did).
+VECTOR_DTYPES = {dtypes.float32: "lg_float", dtypes.int32: "lg_int"}
+
+
 class CRenderer(CStyleRenderer):
     """`simd_lanes` and `simd_registers`: float32 lanes per vector register and how many there are
     on the CPU compiled for (devices/cpu.py); a register tile's accumulators must fit in them. The
@@ -230,6 +240,7 @@ class CRenderer(CStyleRenderer):
     # comparison gives a mask of -1/0 lanes; WHERE is a select by it, lg_select).
     vector_ops = frozenset({"NEG", "ADD", "MUL", "SUM", "MAX", "MAX_REDUCE", "CMPLT", "CMPNE", "XOR", "WHERE", "EXP2"})
     lanewise_ops = True  # other ops of a vector copy computed lane by lane (render_lane, render_vector)
+    vector_dtypes = VECTOR_DTYPES
 
     def __init__(self, simd_lanes: int = 16, simd_registers: int = 32, standalone: bool = False):
         self.simd_lanes, self.simd_registers = simd_lanes, simd_registers
@@ -245,7 +256,7 @@ class CRenderer(CStyleRenderer):
         lanes: MobileNetV2's depthwise rows of 28 as vectors of 4, kernel alone, 0.15-0.18 -> 0.12-0.14
         and 0.13 -> 0.08-0.09 ms, where rows of 14 as vectors of 2 ran slower than gcc's own packing. None in
         a standalone file (ISO C)."""
-        if self.standalone or dtype != dtypes.float32:
+        if self.standalone or dtype not in VECTOR_DTYPES:
             return 1
         for lanes in (self.simd_lanes, self.simd_lanes // 2):
             if lanes >= 4 and size % lanes == 0:
@@ -255,25 +266,25 @@ class CRenderer(CStyleRenderer):
     def value_type_name(self, dtype, width: int = 1) -> str:
         if width == 1:
             return self.type_name(dtype)
-        return f"lg_mask{width}" if dtype == dtypes.bool else f"lg_float{width}"
+        return f"lg_mask{width}" if dtype == dtypes.bool else f"{VECTOR_DTYPES[dtype]}{width}"
 
     def render_vector_load(self, param: str, dtype, index: str, width: int) -> str:
-        return f"(*(const lg_float{width}_unaligned*)({param} + ({index})))"
+        return f"(*(const {VECTOR_DTYPES[dtype]}{width}_unaligned*)({param} + ({index})))"
 
     def render_splat_load(self, param: str, dtype, index: str, valid) -> str:
-        if dtype != dtypes.float32 or valid is not True:
+        if dtype not in VECTOR_DTYPES or valid is not True:
             return self.render_load(param, dtype, index, valid)
         return f"lg_splat_load({param} + ({index}))"
 
     def render_vector_store(self, param: str, dtype, index: str, value: str, width: int) -> str:
-        return f"*(lg_float{width}_unaligned*)({param} + ({index})) = {value};"
+        return f"*({VECTOR_DTYPES[dtype]}{width}_unaligned*)({param} + ({index})) = {value};"
 
     def render_vector(self, dtype, lanes: list[str]) -> str:
         """A vector of separately computed lanes (a gather); a mask's lanes are -1 (true) or 0, as a
         vector comparison gives them."""
         if dtype == dtypes.bool:
             return f"(-(lg_mask{len(lanes)}){{{', '.join(lanes)}}})"
-        return f"((lg_float{len(lanes)}){{{', '.join(lanes)}}})"
+        return f"(({VECTOR_DTYPES[dtype]}{len(lanes)}){{{', '.join(lanes)}}})"
 
     def render_lane(self, name: str, dtype, lane: int) -> str:
         """One lane of a vector: a mask's lane (-1 or 0) as a C truth value."""
@@ -284,7 +295,8 @@ class CRenderer(CStyleRenderer):
 
     def render_vector_op(self, op: str, src_dtypes, dtype, operands: list[str], width: int) -> str:
         """An op of vector_ops: the op table's template, which C applies lane by lane to vector types."""
-        assert op in self.vector_ops and dtype in (dtypes.float32, dtypes.bool), f"{op} on {dtype.name} vectors is not rendered"
+        assert op in self.vector_ops and (dtype in VECTOR_DTYPES or dtype == dtypes.bool), \
+            f"{op} on {dtype.name} vectors is not rendered"
         if op == "WHERE":  # C's ?: takes no vector condition: the mask selects bits
             return f"lg_select({operands[0]}, {operands[1]}, {operands[2]})"
         if op == "EXP2":
@@ -294,6 +306,8 @@ class CRenderer(CStyleRenderer):
             return f"({left} | {right})" if op == "MAX" else f"(~{left} & {right})"
         if op == "MAX":  # the larger, or a NaN of the first operand, as the scalar template
             left, right = operands
+            if not dtype.is_float:
+                return f"lg_select(({left}>{right}), {left}, {right})"
             return f"lg_select((({left}>{right}) | ({left}!={left})), {left}, {right})"
         return self.template(op, src_dtypes[-1] if src_dtypes else dtype).format(*operands, f="", ctype="")
 

@@ -499,11 +499,16 @@ def vector_dtype(kernel: Kernel, renderer) -> DType | None:
     # masks (comparisons, and the selects they steer) may be vectors too where the renderer says so
     masks = {node for node in nodes if node.dtype == dtypes.bool and (lanewise or node.op in operations)}
     kinds = {node.dtype for node in nodes if node not in masks}
-    if len(kinds) != 1 or any(store.srcs[0] in masks for store in kernel.stores):
+    # several dtypes of one width where the renderer has vectors of each (C: an int32 product's
+    # float32 epilogue, its CAST computed lane by lane): their vectors have the same lanes
+    together = getattr(renderer, "vector_dtypes", {})
+    if len(kinds) > 1 and not (kinds <= set(together) and len({dtype.itemsize for dtype in kinds}) == 1 and lanewise):
+        return None
+    if not kinds or any(store.srcs[0] in masks for store in kernel.stores):
         return None
     if any(node.op not in LEAF_OPS and node.op not in operations and (node.is_reduce or not lanewise) for node in nodes):
         return None  # a reduce's accumulator is updated with the vector op itself
-    return kinds.pop()
+    return max(kinds, key=lambda dtype: dtype.is_float)  # the one, or the float of an integer product's epilogue
 
 
 def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool, lanes_at) -> int:

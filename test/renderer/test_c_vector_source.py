@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lazygrad.nn.functional as F
-from lazygrad import Tensor
+from lazygrad import Tensor, dtypes
 from lazygrad.beam import KernelBench
 from lazygrad.devices import get_device
 from lazygrad.renderer.axes import merge_dims
@@ -273,3 +273,24 @@ def test_a_bool_cast_to_float_is_a_select():
     source = renderer.render_program(program)
     assert "? 1.0f : 0.0f)" in source and "((float)(" not in source
     np.testing.assert_array_equal(counted.numpy(), (a == 1).sum(1).astype(np.float32))
+
+
+def test_an_int32_convolution_tile_is_written_as_int_vectors_with_its_float_epilogue():
+    """Integer products (ONNX's ConvInteger, lazygrad.quantize) take the float tile's shape with
+    int32 vectors, and a float32 epilogue after the sum (dequantize, bias, relu) keeps the vectors,
+    its cast lane by lane: as separate scalars gcc packed some such kernels and not others
+    (ResNet-18 quantized by ONNX Runtime, one thread, 6.4 against 95 GOP/s; the model 430 -> 85 ms)."""
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.integers(-255, 256, (1, 64, 56, 56)).astype(np.int32)).realize()
+    w = Tensor(rng.integers(-127, 128, (64, 64, 3, 3)).astype(np.int32)).realize()
+    scale = Tensor(rng.random((1, 64, 1, 1)).astype(np.float32)).realize()
+    product = x.conv2d(w, padding=1)
+    dequantized = (product.cast(dtypes.float32) * scale - 3.0).relu()
+    for result in (product, dequantized):
+        renderer, program = program_of(result, 16)
+        source = renderer.render_program(program)
+        assert program.vector_width == 16 and "lg_int16" in source
+    exact = F.conv2d(Tensor(x.numpy().astype(np.float64)), Tensor(w.numpy().astype(np.float64)), padding=1).numpy()
+    np.testing.assert_array_equal(product.numpy(), exact.astype(np.int32))
+    expected = np.maximum(exact.astype(np.float32) * scale.numpy() - 3.0, 0)
+    np.testing.assert_allclose(dequantized.numpy(), expected, rtol=1e-6)
