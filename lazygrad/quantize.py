@@ -72,10 +72,11 @@ class _Quantized(Module):
             product = self._product(x, self._float_weight)
             return product if self.bias is None else product + self._bias_shaped(product)
         quantized, scale = quantize_tensor(x, self.input_scale)
-        # stored as int8 first: inlined, the rounding would run again for every weight that reads a value
-        # (a 3x3 convolution's nine windows, a matmul's packs: 3-9x the float layer's time)
-        quantized = quantized.contiguous()
-        accumulated = self._product(quantized.cast(dtypes.int32), self.weight.cast(dtypes.int32))
+        # stored first, widened: inlined, the rounding would run again for every weight that reads a
+        # value (a 3x3 convolution's nine windows, a matmul's packs: 3-9x the float layer's time); as
+        # int32 the product's tile reads one dtype and is written as int32 vectors (renderer/c.py)
+        quantized = quantized.cast(dtypes.int32).contiguous()
+        accumulated = self._product(quantized, self.weight.cast(dtypes.int32))
         rescale = (scale * self.weight_scale).reshape(self._channel_shape(accumulated))
         out = accumulated.cast(dtypes.float32) * rescale
         return out if self.bias is None else out + self._bias_shaped(out)

@@ -119,7 +119,8 @@ def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scal
                  **attributes):
     centered_w = centered(w, w_zero_point, (-1,) + (1,) * (w.ndim - 1))
     bias = None if bias is None else bias.cast(dtypes.int32)  # already in the accumulator's scale
-    accumulated = conv(ctx, centered(x, x_zero_point), centered_w, bias, **attributes)  # exact int32 sums
+    # exact int32 sums; the operands stored centered first (as ConvInteger's: ops_conv.py)
+    accumulated = conv(ctx, centered(x, x_zero_point).contiguous(), centered_w.contiguous(), bias, **attributes)
     w_scale = w_scale.cast(dtypes.float64).reshape((1, -1) + (1,) * (x.ndim - 2)) if w_scale.numel() > 1 else \
         w_scale.cast(dtypes.float64)
     multiplier = x_scale.cast(dtypes.float64) * w_scale / y_scale.cast(dtypes.float64)
