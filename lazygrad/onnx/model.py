@@ -97,6 +97,8 @@ class OnnxModel:
         self.initializers = {tensor.name: self.constant(tensor_to_numpy(tensor, self.base_dir))
                              for tensor in graph.initializer}
         self.initializer_constants = dict(self.constants)
+        # (a node's bytes, its inputs' values) -> the folded outputs (`_fold`), or None for a result too large
+        self.folds: dict[tuple, list | None] = {}
         self.generators: dict[tuple, np.random.Generator] = {}  # a seeded random node's outputs -> its generator (OpContext.generator)
 
     # ---- loading ----------------------------------------------------------------------------------
@@ -248,12 +250,24 @@ class OnnxModel:
     def _fold(self, node, function, inputs: list, attributes: dict, opset: int, values: dict) -> list | None:
         """Run a node on the NPY device from its constant inputs; its outputs become known constants.
         None when its outputs are large (small inputs can ask for a huge result): nothing has been
-        computed then, and the node runs lazily like any other."""
-        host_inputs = [None if value is None else self.constant(self.concrete(value), "NPY") for value in inputs]
-        outputs = self._call(function, OpContext(self, node, opset, values, device="NPY"), host_inputs, attributes)
-        if sum(output.numel() for output in outputs if isinstance(output, Tensor)) > FOLD_LIMIT:
+        computed then, and the node runs lazily like any other. What a node folded to is kept for
+        the same input values, so later runs compute nothing on NPY: under the jit, whose capture
+        cannot replay work done without kernels, a model folding its quantization scales (ResNet-18
+        quantized by ONNX Runtime) replays instead of running plainly on every call."""
+        arrays = [None if value is None else self.concrete(value) for value in inputs]
+        # the node by its bytes: iterating a protobuf's nodes may give new Python objects every run
+        key = (node.SerializeToString(), tuple(None if array is None else (array.dtype.str, array.shape,
+                                                                           array.tobytes()) for array in arrays))
+        if key not in self.folds:
+            host_inputs = [None if array is None else self.constant(array, "NPY") for array in arrays]
+            outputs = self._call(function, OpContext(self, node, opset, values, device="NPY"), host_inputs, attributes)
+            large = sum(output.numel() for output in outputs if isinstance(output, Tensor)) > FOLD_LIMIT
+            self.folds[key] = None if large else [(True, self.concrete(output)) if isinstance(output, Tensor)
+                                                  else (False, output) for output in outputs]
+        folded = self.folds[key]
+        if folded is None:
             return None
-        return [self.constant(self.concrete(output)) if isinstance(output, Tensor) else output for output in outputs]
+        return [self.constant(output) if is_array else output for is_array, output in folded]
 
     def _run_function(self, node: onnx.NodeProto, inputs: list, values: dict, opset: int) -> list:
         """Run a node whose operator the ONNX standard defines as a function of other operators."""

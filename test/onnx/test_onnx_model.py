@@ -98,6 +98,34 @@ def test_shape_computations_on_constants_are_folded_without_running_kernels():
     np.testing.assert_array_equal(result.numpy(), data.reshape(2, 12))
 
 
+def test_a_folded_node_is_folded_once_so_the_jit_replays_the_model():
+    """y = x * (a * b) with a and b initializers: the product is folded on NPY in the first run and
+    taken from what it folded to in later ones, so a jit capture sees only kernels and replays (a
+    model quantized by ONNX Runtime folds its scales so: it ran plainly on every call before)."""
+    import lazygrad
+    from lazygrad.devices.npy import NPYDevice
+    from lazygrad.jit import jit
+    initializers = [numpy_helper.from_array(np.array([2.0, 3.0, 4.0], np.float32), "a"),
+                    numpy_helper.from_array(np.array([0.5, 0.5, 0.25], np.float32), "b")]
+    nodes = [helper.make_node("Mul", ["a", "b"], ["scale"]), helper.make_node("Mul", ["x", "scale"], ["y"])]
+    model = OnnxModel(graph_of(nodes, initializers), device="CPU")
+    interpreted = []
+    original = NPYDevice.run_graph
+
+    def counting(device, outputs):
+        interpreted.append(len(outputs))
+        return original(device, outputs)
+    step = jit(lazygrad.no_grad()(lambda x: model.run({"x": x})["y"]))
+    try:
+        NPYDevice.run_graph = counting
+        for number in range(4):
+            x = np.array([1.0, -2.0, float(number)], np.float32)
+            np.testing.assert_array_equal(step(Tensor(x)).numpy(), x * np.array([1.0, 1.5, 1.0], np.float32))
+    finally:
+        NPYDevice.run_graph = original
+    assert len(interpreted) == 1 and step.replay is not None and step.not_replayable is None
+
+
 def test_a_large_result_of_small_constants_stays_lazy_instead_of_being_folded():
     """ConstantOfShape([2**22]) then ReduceSum: a model of a few bytes whose folded intermediate would
     be as large as it asks (2**28 took 20 s and 4 GB)."""
