@@ -2,6 +2,7 @@
 
     python extra/bench/bench_quantize.py
     python extra/bench/bench_quantize.py --repeats 20 --only linear,digits
+    python extra/bench/bench_quantize.py --onnx resnet18.onnx   # an ONNX model quantized by ONNX Runtime
 
 Per case: the median time of a jitted call of the float32 model and of its quantized copy (inputs
 quantized per call), alternated call by call; the time of each side's product kernel alone (the
@@ -9,12 +10,18 @@ slowest kernel of a warm plain call, read from DEBUG=2: the matmul or convolutio
 and for the digits CNN (the demo's checkpoint, or the demo's training run first when there is
 none) the test accuracy of both. The int8 side also runs
 the kernels that quantize its input (a max |x| and a rounding) and dequantize its output.
+
+With --onnx (needs the bench extra), a float ONNX model with fixed input shapes is quantized by ONNX
+Runtime's `quantize_dynamic` (int8 weights; ConvInteger, MatMulInteger, DynamicQuantizeLinear) and
+both files run through lazygrad.onnx (jitted) and ONNX Runtime, alternated call by call: each
+one's median time and lazygrad's largest difference from ONNX Runtime's output.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import io
+import os
 import re
 import statistics
 import sys
@@ -63,10 +70,51 @@ def slowest_kernel_ms(call) -> float:
     return max(times, default=0.0)
 
 
+def onnx_rows(path: str, repeats: int) -> None:
+    """The float model and ONNX Runtime's dynamic int8 quantization of it, through both runtimes."""
+    import tempfile
+
+    import onnxruntime
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    import lazygrad
+    from lazygrad import Tensor
+    from lazygrad.jit import jit
+    from lazygrad.onnx import OnnxModel
+    quantized = str(Path(tempfile.mkdtemp()) / "int8.onnx")
+    quantize_dynamic(path, quantized, weight_type=QuantType.QInt8, op_types_to_quantize=["Conv", "MatMul", "Gemm"])
+    print(f"\n{'onnx model':<22} {'lazygrad ms':>11} {'ORT ms':>8} {'ratio':>6} {'max |diff|':>10}")
+    for label, file in (("float32", path), ("int8 (ORT-quantized)", quantized)):
+        options = onnxruntime.SessionOptions()
+        threads = os.environ.get("OMP_NUM_THREADS")
+        if threads:
+            options.intra_op_num_threads = int(threads)
+        session = onnxruntime.InferenceSession(file, options, providers=["CPUExecutionProvider"])
+        model = OnnxModel(file, device="CPU")
+        info = session.get_inputs()[0]
+        array = np.random.default_rng(0).standard_normal(info.shape).astype(np.float32)
+        output = session.get_outputs()[0].name
+        call = jit(lazygrad.no_grad()(lambda x: model.run({info.name: x})[output]))
+        x = Tensor(array).realize()
+        times: dict[str, list[float]] = {"lazygrad": [], "ort": []}
+        for number in range(3 + repeats):
+            start = time.perf_counter()
+            result = call(x).numpy()
+            middle = time.perf_counter()
+            expected = session.run(None, {info.name: array})[0]
+            if number >= 3:
+                times["lazygrad"].append(middle - start)
+                times["ort"].append(time.perf_counter() - middle)
+        ours, theirs = statistics.median(times["lazygrad"]), statistics.median(times["ort"])
+        print(f"{label:<22} {ours * 1e3:>11.2f} {theirs * 1e3:>8.2f} {ours / theirs:>6.2f} "
+              f"{float(np.abs(result - expected).max()):>10.2e}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=None, help="cases, comma-separated (default: all)")
     parser.add_argument("--repeats", type=int, default=11, help="alternating rounds (the median is reported)")
+    parser.add_argument("--onnx", help="a float ONNX model to quantize with ONNX Runtime and compare (bench extra)")
     args = parser.parse_args()
     import lazygrad
     from lazygrad import Tensor
@@ -100,6 +148,8 @@ def main() -> int:
         print(f"{name:<10} {fp32 * 1e3:>10.3f} {int8 * 1e3:>8.3f} {int8 / fp32:>6.2f} {kernels['float32']:>11.3f} "
               f"{kernels['int8']:>11.3f} {model_bytes(models['float32']):>10} {model_bytes(models['int8']):>10} "
               f"{accuracy:>19}", flush=True)
+    if args.onnx:
+        onnx_rows(args.onnx, args.repeats)
     return 0
 
 
