@@ -73,16 +73,23 @@ def _signature(args: tuple, kwargs: dict) -> tuple[list[tuple], list[Tensor]]:
     for name, value in named:  # runs on every call: plain attribute reads, no properties
         if isinstance(value, Tensor):
             node = value.lazydata
-            if node.__class__ is not LazyBuffer:
-                raise JitError(f"jit: argument {name!r} is sharded over {node.device}; pass it whole and shard it "
-                               "inside the function, where the copies to each device are captured")
-            described.append((name, "tensor", (node.shape, node.dtype, node.device)))
+            if node.__class__ is LazyBuffer:
+                described.append((name, "tensor", (node.shape, node.dtype, node.device)))
+            else:  # sharded: its split too, each shard's buffer an argument of the replay
+                described.append((name, "tensor", (node.shape, node.dtype, node.device, node.axis, node.bounds)))
             tensors.append(value)
         elif isinstance(value, _PLAIN_TYPES) or (isinstance(value, tuple) and all(isinstance(v, _PLAIN_TYPES) for v in value)):
             described.append((name, "value", value))
         else:
             described.append((name, "object", id(value)))
     return described, tensors
+
+
+def _split(described: tuple) -> str:
+    """How a sharded argument is split, for an error message (nothing for a plain tensor)."""
+    if len(described) == 3:
+        return ""
+    return " (replicated)" if described[3] is None else f" split along dim {described[3]} as {described[4]}"
 
 
 def _describe_difference(captured: list[tuple], now: list[tuple]) -> str:
@@ -92,12 +99,26 @@ def _describe_difference(captured: list[tuple], now: list[tuple]) -> str:
         if before != after:
             what = "argument" if isinstance(name, int) else "keyword argument"
             if kind == "tensor":
-                return (f"{what} {name!r} is a tensor of shape {after[0]}, {after[1].name} on {after[2]}; "
-                        f"the capture had shape {before[0]}, {before[1].name} on {before[2]}")
+                return (f"{what} {name!r} is a tensor of shape {after[0]}, {after[1].name} on {after[2]}{_split(after)}; "
+                        f"the capture had shape {before[0]}, {before[1].name} on {before[2]}{_split(before)}")
             if kind == "value":
                 return f"{what} {name!r} is {after!r}; the capture had {before!r}"
             return f"{what} {name!r} is a different object than at the capture"
     return "nothing changed"
+
+
+def _argument_buffers(inputs: list[Tensor]) -> list:
+    """The buffers of the tensor arguments, in order, a sharded one's shard by shard: run() substitutes
+    them for the capture's (plain loops: this runs on every replay)."""
+    buffers = []
+    for tensor in inputs:
+        node = tensor.lazydata
+        if node.__class__ is LazyBuffer:
+            buffers.append(node.buffer)
+        else:
+            for shard in node.lbs:
+                buffers.append(shard.buffer)
+    return buffers
 
 
 def _flatten_outputs(result) -> list[Tensor]:
@@ -134,8 +155,10 @@ class _Replay:
     """The captured launches with each buffer resolved to a slot; runs them for new arguments."""
 
     def __init__(self, recording: engine.Recording, inputs: list[Tensor], outputs: list[Tensor]):
-        input_buffers = {id(tensor.lazydata.buffer): index for index, tensor in enumerate(inputs)}
-        if len(input_buffers) < len(inputs):
+        # each argument's buffer (each shard's, in order, for a sharded one) -> its slot in run()'s list
+        arguments = _argument_buffers(inputs)
+        input_buffers = {id(buffer): index for index, buffer in enumerate(arguments)}
+        if len(input_buffers) < len(arguments):
             raise JitError("jit: two tensor arguments share one buffer; pass distinct tensors")
         output_buffers = {}
         for index, tensor in enumerate(outputs):
@@ -270,9 +293,7 @@ class _Replay:
 
     def run(self, inputs: list[Tensor]) -> list[Tensor]:
         """Replay for `inputs` (realized and current); runs for every call, so plain loops only."""
-        input_buffers = []
-        for tensor in inputs:
-            input_buffers.append(tensor.lazydata.buffer)
+        input_buffers = _argument_buffers(inputs)
         output_buffers = []
         for number, (shape, dtype, device, size) in enumerate(self.output_allocations):
             # The previous call's output again when nothing else refers to it (the caller dropped
@@ -456,15 +477,14 @@ class TinyJit:
     def _realized(inputs: list[Tensor]) -> list[Tensor]:
         pending = []
         for tensor in inputs:
-            node = tensor.lazydata
-            if node.buffer is None or node.op != "BUFFER":
+            if any(node.buffer is None or node.op != "BUFFER" for node in lazy_nodes(tensor.lazydata)):
                 pending.append(tensor)
         if pending:
             Tensor.realize(*pending)
         for tensor in inputs:
-            node = tensor.lazydata
-            if node.buffer.version != node.version:
-                node.check_current()  # raises StaleValueError
+            for node in lazy_nodes(tensor.lazydata):
+                if node.buffer.version != node.version:
+                    node.check_current()  # raises StaleValueError
         return inputs
 
     def _run_plainly(self, args, kwargs):

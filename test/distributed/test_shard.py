@@ -284,10 +284,21 @@ def test_the_jit_captures_a_sharded_training_step():
             np.testing.assert_allclose(piece, expected[name].numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-def test_jit_refuses_sharded_arguments_and_outputs():
-    x = Tensor(data((4, 2))).shard(TWO, 0).realize()
-    with pytest.raises(JitError, match="sharded over"):
-        jit(lambda t: t + 1)(x)
+def test_the_jit_takes_sharded_arguments_shard_by_shard():
+    """A batch sharded outside the jitted function: each shard's buffer is an argument of the replay;
+    a call with another split raises, naming both."""
+    w = Tensor(data((6, 3), seed=2)).shard(TWO).realize()
+    step = jit(lambda x: (x @ w).relu().sum(0).to("CPU"))
+    for number in range(4):
+        values = data((8, 6), seed=20 + number)
+        np.testing.assert_allclose(step(Tensor(values).shard(TWO, 0)).numpy(),
+                                   np.maximum(values @ w.numpy(), 0).sum(0), rtol=1e-5, atol=1e-5)
+    assert step.replay is not None and step.calls == 4
+    with pytest.raises(JitError, match=r"split along dim 1 .* split along dim 0"):
+        step(Tensor(data((8, 6))).shard(TWO, 1))
+
+
+def test_jit_refuses_sharded_outputs():
     gives_sharded = jit(lambda t: t.shard(TWO, 0) + 1)
     gives_sharded(Tensor(data((4, 2))))  # the first call runs plainly, the second captures
     with pytest.raises(JitError, match=r"output 0 is sharded.*\.to\('CPU'\)"):
