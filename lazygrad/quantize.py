@@ -12,9 +12,10 @@ nn.Conv2d of a model, in place, by a QuantizedLinear or QuantizedConv2d:
 - its input per tensor, symmetric, to int8 as well: from each call's own max |x| (dynamic), or from
   the largest max |x| seen over `calibration` batches run through the float model (static; inputs
   beyond it saturate at +-127);
-- the product on the int8 values widened to int32, so the kernel loads int8 and adds exact int32
-  products (a matmul or convolution of integers: the same tiles and panels as float32's), then
-  dequantizes in its epilogue: y = acc * (x_scale * w_scale_c) + bias, in float32.
+- the product on the int8 values widened to int32, exact, then dequantized in its epilogue:
+  y = acc * (x_scale * w_scale_c) + bias, in float32. A Linear's is a dot product per output of the
+  input shifted to uint8 with the weight's rows, which gcc compiles to AVX-512 VNNI's dot products
+  (faster than float32); a convolution's is an integer convolution (float32's tiles, int32 lanes).
 
 Everything stays Tensor ops, so a quantized model runs under the jit and exports to C
 (lazygrad.export) like any other. Rounding is to nearest, ties to even (numpy's, PyTorch's).
@@ -72,14 +73,17 @@ class _Quantized(Module):
             product = self._product(x, self._float_weight)
             return product if self.bias is None else product + self._bias_shaped(product)
         quantized, scale = quantize_tensor(x, self.input_scale)
-        # stored first, widened: inlined, the rounding would run again for every weight that reads a
-        # value (a 3x3 convolution's nine windows, a matmul's packs: 3-9x the float layer's time); as
-        # int32 the product's tile reads one dtype and is written as int32 vectors (renderer/c.py)
-        quantized = quantized.cast(dtypes.int32).contiguous()
-        accumulated = self._product(quantized, self.weight.cast(dtypes.int32))
+        accumulated = self._integer_product(quantized)
         rescale = (scale * self.weight_scale).reshape(self._channel_shape(accumulated))
         out = accumulated.cast(dtypes.float32) * rescale
         return out if self.bias is None else out + self._bias_shaped(out)
+
+    def _integer_product(self, quantized: Tensor) -> Tensor:
+        """The int32 product of the int8 input and weight. The input is stored first, widened: inlined,
+        its rounding would run again for every weight that reads a value (a 3x3 convolution's nine
+        windows: 5x the float layer's time); as int32 the product's tile reads one dtype and is
+        written as int32 vectors (renderer/c.py)."""
+        return self._product(quantized.cast(dtypes.int32).contiguous(), self.weight.cast(dtypes.int32))
 
     def _channel_shape(self, out: Tensor) -> tuple[int, ...]:
         raise NotImplementedError
@@ -100,9 +104,20 @@ class QuantizedLinear(_Quantized):
     def __init__(self, layer: Linear):
         super().__init__(layer)
         self.in_features, self.out_features = layer.in_features, layer.out_features
+        # 128 times each output's weight sum: what shifting the input to uint8 adds (see below)
+        self.weight_offset = (self.weight.cast(dtypes.int32)._reduce("SUM", -1, False, "quantize") * 128).realize()
 
     def _product(self, x: Tensor, weight: Tensor) -> Tensor:
         return x @ weight.T
+
+    def _integer_product(self, quantized: Tensor) -> Tensor:
+        """Each output a dot product of the input shifted to uint8 (x_q + 128) with the weight's int8
+        row, both read along the inputs, less 128 times the row's sum: the kernel is plain loops,
+        which gcc turns into AVX-512 VNNI's uint8-by-int8 dot products (opts.byte_dot_product;
+        256 x 1024 by 1024 x 1024, one thread: 2.7-3.0 ms, against float32's 4.6 ms)."""
+        shifted = (quantized.cast(dtypes.int16) + 128).cast(dtypes.uint8).contiguous()
+        products = shifted.cast(dtypes.int32).unsqueeze(-2) * self.weight.cast(dtypes.int32)
+        return products._reduce("SUM", -1, False, "linear") - self.weight_offset
 
     def _channel_shape(self, out: Tensor) -> tuple[int, ...]:
         return (self.out_features,)

@@ -35,6 +35,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from lazygrad.dtype import dtypes
 from lazygrad.renderer.axes import move_dim, split_dim
 from lazygrad.schedule.kernel import Kernel, KernelNode
 from lazygrad.shape.symbolic import Lin, var
@@ -781,6 +782,25 @@ def strided_spread_tile(kernel: Kernel) -> list[Opt]:
     return [Opt("UPCAST", axis, stride) for axis, stride in sorted(strides.items(), reverse=True)]
 
 
+def byte_dot_product(kernel: Kernel) -> bool:
+    """Whether the kernel is int32 sums of uint8 by int8 products along one reduce axis that both
+    loads walk contiguously (lazygrad.quantize's Linear): left as plain loops, gcc turns the inner
+    loop into AVX-512 VNNI's vpdpbusd, four products added to a lane per instruction, where a
+    register tile would keep it scalar (256 x 1024 by 1024 x 1024, one thread: 2.7 ms, 196 GOP/s;
+    float32's tile 4.6 ms; as a tile of int32 products 5.7 ms)."""
+    reduces = [node for node in kernel.ast.walk() if node.is_reduce]
+    if len(reduces) != 1 or len(kernel.reduce_axes) != 1 or reduces[0].op != "SUM" or reduces[0].dtype != dtypes.int32:
+        return False
+    product = reduces[0].srcs[0]
+    if product.op != "MUL" or any(src.op != "CAST" or src.srcs[0].op != "LOAD" for src in product.srcs):
+        return False
+    loads = [src.srcs[0] for src in product.srcs]
+    if sorted(load.dtype.name for load in loads) != ["int8", "uint8"]:
+        return False
+    axis = kernel.reduce_axes[0]
+    return all(steps.get(axis) == 1 for steps in load_strides(kernel, loads))
+
+
 def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     """The default opts of a dim-merged kernel on renderers that vectorize straight-line code (C):
     a register tile for matmul-like reduces, else rows and unrolled accumulators for cheap row
@@ -790,6 +810,8 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     `transposed_read_panel`, else `source_order_panel`, else `strided_spread_tile`. The GPU dialects get `work_item_tile` instead."""
     if not getattr(renderer, "expands_tiles", False):
         return work_item_tile(kernel, renderer)
+    if byte_dot_product(kernel):
+        return []
     if not kernel.reduce_axes:
         return transposed_read_panel(kernel) or source_order_panel(kernel) or strided_spread_tile(kernel)
     if sum(node.is_reduce for node in kernel.ast.walk()) > 1:

@@ -354,6 +354,25 @@ def test_a_transposed_read_runs_a_cache_line_of_its_rows_innermost():
     assert heuristic_opts(kernel_of(x.T + 1), renderer) == []  # 1024 rows: more lines than L1 holds
 
 
+def test_a_uint8_by_int8_dot_product_keeps_plain_loops_for_the_compiler():
+    """int32 sums of uint8 by int8 products along a contiguous axis (lazygrad.quantize's Linear) get
+    no opts and no `omp simd` pragma: gcc then compiles the inner loop to AVX-512 VNNI's dot products
+    (256 x 1024 by 1024 x 1024, one thread: 2.7 ms, 196 GOP/s, where float32's tile takes 4.6). Other
+    integer products (int8 by int8, which VNNI has no instruction for) keep their tiles."""
+    rng = np.random.default_rng(9)
+    left = rng.integers(0, 256, (8, 64)).astype(np.uint8)
+    right = rng.integers(-127, 128, (16, 64)).astype(np.int8)
+    product = (Tensor(left).cast(dtypes.int32).unsqueeze(-2) * Tensor(right).cast(dtypes.int32))
+    dots = product._reduce("SUM", -1, False, "dot")
+    kernel = kernel_of(dots)
+    assert heuristic_opts(kernel, CRenderer(16, 32)) == []
+    source = CRenderer(16, 32).render_program(linearize(kernel, CRenderer(16, 32)))
+    assert "omp simd" not in source
+    np.testing.assert_array_equal(dots.numpy(), left.astype(np.int64) @ right.astype(np.int64).T)
+    signed = (Tensor(left.astype(np.int8) // 2).cast(dtypes.int32).unsqueeze(-2) * Tensor(right).cast(dtypes.int32))
+    assert heuristic_opts(kernel_of(signed._reduce("SUM", -1, False, "dot")), CRenderer(16, 32)) != []
+
+
 def test_a_channels_last_max_pool_takes_its_channels_in_vectors_and_keeps_nan():
     """A max pool computed channels last (nn/spatial.py) upcasts its 64 channels as four vectors:
     each window step a vector load and a vector max held in registers (ResNet-18's pool, one
