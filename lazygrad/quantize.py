@@ -15,7 +15,8 @@ nn.Conv2d of a model, in place, by a QuantizedLinear or QuantizedConv2d:
 - the product on the int8 values widened to int32, exact, then dequantized in its epilogue:
   y = acc * (x_scale * w_scale_c) + bias, in float32. A Linear's is a dot product per output of the
   input shifted to uint8 with the weight's rows, which gcc compiles to AVX-512 VNNI's dot products
-  (faster than float32); a convolution's is an integer convolution (float32's tiles, int32 lanes).
+  (faster than float32), and so is a 1x1 convolution's, over the channels stored last; another
+  convolution's is an integer convolution (float32's tiles with int32 lanes: slower than float32).
 
 Everything stays Tensor ops, so a quantized model runs under the jit and exports to C
 (lazygrad.export) like any other. Rounding is to nearest, ties to even (numpy's, PyTorch's).
@@ -51,6 +52,22 @@ def quantize_tensor(x: Tensor, scale: Tensor | None = None) -> tuple[Tensor, Ten
         largest = x.abs().max()
         scale = (largest == 0).where(1.0, largest / INT8_LIMIT)
     return (x / scale).round().clip(-INT8_LIMIT, INT8_LIMIT).cast(dtypes.int8), scale
+
+
+def _shift_offset(weight_rows: Tensor) -> Tensor:
+    """128 times each output's weight sum: what shifting the input to uint8 adds to its dot products."""
+    return (weight_rows.cast(dtypes.int32)._reduce("SUM", -1, False, "quantize") * 128).realize()
+
+
+def _byte_dot_products(rows: Tensor, weight_rows: Tensor, offset: Tensor) -> Tensor:
+    """(..., outputs) int32: each output the dot product of an int8 row of `rows` (the inputs along
+    its last axis) shifted to uint8 (x_q + 128) with the weight's int8 row, less 128 times that row's
+    sum. Stored in the rows' order, both operands are read along the inputs: the kernel is plain
+    loops, which gcc turns into AVX-512 VNNI's uint8-by-int8 dot products (opts.byte_dot_product;
+    256 x 1024 by 1024 x 1024, one thread: 2.7-3.0 ms, against float32's 4.6 ms)."""
+    shifted = (rows.cast(dtypes.int16) + 128).cast(dtypes.uint8).contiguous()
+    products = shifted.cast(dtypes.int32).unsqueeze(-2) * weight_rows.cast(dtypes.int32)
+    return products._reduce("SUM", -1, False, "dot") - offset
 
 
 class _Quantized(Module):
@@ -104,20 +121,13 @@ class QuantizedLinear(_Quantized):
     def __init__(self, layer: Linear):
         super().__init__(layer)
         self.in_features, self.out_features = layer.in_features, layer.out_features
-        # 128 times each output's weight sum: what shifting the input to uint8 adds (see below)
-        self.weight_offset = (self.weight.cast(dtypes.int32)._reduce("SUM", -1, False, "quantize") * 128).realize()
+        self.weight_offset = _shift_offset(self.weight)
 
     def _product(self, x: Tensor, weight: Tensor) -> Tensor:
         return x @ weight.T
 
     def _integer_product(self, quantized: Tensor) -> Tensor:
-        """Each output a dot product of the input shifted to uint8 (x_q + 128) with the weight's int8
-        row, both read along the inputs, less 128 times the row's sum: the kernel is plain loops,
-        which gcc turns into AVX-512 VNNI's uint8-by-int8 dot products (opts.byte_dot_product;
-        256 x 1024 by 1024 x 1024, one thread: 2.7-3.0 ms, against float32's 4.6 ms)."""
-        shifted = (quantized.cast(dtypes.int16) + 128).cast(dtypes.uint8).contiguous()
-        products = shifted.cast(dtypes.int32).unsqueeze(-2) * self.weight.cast(dtypes.int32)
-        return products._reduce("SUM", -1, False, "linear") - self.weight_offset
+        return _byte_dot_products(quantized, self.weight, self.weight_offset)
 
     def _channel_shape(self, out: Tensor) -> tuple[int, ...]:
         return (self.out_features,)
@@ -134,9 +144,21 @@ class QuantizedConv2d(_Quantized):
         super().__init__(layer)
         self.stride, self.padding, self.dilation, self.groups = layer.stride, layer.padding, layer.dilation, layer.groups
         self.out_channels = layer.out_channels
+        # a 1x1 convolution (unstrided, unpadded, ungrouped) is the Linear's dot products over the channels
+        self.pointwise = (layer.kernel_size == (1, 1) and self.stride == (1, 1) and self.dilation == (1, 1)
+                          and self.groups == 1 and self.padding in ((0, 0), "valid"))
+        if self.pointwise:
+            self.weight_offset = _shift_offset(self.weight.reshape(self.out_channels, -1))
 
     def _product(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.conv2d(x, weight, None, self.stride, self.padding, self.dilation, self.groups)
+
+    def _integer_product(self, quantized: Tensor) -> Tensor:
+        if not self.pointwise:
+            return super()._integer_product(quantized)
+        channels_last = quantized.permute((0, 2, 3, 1) if quantized.ndim == 4 else (1, 2, 0))
+        dots = _byte_dot_products(channels_last, self.weight.reshape(self.out_channels, -1), self.weight_offset)
+        return dots.permute((0, 3, 1, 2) if quantized.ndim == 4 else (2, 0, 1))
 
     def _channel_shape(self, out: Tensor) -> tuple[int, ...]:
         return (self.out_channels, 1, 1) if out.ndim == 3 else (1, self.out_channels, 1, 1)

@@ -67,13 +67,15 @@ def test_a_quantized_linear_is_the_int32_product_of_int8_values_rescaled(device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("stride, padding, groups", [(1, 1, 1), (2, 0, 1), (1, 1, 4)])
-def test_a_quantized_conv2d_is_the_int32_convolution_of_int8_values_rescaled(device, stride, padding, groups):
+@pytest.mark.parametrize("kernel, stride, padding, groups", [(3, 1, 1, 1), (3, 2, 0, 1), (3, 1, 1, 4), (1, 1, 0, 1)])
+def test_a_quantized_conv2d_is_the_int32_convolution_of_int8_values_rescaled(device, kernel, stride, padding, groups):
+    """3x3 ones as integer convolutions; a 1x1 one as the Linear's uint8-by-int8 dot products over
+    the channels (stored channels last)."""
     rng = np.random.default_rng(2)
-    layer = nn.Conv2d(8, 12, 3, stride=stride, padding=padding, groups=groups, device=device)
+    layer = nn.Conv2d(8, 12, kernel, stride=stride, padding=padding, groups=groups, device=device)
     x = rng.standard_normal((2, 8, 9, 9)).astype(np.float32)
     model = quantize(nn.Sequential(layer))
-    assert isinstance(model[0], QuantizedConv2d)
+    assert isinstance(model[0], QuantizedConv2d) and model[0].pointwise == (kernel == 1)
     weight_q, weight_scale = reference_weight(layer.weight.numpy())
 
     def expected(images):  # the input's scale is its own max |x|: a batch's, or one image's
