@@ -82,7 +82,8 @@ class _Quantized(Module):
         self._observed = 0.0
 
     def _product(self, x: Tensor, weight: Tensor) -> Tensor:
-        raise NotImplementedError
+        """The layer's product of an input and a weight (float while calibrating, int32 after)."""
+        raise NotImplementedError(f"{type(self).__name__}: a quantized layer defines its product")
 
     def forward(self, x: Tensor) -> Tensor:
         if self._float_weight is not None:  # calibrating: the float layer, noting the largest input
@@ -103,7 +104,8 @@ class _Quantized(Module):
         return self._product(quantized.cast(dtypes.int32).contiguous(), self.weight.cast(dtypes.int32))
 
     def _channel_shape(self, out: Tensor) -> tuple[int, ...]:
-        raise NotImplementedError
+        """The shape a per-output-channel vector takes to broadcast against the layer's output."""
+        raise NotImplementedError(f"{type(self).__name__}: a quantized layer defines its channel shape")
 
     def _bias_shaped(self, out: Tensor) -> Tensor:
         return self.bias.reshape(self._channel_shape(out))
