@@ -14,9 +14,11 @@ nn.Conv2d of a model, in place, by a QuantizedLinear or QuantizedConv2d:
   beyond it saturate at +-127);
 - the product on the int8 values widened to int32, exact, then dequantized in its epilogue:
   y = acc * (x_scale * w_scale_c) + bias, in float32. A Linear's is a dot product per output of the
-  input shifted to uint8 with the weight's rows, which gcc compiles to AVX-512 VNNI's dot products
-  (faster than float32), and so is a 1x1 convolution's, over the channels stored last; another
-  convolution's is an integer convolution (float32's tiles with int32 lanes: slower than float32).
+  input shifted to uint8 with the weight's rows, which gcc compiles to AVX-512 VNNI's dot products;
+  an ungrouped convolution's is the dot products of the shifted input's windows, channels last,
+  with a weight packed for a register tile of VNNI instructions (renderer/opts.py byte_dot_tile):
+  both faster than float32 (a 3x3 convolution 0.3-0.4x its time). A grouped convolution's is an
+  integer convolution (float32's tiles with int32 lanes: slower than float32).
 
 Everything stays Tensor ops, so a quantized model runs under the jit and exports to C
 (lazygrad.export) like any other. Rounding is to nearest, ties to even (numpy's, PyTorch's).
@@ -29,10 +31,14 @@ from lazygrad.dtype import dtypes
 from lazygrad.nn import functional as F
 from lazygrad.nn.layers import Conv2d, Linear
 from lazygrad.nn.module import Module
+from lazygrad.nn.spatial import _conv_padding, pool_windows
 from lazygrad.nn.state import get_state_dict, named_children
 from lazygrad.tensor import Tensor, no_grad
 
 INT8_LIMIT = 127  # symmetric: -128 is never used, so negating a quantized value stays in range
+# Output channels whose sums one AVX-512 VNNI instruction adds to (16 int32 lanes): a convolution's
+# weight is packed in blocks of them (QuantizedConv2d._packed_weight).
+BYTE_DOT_LANES = 16
 
 
 def quantize_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -55,19 +61,25 @@ def quantize_tensor(x: Tensor, scale: Tensor | None = None) -> tuple[Tensor, Ten
 
 
 def _shift_offset(weight_rows: Tensor) -> Tensor:
-    """128 times each output's weight sum: what shifting the input to uint8 adds to its dot products."""
-    return (weight_rows.cast(dtypes.int32)._reduce("SUM", -1, False, "quantize") * 128).realize()
+    """128 times each output's weight sum (over all but the first axis): what shifting the input to
+    uint8 adds to its dot products."""
+    return (weight_rows.cast(dtypes.int32).reshape(weight_rows.shape[0], -1)._reduce("SUM", -1, False, "quantize")
+            * 128).realize()
 
 
-def _byte_dot_products(rows: Tensor, weight_rows: Tensor, offset: Tensor) -> Tensor:
-    """(..., outputs) int32: each output the dot product of an int8 row of `rows` (the inputs along
-    its last axis) shifted to uint8 (x_q + 128) with the weight's int8 row, less 128 times that row's
-    sum. Stored in the rows' order, both operands are read along the inputs: the kernel is plain
-    loops, which gcc turns into AVX-512 VNNI's uint8-by-int8 dot products (opts.byte_dot_product;
-    256 x 1024 by 1024 x 1024, one thread: 2.7-3.0 ms, against float32's 4.6 ms)."""
-    shifted = (rows.cast(dtypes.int16) + 128).cast(dtypes.uint8).contiguous()
-    products = shifted.cast(dtypes.int32).unsqueeze(-2) * weight_rows.cast(dtypes.int32)
-    return products._reduce("SUM", -1, False, "dot") - offset
+def _shifted(quantized: Tensor) -> Tensor:
+    """int8 values shifted to uint8 (x_q + 128), stored: the operand VNNI's dot products take unsigned."""
+    return (quantized.cast(dtypes.int16) + 128).cast(dtypes.uint8).contiguous()
+
+
+def _byte_dot_products(rows: Tensor, weights: Tensor, offset: Tensor, row_dims: int) -> Tensor:
+    """int32 dot products over the last `row_dims` axes of uint8 `rows` (x_q + 128) and int8
+    `weights` (broadcast against each other), less `offset` (`_shift_offset`, shaped to the result).
+    Both operands read along their last axis, the kernel is plain loops, which gcc turns into AVX-512
+    VNNI's uint8-by-int8 dot products (opts.byte_dot_product; 256 x 1024 by 1024 x 1024, one thread:
+    2.7-3.0 ms, against float32's 4.6 ms)."""
+    products = rows.cast(dtypes.int32) * weights.cast(dtypes.int32)
+    return products._reduce("SUM", tuple(range(-row_dims, 0)), False, "dot") - offset
 
 
 class _Quantized(Module):
@@ -129,7 +141,7 @@ class QuantizedLinear(_Quantized):
         return x @ weight.T
 
     def _integer_product(self, quantized: Tensor) -> Tensor:
-        return _byte_dot_products(quantized, self.weight, self.weight_offset)
+        return _byte_dot_products(_shifted(quantized).unsqueeze(-2), self.weight, self.weight_offset, 1)
 
     def _channel_shape(self, out: Tensor) -> tuple[int, ...]:
         return (self.out_features,)
@@ -140,27 +152,54 @@ class QuantizedLinear(_Quantized):
 
 class QuantizedConv2d(_Quantized):
     """nn.Conv2d with an int8 weight: the convolution of the int8 input and weight in int32, rescaled
-    per output channel."""
+    per output channel. Ungrouped, as byte dot products of each window with the weight, both channels
+    last (`_windowed_dot_products`); grouped, an integer convolution (float32's tiles with int32
+    lanes: slower than float32)."""
 
     def __init__(self, layer: Conv2d):
         super().__init__(layer)
-        self.stride, self.padding, self.dilation, self.groups = layer.stride, layer.padding, layer.dilation, layer.groups
-        self.out_channels = layer.out_channels
-        # a 1x1 convolution (unstrided, unpadded, ungrouped) is the Linear's dot products over the channels
-        self.pointwise = (layer.kernel_size == (1, 1) and self.stride == (1, 1) and self.dilation == (1, 1)
-                          and self.groups == 1 and self.padding in ((0, 0), "valid"))
-        if self.pointwise:
-            self.weight_offset = _shift_offset(self.weight.reshape(self.out_channels, -1))
+        self.kernel_size, self.stride, self.dilation = layer.kernel_size, layer.stride, layer.dilation
+        self.padding, self.groups, self.out_channels = layer.padding, layer.groups, layer.out_channels
+        if self.groups == 1:
+            self.weight_offset = _shift_offset(self.weight)
 
     def _product(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.conv2d(x, weight, None, self.stride, self.padding, self.dilation, self.groups)
 
     def _integer_product(self, quantized: Tensor) -> Tensor:
-        if not self.pointwise:
+        if self.groups != 1:
             return super()._integer_product(quantized)
-        channels_last = quantized.permute((0, 2, 3, 1) if quantized.ndim == 4 else (1, 2, 0))
-        dots = _byte_dot_products(channels_last, self.weight.reshape(self.out_channels, -1), self.weight_offset)
-        return dots.permute((0, 3, 1, 2) if quantized.ndim == 4 else (2, 0, 1))
+        batched = quantized if quantized.ndim == 4 else quantized.unsqueeze(0)
+        out = self._windowed_dot_products(batched)
+        return out if quantized.ndim == 4 else out.squeeze(0)
+
+    def _packed_weight(self) -> Tensor:
+        """The weight (K, C, kh, kw) as (K/16, kh, kw, C/4, 16, 4), K and C padded with zeros to
+        multiples of 16 and 4: at each window position and 4 channels, 16 output channels' 4 weights
+        in one run of 64 bytes (what renderer/opts.py byte_dot_tile reads as one vector). A value of
+        the weight alone: computed once, kept between calls (derived_values.py)."""
+        out_channels, channels, kh, kw = self.weight.shape
+        padded = self.weight.pad(((0, -out_channels % BYTE_DOT_LANES), (0, -channels % 4), (0, 0), (0, 0)))
+        blocks, quads = padded.shape[0] // BYTE_DOT_LANES, padded.shape[1] // 4
+        return padded.reshape(blocks, BYTE_DOT_LANES, quads, 4, kh, kw).permute(0, 4, 5, 2, 1, 3).contiguous()
+
+    def _windowed_dot_products(self, quantized: Tensor) -> Tensor:
+        """(N, K, OH, OW) int32: the input padded with zeros (and its channels to a multiple of 4),
+        shifted to uint8 and stored channels last (N, H, W, C), read as windows (N, OH, OW, kh, kw,
+        C/4, 4) against the packed weight: sums stored channels last (N, OH, OW, K), whose 16
+        consecutive channels are one vector of a register tile (renderer/opts.py byte_dot_tile)."""
+        pads = _conv_padding("QuantizedConv2d", self.padding, self.kernel_size, self.stride, self.dilation)
+        channel_pad = (0, -quantized.shape[1] % 4)
+        padded = _shifted(quantized).pad(((0, 0), channel_pad) + pads, value=128)  # x_q = 0 in the padding
+        channels_last = padded.permute(0, 2, 3, 1).contiguous()
+        windows = pool_windows(channels_last.permute(0, 3, 1, 2), self.kernel_size, self.stride, self.dilation)
+        batch, quads, rows, columns, kh, kw = windows.shape[0], windows.shape[1] // 4, *windows.shape[2:]
+        rows_ = windows.reshape(batch, quads, 4, rows, columns, kh, kw).permute(0, 3, 4, 5, 6, 1, 2)
+        packed = self._packed_weight()  # (K/16, kh, kw, C/4, 16, 4)
+        weights = packed.permute(0, 4, 1, 2, 3, 5)  # (K/16, 16, kh, kw, C/4, 4)
+        sums = _byte_dot_products(rows_.reshape(batch, rows, columns, 1, 1, kh, kw, quads, 4), weights, 0, 4)
+        sums = sums.reshape(batch, rows, columns, -1)[..., :self.out_channels] - self.weight_offset
+        return sums.permute(0, 3, 1, 2)
 
     def _channel_shape(self, out: Tensor) -> tuple[int, ...]:
         return (self.out_channels, 1, 1) if out.ndim == 3 else (1, self.out_channels, 1, 1)

@@ -50,7 +50,8 @@ def renderer_for(device_name: str):
         if kind == "OPENCL":
             renderer = OpenCLRenderer(get_device(device_name).float_vector_width)
         elif kind == "CPU":
-            renderer = CRenderer(*get_device(device_name).simd)
+            device = get_device(device_name)
+            renderer = CRenderer(*device.simd, byte_dot_lanes=device.byte_dot_lanes)
         else:
             renderer = {"CPU": CRenderer, "CUDA": CUDARenderer}[kind]()
         _RENDERERS[device_name] = renderer

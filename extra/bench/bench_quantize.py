@@ -1,4 +1,4 @@
-"""int8 (lazygrad.quantize) against float32: layers and the digits CNN, jitted, alternating the two.
+"""int8 (lazygrad.quantize) against float32: layers, the digits CNN and ResNet-18, jitted, alternating the two.
 
     python extra/bench/bench_quantize.py
     python extra/bench/bench_quantize.py --repeats 20 --only linear,digits
@@ -40,6 +40,7 @@ def cases():
     """name -> (build the float model, input shape)."""
     import lazygrad.nn as nn
     import train_digits
+    from models.resnet import resnet18
     from lazygrad.nn.state import get_state_dict, load_state_dict, safe_load
 
     checkpoint = train_digits.HERE / "train_digits.safetensors"
@@ -56,6 +57,8 @@ def cases():
         "conv1x1": (lambda: nn.Sequential(nn.Conv2d(256, 256, 1, bias=False)), (16, 256, 14, 14)),
         "digits": (digits, (200, 1, 8, 8)),
         "digits b1": (digits, (1, 1, 8, 8)),
+        "resnet18": (lambda: resnet18(nn), (1, 3, 224, 224)),         # random weights (extra/models)
+        "resnet18 b16": (lambda: resnet18(nn), (16, 3, 224, 224)),
     }
 
 
@@ -120,7 +123,7 @@ def main() -> int:
     from lazygrad import Tensor
     from lazygrad.jit import jit
     from lazygrad.quantize import model_bytes, quantize
-    print(f"{'case':<10} {'float32 ms':>10} {'int8 ms':>8} {'ratio':>6} {'fp32 kernel':>11} {'int8 kernel':>11} "
+    print(f"{'case':<12} {'float32 ms':>10} {'int8 ms':>8} {'ratio':>6} {'fp32 kernel':>11} {'int8 kernel':>11} "
           f"{'fp32 bytes':>10} {'int8 bytes':>10} {'accuracy fp32/int8':>19}")
     for name, (build, shape) in cases().items():
         if args.only and name not in args.only.split(","):
@@ -145,7 +148,7 @@ def main() -> int:
             accuracy = "/".join(f"{train_digits.evaluate(model, data.test_images, data.test_labels):.4f}"
                                 for model in models.values())
         fp32, int8 = statistics.median(times["float32"]), statistics.median(times["int8"])
-        print(f"{name:<10} {fp32 * 1e3:>10.3f} {int8 * 1e3:>8.3f} {int8 / fp32:>6.2f} {kernels['float32']:>11.3f} "
+        print(f"{name:<12} {fp32 * 1e3:>10.3f} {int8 * 1e3:>8.3f} {int8 / fp32:>6.2f} {kernels['float32']:>11.3f} "
               f"{kernels['int8']:>11.3f} {model_bytes(models['float32']):>10} {model_bytes(models['int8']):>10} "
               f"{accuracy:>19}", flush=True)
     if args.onnx:

@@ -165,6 +165,12 @@ HELPERS.update({f"lg_int{lanes}": _vector_types("int", "lg_int", lanes) for lane
 # broadcast memory operand again (84 us).
 HELPERS["lg_splat_load("] = ("#define lg_splat_load(p) ({ __typeof__(p) lg_at_ = (p); __asm__(\"\" : \"+r\"(lg_at_)); "
                              "*lg_at_; })")
+# AVX-512 VNNI's vpdpbusd: to each int32 lane, the four products of its four uint8 (a's bytes) by int8
+# (b's bytes) (CRenderer.render_byte_dot); the 4 bytes a broadcasts are read as one unaligned int.
+HELPERS["lg_byte_dot16("] = ("typedef int lg_int_unaligned __attribute__((aligned(1)));\n#if defined(__clang__)\n"
+                             "#define lg_byte_dot16(acc, a, b) ((lg_int16)__builtin_ia32_vpdpbusd512((acc), (a), (b)))\n"
+                             "#else\n#define lg_byte_dot16(acc, a, b) "
+                             "((lg_int16)__builtin_ia32_vpdpbusd_v16si((acc), (a), (b)))\n#endif")
 # A select of float vectors by a mask of -1/0 lanes, bit by bit (C's ?: takes no vector condition); gcc
 # makes it one blend. A generic macro, so one definition serves every lane count.
 HELPERS["lg_select("] = ("#define lg_select(mask, a, b) ((__typeof__(a))(((mask) & (__typeof__(mask))(a)) "
@@ -242,8 +248,12 @@ class CRenderer(CStyleRenderer):
     lanewise_ops = True  # other ops of a vector copy computed lane by lane (render_lane, render_vector)
     vector_dtypes = VECTOR_DTYPES
 
-    def __init__(self, simd_lanes: int = 16, simd_registers: int = 32, standalone: bool = False):
+    def __init__(self, simd_lanes: int = 16, simd_registers: int = 32, standalone: bool = False,
+                 byte_dot_lanes: int = 0):
         self.simd_lanes, self.simd_registers = simd_lanes, simd_registers
+        # int32 lanes of one instruction adding four uint8-by-int8 products to each (AVX-512 VNNI's
+        # 16; 0: none). linearize writes such sums of a tile with it (see renderer/opts.py byte_dot_tile).
+        self.byte_dot_lanes = 0 if standalone else byte_dot_lanes
         self.standalone = standalone
         if standalone:
             self.supports_threads = False
@@ -320,6 +330,13 @@ class CRenderer(CStyleRenderer):
         lanes = [f"__builtin_fmaf({left}[{lane}], {right}[{lane}], {accumulator}[{lane}])" for lane in range(width)]
         return self.render_vector(dtype, lanes)
 
+
+    def render_byte_dot(self, accumulator: str, activations: str, weights: str, width: int) -> str:
+        """The accumulator (int32 lanes) plus, per lane, the dot product of the 4 uint8 at `activations`
+        (an address, the same for every lane) with that lane's 4 int8 at `weights` (lane-major)."""
+        assert width == self.byte_dot_lanes == 16, "AVX-512 VNNI's dot products have 16 lanes"
+        broadcast = self.render_broadcast(dtypes.int32, width, f"(*(const lg_int_unaligned*)({activations}))")
+        return f"lg_byte_dot16({accumulator}, {broadcast}, (*(const lg_int16_unaligned*)({weights})))"
 
     def render_fma(self, dtype, left: str, right: str, accumulator: str) -> str:
         if self.standalone:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer.axes import merge_dims, split_dim
 from lazygrad.renderer.opts import (BLOCK, GROUP, LOCAL, UNROLL, UPCAST, Opt, OptimizedKernel, apply_opts,
-                                    heuristic_opts, initial, load_strides)
+                                    byte_dot_axes, heuristic_opts, initial, load_strides)
 from lazygrad.schedule.kernel import Kernel, KernelNode
 from lazygrad.shape.symbolic import Lin, render_condition, var
 from lazygrad.shape.view import ShapeTracker
@@ -418,14 +418,23 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     reduce_nodes = [node for node in kernel.ast.walk() if node.is_reduce]  # a reduce after those it reads
     assert len(reduce_nodes) <= 1 or not inner_loops, "accumulator arrays serve one reduce"
     plain = not (block_loops or inner_loops or group_lane)
-    vector_width = _vector_width(kernel, renderer, upcast_axes, plain, lanes_at) if optimize else 1
+    # a sum of uint8 by int8 products the renderer adds 4 to a lane at a time: the products are not
+    # values of the tile (their bytes are not vectors), only the sums and what follows them
+    byte_dot = byte_dot_axes(kernel, kinds, renderer) if optimize and plain else None
+    products = frozenset(reduce_nodes[0].srcs[0].walk()) if byte_dot else frozenset()
+    vector_width = _vector_width(kernel, renderer, upcast_axes, plain, lanes_at, products) if optimize else 1
+    if byte_dot and vector_width != full_shape[byte_dot[0]]:
+        byte_dot, vector_width = None, _vector_width(kernel, renderer, upcast_axes, plain, lanes_at)
     # each copy of the body: its positions, one per lane (a single one unless vectorized)
     outputs = _lanes(_combinations(full_shape, upcast_axes), vector_width)
-    copies = [[{**lane, **step} for lane in output] for step in _combinations(full_shape, unroll_axes)
-              for output in outputs]
+    if byte_dot:  # one instruction takes the unrolled axis's 4 steps
+        copies = [[{**lane, byte_dot[1]: 0} for lane in output] for output in outputs]
+    else:
+        copies = [[{**lane, **step} for lane in output] for step in _combinations(full_shape, unroll_axes)
+                  for output in outputs]
     reductions: list[_Reduction] = []
     for node in reduce_nodes:
-        stage = _Reduction(node, copies, len(outputs), emitter, inner_loops, bool(optimized.opts))
+        stage = _Reduction(node, copies, len(outputs), emitter, inner_loops, bool(optimized.opts), bool(byte_dot))
         stage.emit_body(lanes_at, reductions)
         reductions.append(stage)
     reduction = reductions[-1] if reductions else None
@@ -486,16 +495,17 @@ def _has_select_only_load(ast: KernelNode) -> bool:
                for node in nodes)
 
 
-def vector_dtype(kernel: Kernel, renderer) -> DType | None:
+def vector_dtype(kernel: Kernel, renderer, skip: frozenset = frozenset()) -> DType | None:
     """The one dtype of a kernel's values when every op is one the renderer computes on vectors
     (`renderer.vector_ops`), the only other values being masks those ops make that no store
     writes: what linearize needs to write a tile as vector copies (with plain loops and stores
     along the lanes, _vector_width). None otherwise. A renderer with `lanewise_ops` (C)
     computes the other elementwise ops lane by lane on vectors (an epilogue's sqrt, gelu's erf
-    tests), masks included, so there a reduce's op, the one dtype and the unstored masks count."""
+    tests), masks included, so there a reduce's op, the one dtype and the unstored masks count.
+    Nodes in `skip` (a byte dot product's, which the renderer reads from memory itself) do not count."""
     operations = getattr(renderer, "vector_ops", frozenset())
     lanewise = getattr(renderer, "lanewise_ops", False)
-    nodes = [node for node in kernel.ast.walk() if node.op not in ("SINK", "STORE")]
+    nodes = [node for node in kernel.ast.walk() if node.op not in ("SINK", "STORE") and node not in skip]
     # masks (comparisons, and the selects they steer) may be vectors too where the renderer says so
     masks = {node for node in nodes if node.dtype == dtypes.bool and (lanewise or node.op in operations)}
     kinds = {node.dtype for node in nodes if node not in masks}
@@ -511,14 +521,15 @@ def vector_dtype(kernel: Kernel, renderer) -> DType | None:
     return max(kinds, key=lambda dtype: dtype.is_float)  # the one, or the float of an integer product's epilogue
 
 
-def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool, lanes_at) -> int:
+def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool, lanes_at,
+                  skip: frozenset = frozenset()) -> int:
     """How many lanes of the last upcast axis each copy of the body covers: the renderer's vector
     width for the kernel's dtype and that axis's length, when every value has that dtype (or is a
     mask that one of the renderer's vector ops makes, a comparison, and is not stored),
     every op is one the renderer computes on vectors (`renderer.vector_ops`), the loops are plain
     (no BLOCK, GROUP or accumulator arrays) and every store is contiguous and aligned along the
-    lanes; else 1."""
-    dtype = vector_dtype(kernel, renderer)
+    lanes; else 1. `skip`: as vector_dtype's."""
+    dtype = vector_dtype(kernel, renderer, skip)
     if not upcast_axes or not plain or dtype is None:
         return 1
     axis = upcast_axes[-1]
@@ -556,9 +567,10 @@ class _Reduction:
     accumulators into its first one after the loop."""
 
     def __init__(self, reduce_node: KernelNode, copies: list[list[dict[int, int]]], output_count: int,
-                 emitter: _Emitter, inner_loops: list[Loop], tiled: bool):
+                 emitter: _Emitter, inner_loops: list[Loop], tiled: bool, byte_dot: bool = False):
         self.node, self.copies, self.emitter, self.output_count = reduce_node, copies, emitter, output_count
         self.fused = _fused_multiply_add(reduce_node, tiled)
+        self.byte_dot = byte_dot  # a uint8-by-int8 product: the renderer's dot products read its bytes
         op, dtype = reduce_node.op, reduce_node.dtype
         self.width = len(copies[0])
         self.accumulators = [Accumulator(emitter.namer.next("acc"), op, dtype, self.width) for _ in copies]
@@ -577,6 +589,9 @@ class _Reduction:
         """The loop body; the results of `earlier` reduces (run before this one) are read by name."""
         source, renderer, emitter = self.node.srcs[0], self.emitter.renderer, self.emitter
         dtype, width = self.node.dtype, self.width
+        if self.byte_dot:
+            self.emit_byte_dots(lanes_at)
+            return
         # a fused multiply-add reads the product's operands: the product itself is not emitted (an
         # unused variable, which an exported file compiled with -Wall -Werror must not have)
         nodes = _walk_above(list(source.srcs) if self.fused else [source], {stage.node for stage in earlier})
@@ -596,3 +611,15 @@ class _Reduction:
             else:
                 update = renderer.render_accumulate(self.node.op, dtype, target, operands[0], width)
             self.inner.append(Statement(target, dtype, update, declare=False, width=width))
+
+    def emit_byte_dots(self, lanes_at) -> None:
+        """Each copy's sum as the renderer's byte dot products: the uint8 load's 4 bytes at the copy's
+        first lane (the same in every lane), the int8 load's 4 bytes per lane from there on."""
+        renderer, params = self.emitter.renderer, self.emitter.params
+        weights, activations = sorted((src.srcs[0] for src in self.node.srcs[0].srcs), key=lambda load: load.dtype.name)
+        for target, positions in zip(self.targets, self.copies):
+            first = lanes_at(positions)[0]
+            addresses = [f"{params[load.arg[0]][0]} + ({_render_index(first, load.arg[1], renderer)[0]})"
+                         for load in (activations, weights)]
+            update = renderer.render_byte_dot(target, *addresses, self.width)
+            self.inner.append(Statement(target, self.node.dtype, update, declare=False, width=self.width))

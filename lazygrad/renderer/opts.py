@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from lazygrad.dtype import dtypes
 from lazygrad.renderer.axes import move_dim, split_dim
 from lazygrad.schedule.kernel import Kernel, KernelNode
-from lazygrad.shape.symbolic import Lin, var
+from lazygrad.shape.symbolic import Lin, render_condition, var
 
 OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "PANEL", "LOCAL", "GROUP", "THREADS")
 # Part of BEAM's cache key: bump it when an opt's meaning or the code it renders changes.
@@ -782,23 +782,98 @@ def strided_spread_tile(kernel: Kernel) -> list[Opt]:
     return [Opt("UPCAST", axis, stride) for axis, stride in sorted(strides.items(), reverse=True)]
 
 
+def _byte_dot_operands(kernel: Kernel) -> tuple[KernelNode, KernelNode, KernelNode] | None:
+    """(the reduce, the uint8 load, the int8 load) of a kernel whose one reduce is an int32 sum of
+    uint8 by int8 products (each operand a load cast to int32): lazygrad.quantize's products."""
+    reduces = [node for node in kernel.ast.walk() if node.is_reduce]
+    if len(reduces) != 1 or reduces[0].op != "SUM" or reduces[0].dtype != dtypes.int32:
+        return None
+    product = reduces[0].srcs[0]
+    if product.op != "MUL" or any(src.op != "CAST" or src.srcs[0].op != "LOAD" for src in product.srcs):
+        return None
+    weights, activations = sorted((src.srcs[0] for src in product.srcs), key=lambda load: load.dtype.name)
+    if (weights.dtype, activations.dtype) != (dtypes.int8, dtypes.uint8):
+        return None
+    return reduces[0], activations, weights
+
+
 def byte_dot_product(kernel: Kernel) -> bool:
     """Whether the kernel is int32 sums of uint8 by int8 products along one reduce axis that both
     loads walk contiguously (lazygrad.quantize's Linear): left as plain loops, gcc turns the inner
     loop into AVX-512 VNNI's vpdpbusd, four products added to a lane per instruction, where a
     register tile would keep it scalar (256 x 1024 by 1024 x 1024, one thread: 2.7 ms, 196 GOP/s;
     float32's tile 4.6 ms; as a tile of int32 products 5.7 ms)."""
-    reduces = [node for node in kernel.ast.walk() if node.is_reduce]
-    if len(reduces) != 1 or len(kernel.reduce_axes) != 1 or reduces[0].op != "SUM" or reduces[0].dtype != dtypes.int32:
-        return False
-    product = reduces[0].srcs[0]
-    if product.op != "MUL" or any(src.op != "CAST" or src.srcs[0].op != "LOAD" for src in product.srcs):
-        return False
-    loads = [src.srcs[0] for src in product.srcs]
-    if sorted(load.dtype.name for load in loads) != ["int8", "uint8"]:
+    operands = _byte_dot_operands(kernel)
+    if operands is None or len(kernel.reduce_axes) != 1:
         return False
     axis = kernel.reduce_axes[0]
-    return all(steps.get(axis) == 1 for steps in load_strides(kernel, loads))
+    return all(steps.get(axis) == 1 for steps in load_strides(kernel, operands[1:]))
+
+
+# Outputs along the activations' axis that a byte dot tile computes together (one vector accumulator
+# each, all in registers with the weight vector and the broadcasts).
+BYTE_DOT_MAX_PIXELS = 14
+
+
+def _byte_dot_steps(kernel: Kernel) -> tuple[dict, dict] | None:
+    """How the uint8 and the int8 load of a byte dot product kernel move along each axis, when
+    neither has a mask to test (None otherwise)."""
+    operands = _byte_dot_operands(kernel)
+    if operands is None:
+        return None
+    probe = _probe(kernel.full_shape)
+    if any(render_condition(load.arg[1].index_and_valid(probe)[1]) is not True for load in operands[1:]):
+        return None
+    strides = load_strides(kernel, operands[1:])
+    return (strides[0], strides[1]) if len(strides) == 2 else None
+
+
+def byte_dot_tile(kernel: Kernel, renderer) -> list[Opt]:
+    """A register tile of int32 sums of uint8 by int8 products written with the renderer's byte dot
+    products (C on AVX-512 VNNI: vpdpbusd adds 4 products to each of 16 lanes), for operands laid out
+    for it (lazygrad.quantize's convolutions): a reduce axis of 4 along which both loads step by 1
+    (unrolled: one instruction's 4 products), an output axis of 16 lanes along which the uint8 load
+    stays and the int8 one steps by 4 (each lane's 4 weights, lane after lane: one vector load),
+    and up to BYTE_DOT_MAX_PIXELS outputs of an axis the int8 load stays along (one accumulator
+    each, the weights loaded once for all). None of them: [] (see byte_dot_axes)."""
+    lanes, steps = getattr(renderer, "byte_dot_lanes", 0), _byte_dot_steps(kernel)
+    if not lanes or steps is None:
+        return []
+    activations, weights = steps
+    shape, reduce_axes = kernel.full_shape, kernel.reduce_axes
+    step = next((axis for axis in reversed(reduce_axes) if shape[axis] % 4 == 0
+                 and activations.get(axis) == 1 and weights.get(axis) == 1), None)
+    outputs = [axis for axis, size in enumerate(shape) if axis not in reduce_axes and size > 1]
+    lane = next((axis for axis in reversed(outputs) if shape[axis] == lanes
+                 and activations.get(axis) == 0 and weights.get(axis) == 4), None)
+    if step is None or lane is None:
+        return []
+    opts = [Opt("UNROLL", step, 4), Opt("UPCAST", lane, lanes)]
+    pixels = next((axis for axis in reversed(outputs) if axis < lane and weights.get(axis) == 0), None)
+    if pixels is not None:
+        most = min(BYTE_DOT_MAX_PIXELS, MAX_EXPANSION // (4 * lanes))  # the lanes count as copies there
+        amount = max(n for n in range(1, most + 1) if shape[pixels] % n == 0)
+        opts += [Opt("UPCAST", pixels, amount)] if amount > 1 else []
+    return opts
+
+
+def byte_dot_axes(kernel: Kernel, kinds: tuple, renderer) -> tuple[int, int] | None:
+    """(lane axis, unrolled axis) of an arranged kernel whose sum linearize writes with the renderer's
+    byte dot products: the layout byte_dot_tile asks for, with its UNROLL of 4 as the only unrolled
+    axis and its lanes as the last upcast axis (other opts, BEAM's, render the sum as any other)."""
+    lanes, steps = getattr(renderer, "byte_dot_lanes", 0), _byte_dot_steps(kernel)
+    if not lanes or steps is None:
+        return None
+    shape = kernel.full_shape
+    upcast = [axis for axis, kind in enumerate(kinds) if kind == UPCAST and shape[axis] > 1]
+    unrolled = [axis for axis, kind in enumerate(kinds) if kind == UNROLL and shape[axis] > 1]
+    if not upcast or len(unrolled) != 1 or shape[upcast[-1]] != lanes or shape[unrolled[0]] != 4:
+        return None
+    lane, step = upcast[-1], unrolled[0]
+    activations, weights = steps
+    if activations.get(lane) != 0 or weights.get(lane) != 4 or activations.get(step) != 1 or weights.get(step) != 1:
+        return None
+    return lane, step
 
 
 def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
@@ -810,8 +885,9 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     `transposed_read_panel`, else `source_order_panel`, else `strided_spread_tile`. The GPU dialects get `work_item_tile` instead."""
     if not getattr(renderer, "expands_tiles", False):
         return work_item_tile(kernel, renderer)
-    if byte_dot_product(kernel):
-        return []
+    tile = byte_dot_tile(kernel, renderer)
+    if tile or byte_dot_product(kernel):
+        return tile
     if not kernel.reduce_axes:
         return transposed_read_panel(kernel) or source_order_panel(kernel) or strided_spread_tile(kernel)
     if sum(node.is_reduce for node in kernel.ast.walk()) > 1:

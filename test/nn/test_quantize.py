@@ -69,13 +69,13 @@ def test_a_quantized_linear_is_the_int32_product_of_int8_values_rescaled(device)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kernel, stride, padding, groups", [(3, 1, 1, 1), (3, 2, 0, 1), (3, 1, 1, 4), (1, 1, 0, 1)])
 def test_a_quantized_conv2d_is_the_int32_convolution_of_int8_values_rescaled(device, kernel, stride, padding, groups):
-    """3x3 ones as integer convolutions; a 1x1 one as the Linear's uint8-by-int8 dot products over
-    the channels (stored channels last)."""
+    """Ungrouped ones as uint8-by-int8 dot products of windows over the channels (stored channels
+    last), strided, padded or not; a grouped one as an integer convolution."""
     rng = np.random.default_rng(2)
     layer = nn.Conv2d(8, 12, kernel, stride=stride, padding=padding, groups=groups, device=device)
     x = rng.standard_normal((2, 8, 9, 9)).astype(np.float32)
     model = quantize(nn.Sequential(layer))
-    assert isinstance(model[0], QuantizedConv2d) and model[0].pointwise == (kernel == 1)
+    assert isinstance(model[0], QuantizedConv2d) and model[0].groups == groups
     weight_q, weight_scale = reference_weight(layer.weight.numpy())
 
     def expected(images):  # the input's scale is its own max |x|: a batch's, or one image's
@@ -87,6 +87,31 @@ def test_a_quantized_conv2d_is_the_int32_convolution_of_int8_values_rescaled(dev
     np.testing.assert_allclose(model(Tensor(x, device=device)).numpy(), expected(x), rtol=1e-6, atol=1e-6)
     unbatched = model(Tensor(x[1], device=device))  # (C, H, W) as nn.Conv2d takes it
     np.testing.assert_allclose(unbatched.numpy(), expected(x[1:])[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("channels, out_channels, kernel, stride, padding, dilation", [
+    (3, 20, 3, 1, "same", 2),    # channels padded to 4, output channels to 32 (two blocks of 16 lanes)
+    (5, 16, (3, 1), 2, 1, 1),    # a rectangular kernel, strided
+    (64, 32, 3, 1, 1, 1),        # ResNet-like: whole blocks, no padding of channels
+    (16, 16, 1, 2, 0, 1),        # a strided 1x1 (ResNet's downsampling)
+])
+def test_quantized_convolutions_pad_their_channels_to_the_dot_product_blocks(device, channels, out_channels, kernel,
+                                                                              stride, padding, dilation):
+    """Ungrouped convolutions run as uint8-by-int8 dot products in blocks of 4 input channels by 16
+    output channels (QuantizedConv2d._packed_weight): channel counts that the blocks do not divide
+    are padded with zeros, which change no sum."""
+    rng = np.random.default_rng(11)
+    layer = nn.Conv2d(channels, out_channels, kernel, stride=stride, padding=padding, dilation=dilation, device=device)
+    x = rng.standard_normal((2, channels, 11, 9)).astype(np.float32)
+    model = quantize(nn.Sequential(layer))
+    weight_q, weight_scale = reference_weight(layer.weight.numpy())
+    x_q, x_scale = reference_input(x)
+    accumulated = F.conv2d(Tensor(x_q.astype(np.float64)), Tensor(weight_q.astype(np.float64)), None, stride, padding,
+                           dilation).numpy()
+    expected = accumulated.astype(np.float32) * (x_scale * weight_scale).reshape(1, -1, 1, 1) \
+        + layer.bias.numpy().reshape(1, -1, 1, 1)
+    np.testing.assert_allclose(model(Tensor(x, device=device)).numpy(), expected, rtol=1e-6, atol=1e-6)
 
 
 def test_calibration_fixes_each_input_scale_and_larger_inputs_saturate():

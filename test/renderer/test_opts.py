@@ -373,6 +373,31 @@ def test_a_uint8_by_int8_dot_product_keeps_plain_loops_for_the_compiler():
     assert heuristic_opts(kernel_of(signed._reduce("SUM", -1, False, "dot")), CRenderer(16, 32)) != []
 
 
+def test_uint8_by_int8_sums_laid_out_in_lanes_of_four_get_the_byte_dot_tile():
+    """A sum of uint8 by int8 products whose weights come 4 per lane, 16 lanes in a row (lazygrad.
+    quantize's packed convolution weight) gets byte_dot_tile's opts where the renderer has byte
+    dot products (AVX-512 VNNI): the 4 steps unrolled, 16 output channels as the vector lanes and
+    a row of pixels as copies; linearize writes each copy's step as one lg_byte_dot16 and no
+    product of its own. A renderer without them (AVX2) gets another tile. The sums are exact
+    wherever this machine runs them."""
+    rng = np.random.default_rng(10)
+    x = rng.integers(0, 256, (2, 6, 8, 4)).astype(np.uint8)           # (rows, pixels, channels/4, 4)
+    w = rng.integers(-127, 128, (2, 8, 16, 4)).astype(np.int8)        # (channel blocks, channels/4, 16, 4)
+    rows = Tensor(x).reshape(2, 6, 1, 1, 8, 4).cast(dtypes.int32)
+    weights = Tensor(w).permute(0, 2, 1, 3).cast(dtypes.int32)      # (blocks, 16, channels/4, 4)
+    sums = (rows * weights)._reduce("SUM", (-2, -1), False, "dot")    # (2, 6, 2, 16)
+    kernel = merge_dims(kernel_of(sums))
+    vnni = CRenderer(16, 32, byte_dot_lanes=16)
+    opts = heuristic_opts(kernel, vnni)
+    assert [opt.op for opt in opts] == ["UNROLL", "UPCAST", "UPCAST"] and opts[1].amount == 16
+    source = vnni.render_program(linearize(kernel, vnni))
+    copies = 6  # the row of pixels
+    assert source.count("= lg_byte_dot16(acc") == copies and "(int)(" not in source  # no product cast to int
+    assert "lg_byte_dot16" not in CRenderer(8, 16).render_program(linearize(kernel, CRenderer(8, 16)))
+    expected = np.einsum("rpcj,bckj->rpbk", x.astype(np.int64), w.astype(np.int64))
+    np.testing.assert_array_equal(sums.numpy(), expected)
+
+
 def test_a_channels_last_max_pool_takes_its_channels_in_vectors_and_keeps_nan():
     """A max pool computed channels last (nn/spatial.py) upcasts its 64 channels as four vectors:
     each window step a vector load and a vector max held in registers (ResNet-18's pool, one
