@@ -31,14 +31,10 @@ from lazygrad.dtype import dtypes
 from lazygrad.nn import functional as F
 from lazygrad.nn.layers import Conv2d, Linear
 from lazygrad.nn.module import Module
-from lazygrad.nn.spatial import _conv_padding, pool_windows
 from lazygrad.nn.state import get_state_dict, named_children
 from lazygrad.tensor import Tensor, no_grad
 
 INT8_LIMIT = 127  # symmetric: -128 is never used, so negating a quantized value stays in range
-# Output channels whose sums one AVX-512 VNNI instruction adds to (16 int32 lanes): a convolution's
-# weight is packed in blocks of them (QuantizedConv2d._packed_weight).
-BYTE_DOT_LANES = 16
 
 
 def quantize_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -68,18 +64,8 @@ def _shift_offset(weight_rows: Tensor) -> Tensor:
 
 
 def _shifted(quantized: Tensor) -> Tensor:
-    """int8 values shifted to uint8 (x_q + 128), stored: the operand VNNI's dot products take unsigned."""
-    return (quantized.cast(dtypes.int16) + 128).cast(dtypes.uint8).contiguous()
-
-
-def _byte_dot_products(rows: Tensor, weights: Tensor, offset: Tensor, row_dims: int) -> Tensor:
-    """int32 dot products over the last `row_dims` axes of uint8 `rows` (x_q + 128) and int8
-    `weights` (broadcast against each other), less `offset` (`_shift_offset`, shaped to the result).
-    Both operands read along their last axis, the kernel is plain loops, which gcc turns into AVX-512
-    VNNI's uint8-by-int8 dot products (opts.byte_dot_product; 256 x 1024 by 1024 x 1024, one thread:
-    2.7-3.0 ms, against float32's 4.6 ms)."""
-    products = rows.cast(dtypes.int32) * weights.cast(dtypes.int32)
-    return products._reduce("SUM", tuple(range(-row_dims, 0)), False, "dot") - offset
+    """int8 values shifted to uint8 (x_q + 128): the operand VNNI's dot products take unsigned."""
+    return (quantized.cast(dtypes.int16) + 128).cast(dtypes.uint8)
 
 
 class _Quantized(Module):
@@ -141,7 +127,8 @@ class QuantizedLinear(_Quantized):
         return x @ weight.T
 
     def _integer_product(self, quantized: Tensor) -> Tensor:
-        return _byte_dot_products(_shifted(quantized).unsqueeze(-2), self.weight, self.weight_offset, 1)
+        # stored first: inlined, the shift would hide the uint8 load byte_dot_linear's kernel needs
+        return F.byte_dot_linear(_shifted(quantized).contiguous(), self.weight) - self.weight_offset
 
     def _channel_shape(self, out: Tensor) -> tuple[int, ...]:
         return (self.out_features,)
@@ -173,33 +160,12 @@ class QuantizedConv2d(_Quantized):
         out = self._windowed_dot_products(batched)
         return out if quantized.ndim == 4 else out.squeeze(0)
 
-    def _packed_weight(self) -> Tensor:
-        """The weight (K, C, kh, kw) as (K/16, kh, kw, C/4, 16, 4), K and C padded with zeros to
-        multiples of 16 and 4: at each window position and 4 channels, 16 output channels' 4 weights
-        in one run of 64 bytes (what renderer/opts.py byte_dot_tile reads as one vector). A value of
-        the weight alone: computed once, kept between calls (derived_values.py)."""
-        out_channels, channels, kh, kw = self.weight.shape
-        padded = self.weight.pad(((0, -out_channels % BYTE_DOT_LANES), (0, -channels % 4), (0, 0), (0, 0)))
-        blocks, quads = padded.shape[0] // BYTE_DOT_LANES, padded.shape[1] // 4
-        return padded.reshape(blocks, BYTE_DOT_LANES, quads, 4, kh, kw).permute(0, 4, 5, 2, 1, 3).contiguous()
-
     def _windowed_dot_products(self, quantized: Tensor) -> Tensor:
-        """(N, K, OH, OW) int32: the input padded with zeros (and its channels to a multiple of 4),
-        shifted to uint8 and stored channels last (N, H, W, C), read as windows (N, OH, OW, kh, kw,
-        C/4, 4) against the packed weight: sums stored channels last (N, OH, OW, K), whose 16
-        consecutive channels are one vector of a register tile (renderer/opts.py byte_dot_tile)."""
-        pads = _conv_padding("QuantizedConv2d", self.padding, self.kernel_size, self.stride, self.dilation)
-        channel_pad = (0, -quantized.shape[1] % 4)
-        padded = _shifted(quantized).pad(((0, 0), channel_pad) + pads, value=128)  # x_q = 0 in the padding
-        channels_last = padded.permute(0, 2, 3, 1).contiguous()
-        windows = pool_windows(channels_last.permute(0, 3, 1, 2), self.kernel_size, self.stride, self.dilation)
-        batch, quads, rows, columns, kh, kw = windows.shape[0], windows.shape[1] // 4, *windows.shape[2:]
-        rows_ = windows.reshape(batch, quads, 4, rows, columns, kh, kw).permute(0, 3, 4, 5, 6, 1, 2)
-        packed = self._packed_weight()  # (K/16, kh, kw, C/4, 16, 4)
-        weights = packed.permute(0, 4, 1, 2, 3, 5)  # (K/16, 16, kh, kw, C/4, 4)
-        sums = _byte_dot_products(rows_.reshape(batch, rows, columns, 1, 1, kh, kw, quads, 4), weights, 0, 4)
-        sums = sums.reshape(batch, rows, columns, -1)[..., :self.out_channels] - self.weight_offset
-        return sums.permute(0, 3, 1, 2)
+        """(N, K, OH, OW) int32: F.byte_dot_conv2d of the input shifted to uint8, padded with 128
+        (x_q = 0), less what the shift added."""
+        shifted = _shifted(quantized)
+        sums = F.byte_dot_conv2d(shifted, self.weight, self.stride, self.padding, self.dilation, padding_value=128)
+        return sums - self.weight_offset.reshape(-1, 1, 1)
 
     def _channel_shape(self, out: Tensor) -> tuple[int, ...]:
         return (self.out_channels, 1, 1) if out.ndim == 3 else (1, self.out_channels, 1, 1)

@@ -18,11 +18,27 @@ def matmul(ctx, x, y):
     return x @ y
 
 
-@onnx_op("MatMulInteger")
-def matmul_integer(ctx, x, y, x_zero_point=None, y_zero_point=None):
+def integer_matmul(ctx, x, x_zero_point, y, y_zero_point) -> Tensor:
+    """The int32 product of x - x_zero_point with y - y_zero_point (MatMulInteger's, QLinearMatMul's).
+    A uint8 x with a 2-D int8 y whose zero point is 0 (ONNX Runtime's quantizers write that) is
+    F.byte_dot_linear's, y's columns stored as rows once (a value kept between calls), less
+    x_zero_point times each column's sum; any other is a matmul of the centered operands."""
+    if x.dtype == dtypes.uint8 and y.dtype == dtypes.int8 and y.ndim == 2 \
+            and (x_zero_point is None or x_zero_point.numel() == 1) \
+            and (y_zero_point is None or ctx.known_scalar(y_zero_point) == 0):
+        sums = F.byte_dot_linear(x, y.T.contiguous())
+        if x_zero_point is None:
+            return sums
+        column_sums = y.cast(dtypes.int32)._reduce("SUM", 0, False, "MatMulInteger")
+        return sums - x_zero_point.reshape(()).cast(dtypes.int32) * column_sums
     x = x.cast(dtypes.int32) - (0 if x_zero_point is None else x_zero_point.cast(dtypes.int32))
     y = y.cast(dtypes.int32) - (0 if y_zero_point is None else y_zero_point.cast(dtypes.int32))
     return (x @ y).cast(dtypes.int32)
+
+
+@onnx_op("MatMulInteger")
+def matmul_integer(ctx, x, y, x_zero_point=None, y_zero_point=None):
+    return integer_matmul(ctx, x, x_zero_point, y, y_zero_point)
 
 
 @onnx_op("Gemm")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from onnx import TensorProto
 
 from lazygrad.dtype import dtypes
-from lazygrad.onnx.ops_conv import conv
+from lazygrad.onnx.ops_conv import integer_convolution
+from lazygrad.onnx.ops_nn import integer_matmul
 from lazygrad.onnx.ops_cast import FLOAT_FORMATS, cast_to
 from lazygrad.onnx.proto import dtype_of, elem_type_of_dtype
 from lazygrad.onnx.registry import onnx_op
@@ -97,19 +98,9 @@ def requantize(accumulated: Tensor, multiplier: Tensor, zero_point, like: Tensor
     return result.round().clamp(low, high).cast(dtype_of(elem_type))
 
 
-def centered(x: Tensor, zero_point, shape_for_axis=None) -> Tensor:
-    x = x.cast(dtypes.int32)
-    if zero_point is None:
-        return x
-    zero_point = zero_point.cast(dtypes.int32)
-    if shape_for_axis is not None and zero_point.numel() > 1:
-        zero_point = zero_point.reshape(shape_for_axis)
-    return x - zero_point
-
-
 @onnx_op("QLinearMatMul")
 def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point=None):
-    product = centered(a, a_zero_point) @ centered(b, b_zero_point)  # int32 products and sums, as ONNX specifies
+    product = integer_matmul(ctx, a, a_zero_point, b, b_zero_point)  # int32 products and sums, as ONNX specifies
     multiplier = a_scale.cast(dtypes.float64) * b_scale.cast(dtypes.float64) / y_scale.cast(dtypes.float64)
     return requantize(product, multiplier, y_zero_point, a, ctx.declared_type(7))
 
@@ -117,10 +108,9 @@ def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_sc
 @onnx_op("QLinearConv")
 def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point=None, bias=None,
                  **attributes):
-    centered_w = centered(w, w_zero_point, (-1,) + (1,) * (w.ndim - 1))
-    bias = None if bias is None else bias.cast(dtypes.int32)  # already in the accumulator's scale
-    # exact int32 sums; the operands stored centered first (as ConvInteger's: ops_conv.py)
-    accumulated = conv(ctx, centered(x, x_zero_point).contiguous(), centered_w.contiguous(), bias, **attributes)
+    accumulated = integer_convolution(ctx, x, x_zero_point, w, w_zero_point, **attributes)  # exact int32 sums
+    if bias is not None:  # already in the accumulator's scale
+        accumulated = accumulated + bias.cast(dtypes.int32).reshape((-1,) + (1,) * (x.ndim - 2))
     w_scale = w_scale.cast(dtypes.float64).reshape((1, -1) + (1,) * (x.ndim - 2)) if w_scale.numel() > 1 else \
         w_scale.cast(dtypes.float64)
     multiplier = x_scale.cast(dtypes.float64) * w_scale / y_scale.cast(dtypes.float64)

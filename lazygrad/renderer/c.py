@@ -142,6 +142,12 @@ HELPERS = {
                                 "((omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out)) "
                                 "initializer(omp_priv = -INFINITY)",
     "lg_exp2(": _exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52),
+    # A float MAX (and a reduce max's step) keeping a NaN of its first operand, as the op table's
+    # template, written so gcc compiles it without branches (vmaxss, then a cmov for the NaN): the
+    # template's `a > b || a != a` it compiled to jumps wherever the loop stayed scalar, which random
+    # signs mispredict (an int8 digits CNN's 2x2 max pool of a relu, batch 200: 3.4 -> 0.3 ms).
+    "lg_maxf(": "static inline float lg_maxf(float a, float b) { float m = a > b ? a : b; return a != a ? a : m; }",
+    "lg_max(": "static inline double lg_max(double a, double b) { double m = a > b ? a : b; return a != a ? a : m; }",
     "lg_log2f": "static inline float lg_log2f(float x) { return log2f(x); }",
     "lg_log2(": "static inline double lg_log2(double x) { return log2(x); }",
     "lg_bf16_to_float(": BF16_TO_FLOAT,
@@ -197,6 +203,8 @@ STANDALONE_HELPERS = {
     "lg_exp2(": define_once(_exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52, standalone=True)),
     "lg_log2f": HELPERS["lg_log2f"],
     "lg_log2(": HELPERS["lg_log2("],
+    "lg_maxf(": HELPERS["lg_maxf("],
+    "lg_max(": HELPERS["lg_max("],
 }
 STANDALONE_INCLUDES = ["#include <math.h>", "#include <stdbool.h>"]
 
@@ -320,6 +328,11 @@ class CRenderer(CStyleRenderer):
                 return f"lg_select(({left}>{right}), {left}, {right})"
             return f"lg_select((({left}>{right}) | ({left}!={left})), {left}, {right})"
         return self.template(op, src_dtypes[-1] if src_dtypes else dtype).format(*operands, f="", ctype="")
+
+    def template(self, op: str, operand_dtype) -> str:
+        if op in ("MAX", "MAX_REDUCE") and operand_dtype in (dtypes.float32, dtypes.float64):
+            return "lg_max{f}({0}, {1})" if op == "MAX" else "lg_max{f}({1}, {0})"  # (accumulator, value)
+        return super().template(op, operand_dtype)
 
     def render_accumulate(self, op: str, dtype, accumulator: str, value: str, width: int = 1) -> str:
         if width > 1 and op == "MAX_REDUCE":  # C's ?: takes no vector condition: MAX's select, NaN kept

@@ -70,6 +70,10 @@ SHARED_RECOMPUTE_LIMIT = 64
 # recomputing it costs more than BROADCAST_RECOMPUTE_LIMIT (`worth_storing_broadcast`).
 BROADCAST_STORE_MIN_ELEMENTS = 1 << 16
 BROADCAST_RECOMPUTE_LIMIT = 8
+# A smaller one is stored when recomputing it costs more than this: ONNX's DynamicQuantizeLinear zero
+# point (a rounding and clamping of -min / ((max - min) / 255), about 40 ops with two divisions),
+# recomputed for each of ResNet-18's 64 x 114 x 114 activations, made that kernel 17 ms, not 0.4.
+SMALL_BROADCAST_RECOMPUTE_LIMIT = 32
 # Nodes `worth_storing_parameter_value` walks before it gives up (a batch norm's scale is about 10).
 PARAMETER_VALUE_MAX_NODES = 64
 GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes a PAD's padding
@@ -202,10 +206,11 @@ class _FusionPlan:
         input gradient, gathered from nine shifted views, over the count of maxima) read back for
         each of the nine window positions made ResNet-18's max pool backward 560 ms of a training
         step; stored, it costs 60 ms, and the pool backward 190. Small values (a batch norm's
-        per-channel statistics, a layer norm's per-row ones) stay inlined: a kernel of their own
-        costs more than recomputing them."""
-        return node.numel() >= BROADCAST_STORE_MIN_ELEMENTS and \
-            self._recompute_cost_exceeds(node, BROADCAST_RECOMPUTE_LIMIT)
+        per-channel statistics, a layer norm's per-row ones) stay inlined, where a kernel of their
+        own costs more than recomputing them: unless that costs more than
+        SMALL_BROADCAST_RECOMPUTE_LIMIT."""
+        large = node.numel() >= BROADCAST_STORE_MIN_ELEMENTS
+        return self._recompute_cost_exceeds(node, BROADCAST_RECOMPUTE_LIMIT if large else SMALL_BROADCAST_RECOMPUTE_LIMIT)
 
     def worth_storing_shared(self, node: LazyBuffer) -> bool:
         """Whether a value that several kernels compute costs more to recompute in each than to store

@@ -114,6 +114,28 @@ def test_quantized_convolutions_pad_their_channels_to_the_dot_product_blocks(dev
     np.testing.assert_allclose(model(Tensor(x, device=device)).numpy(), expected, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_byte_dot_products_are_exact_int32_sums_of_uint8_by_int8(device):
+    """F.byte_dot_conv2d (padding per side, of a zero point given as a tensor) and F.byte_dot_linear
+    against numpy's int64 sums; other dtypes are refused with the fix."""
+    rng = np.random.default_rng(12)
+    x = rng.integers(0, 256, (2, 6, 7, 5)).astype(np.uint8)
+    w = rng.integers(-127, 128, (18, 6, 3, 2)).astype(np.int8)
+    sums = F.byte_dot_conv2d(Tensor(x, device=device), Tensor(w, device=device), stride=(2, 1),
+                             padding=((1, 2), (0, 1)), padding_value=Tensor(np.array(200, np.uint8), device=device))
+    padded = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 2), (0, 1)), constant_values=200)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 2), axis=(2, 3))[:, :, ::2, :]
+    assert sums.dtype == dtypes.int32
+    np.testing.assert_array_equal(sums.numpy(), np.einsum("nchwij,kcij->nkhw", windows, w.astype(np.int64)))
+    rows, weight = rng.integers(0, 256, (3, 4, 36)).astype(np.uint8), rng.integers(-127, 128, (10, 36)).astype(np.int8)
+    dots = F.byte_dot_linear(Tensor(rows, device=device), Tensor(weight, device=device))
+    np.testing.assert_array_equal(dots.numpy(), rows.astype(np.int64) @ weight.astype(np.int64).T)
+    with pytest.raises(TypeError, match="uint8 input and an int8 weight"):
+        F.byte_dot_conv2d(Tensor(x.astype(np.int8)), Tensor(w))
+    with pytest.raises(ValueError, match="does not match weight"):
+        F.byte_dot_linear(Tensor(rows), Tensor(weight[:, :35]))
+
+
 def test_calibration_fixes_each_input_scale_and_larger_inputs_saturate():
     rng = np.random.default_rng(3)
     layer = nn.Linear(4, 3)

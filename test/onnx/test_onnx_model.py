@@ -368,6 +368,76 @@ def test_a_padded_conv_and_a_gather_get_the_kernels_of_the_same_ops_written_with
     np.testing.assert_array_equal(result["rows"].numpy(), table[ids])
 
 
+def _integer_conv_reference(x: np.ndarray, x_zero_point: int, w: np.ndarray, pads: int, stride: int) -> np.ndarray:
+    """sum over each window of (x - x_zero_point) * w, the centered input zero-padded, in int64."""
+    centered = np.pad(x.astype(np.int64) - x_zero_point, ((0, 0), (0, 0), (pads, pads), (pads, pads)))
+    windows = np.lib.stride_tricks.sliding_window_view(centered, w.shape[2:], axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.einsum("nchwij,kcij->nkhw", windows, w.astype(np.int64))
+
+
+@pytest.mark.parametrize("device", ["CPU", "NPY"])
+def test_quantized_convolutions_of_uint8_by_int8_run_on_the_byte_dot_products(device):
+    """ConvInteger and QLinearConv with a uint8 input and an int8 weight of zero point 0 (what ONNX
+    Runtime's quantization writes) take F.byte_dot_conv2d: the input padded with its zero point
+    (here an input of the model, unknown until it runs), the zero point times each output channel's
+    weight sum taken off after. Exact against numpy's int64 sums."""
+    rng = np.random.default_rng(1)
+    x_value = rng.integers(0, 256, (2, 5, 9, 8)).astype(np.uint8)
+    w_value = rng.integers(-127, 128, (20, 5, 3, 3)).astype(np.int8)
+    scales = [numpy_helper.from_array(np.array(value, np.float32), name)
+              for name, value in (("x_scale", 0.05), ("w_scale", 0.02), ("y_scale", 0.5))]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x_value.shape)),
+              helper.make_tensor_value_info("x_zero_point", TensorProto.UINT8, [])]
+    outputs = [helper.make_tensor_value_info("sums", TensorProto.INT32, None),
+               helper.make_tensor_value_info("y", TensorProto.UINT8, None)]
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "x_zero_point", "w_zero_point"], ["sums"], pads=[1, 1, 1, 1]),
+             helper.make_node("QLinearConv", ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point",
+                                              "y_scale", "y_zero_point"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
+    initializers = [numpy_helper.from_array(w_value, "w"), numpy_helper.from_array(np.array(0, np.int8), "w_zero_point"),
+                    numpy_helper.from_array(np.array(128, np.uint8), "y_zero_point")] + scales
+    graph = helper.make_graph(nodes, "quantized_conv", inputs, outputs, initializers)
+    model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), device=device)
+    result = model(x=x_value, x_zero_point=np.array(131, np.uint8))
+    if device == "CPU":  # the product reads the uint8 input and the int8 weight themselves
+        products = [kernel for kernel in _schedule_of(result["sums"]) if kernel.reduce_axes]
+        assert any(kernel.buffer_dtypes[1:] == (dtypes.uint8, dtypes.int8) for kernel in products)
+    np.testing.assert_array_equal(result["sums"].numpy(), _integer_conv_reference(x_value, 131, w_value, 1, 1))
+    requantized = _integer_conv_reference(x_value, 131, w_value, 1, 2) * (np.float64(np.float32(0.05)) *
+                                                                         np.float64(np.float32(0.02)) / 0.5)
+    np.testing.assert_array_equal(result["y"].numpy(), np.clip(np.round(requantized) + 128, 0, 255).astype(np.uint8))
+
+
+@pytest.mark.parametrize("device", ["CPU", "NPY"])
+def test_quantized_matmuls_of_uint8_by_int8_run_on_the_byte_dot_products(device):
+    """MatMulInteger and QLinearMatMul with a uint8 input and a 2-D int8 weight of zero point 0 take
+    F.byte_dot_linear (the weight's columns stored as rows), the input's zero point times each
+    column's sum taken off after. Exact against numpy's int64 sums."""
+    rng = np.random.default_rng(2)
+    x_value = rng.integers(0, 256, (2, 3, 40)).astype(np.uint8)
+    w_value = rng.integers(-127, 128, (40, 24)).astype(np.int8)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x_value.shape)),
+              helper.make_tensor_value_info("x_zero_point", TensorProto.UINT8, [])]
+    outputs = [helper.make_tensor_value_info("sums", TensorProto.INT32, None),
+               helper.make_tensor_value_info("y", TensorProto.UINT8, None)]
+    nodes = [helper.make_node("MatMulInteger", ["x", "w", "x_zero_point", "w_zero_point"], ["sums"]),
+             helper.make_node("QLinearMatMul", ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point",
+                                                "y_scale", "y_zero_point"], ["y"])]
+    initializers = [numpy_helper.from_array(w_value, "w"), numpy_helper.from_array(np.array(0, np.int8), "w_zero_point"),
+                    numpy_helper.from_array(np.array(128, np.uint8), "y_zero_point")] + \
+        [numpy_helper.from_array(np.array(value, np.float32), name)
+         for name, value in (("x_scale", 0.05), ("w_scale", 0.02), ("y_scale", 0.5))]
+    graph = helper.make_graph(nodes, "quantized_matmul", inputs, outputs, initializers)
+    model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), device=device)
+    result = model(x=x_value, x_zero_point=np.array(117, np.uint8))
+    if device == "CPU":
+        products = [kernel for kernel in _schedule_of(result["sums"]) if kernel.reduce_axes]
+        assert any(kernel.buffer_dtypes[1:3] == (dtypes.uint8, dtypes.int8) for kernel in products)
+    expected = (x_value.astype(np.int64) - 117) @ w_value.astype(np.int64)
+    np.testing.assert_array_equal(result["sums"].numpy(), expected)
+    requantized = expected * (np.float64(np.float32(0.05)) * np.float64(np.float32(0.02)) / 0.5)
+    np.testing.assert_array_equal(result["y"].numpy(), np.clip(np.round(requantized) + 128, 0, 255).astype(np.uint8))
+
+
 @pytest.mark.parametrize("op, nn_pool", [("MaxPool", "max_pool2d"), ("AveragePool", "avg_pool2d")])
 def test_a_pool_gets_the_kernels_of_the_same_pool_written_with_nn(op, nn_pool):
     """MaxPool and AveragePool reduce the padded input's windows, as nn's pools do: one reduce kernel

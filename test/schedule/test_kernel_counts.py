@@ -304,9 +304,10 @@ def test_projections_of_one_input_stay_separate_tiled_kernels():
 def test_a_large_costly_value_read_through_a_broadcast_is_stored_once():
     """A value of 2^16 elements or more, read through an EXPAND by an elementwise kernel and costing
     more than a few ops, is stored first (`worth_storing_broadcast`), not recomputed for every copy:
-    a max pool's gradient per window, read at each window position. A small one, or a cheap one,
-    stays inlined: one kernel. (Integers: a float function of realized buffers with an expensive
-    op is stored whatever its size, `worth_storing_parameter_value`.)"""
+    a max pool's gradient per window, read at each window position. A small one stays inlined unless
+    it costs more than SMALL_BROADCAST_RECOMPUTE_LIMIT (ONNX's DynamicQuantizeLinear zero point); a
+    cheap one stays inlined: one kernel. (Integers: a float function of realized buffers with an
+    expensive op is stored whatever its size, `worth_storing_parameter_value`.)"""
     rng = np.random.default_rng(3)
 
     def case(rows: int, build):
@@ -316,11 +317,14 @@ def test_a_large_costly_value_read_through_a_broadcast_is_stored_once():
         np.testing.assert_array_equal(value, build(a, b)[..., None] * c)
         return count
 
-    def costly(x, y):  # two divisions and a remainder (4 each) and three more ops
+    def costly(x, y):  # two floor divisions and a floor remainder (each a DIV or MOD and its sign fix) and more
         return x // y + (x % y) * 3 + y // x
 
-    assert case(256, costly) == 2
-    assert case(8, costly) == 1
+    def moderate(x, y):  # ten cheap ops
+        return (x * y + x) * (y - x) + x * 3 + y * 5 - (x + 2) * y
+
+    assert case(256, costly) == 2 and case(8, costly) == 2
+    assert case(256, moderate) == 2 and case(8, moderate) == 1
     assert case(256, lambda x, y: x * y + x) == 1
 
 
