@@ -17,8 +17,8 @@ nn.Conv2d of a model, in place, by a QuantizedLinear or QuantizedConv2d:
   input shifted to uint8 with the weight's rows, which gcc compiles to AVX-512 VNNI's dot products;
   an ungrouped convolution's is the dot products of the shifted input's windows, channels last,
   with a weight packed for a register tile of VNNI instructions (renderer/opts.py byte_dot_tile):
-  both faster than float32 (a 3x3 convolution 0.3-0.4x its time). A grouped convolution's is an
-  integer convolution (float32's tiles with int32 lanes: slower than float32).
+  both faster than float32 (a 3x3 convolution 0.3-0.4x its time). A grouped (depthwise)
+  convolution keeps its input in float32 and multiplies it by its dequantized weight (weight-only).
 
 Everything stays Tensor ops, so a quantized model runs under the jit and exports to C
 (lazygrad.export) like any other. Rounding is to nearest, ties to even (numpy's, PyTorch's).
@@ -72,6 +72,8 @@ class _Quantized(Module):
     """What QuantizedLinear and QuantizedConv2d share: the int8 weight and its scales, the input
     scale (None: per call), and the observing mode `quantize` calibrates in."""
 
+    integer = True  # products of int8 inputs and weights; False: the weight dequantized, float32 products
+
     def __init__(self, layer: Module):
         self.weight, self.weight_scale = quantize_per_channel(layer.weight.detach())
         self.bias = None if layer.bias is None else layer.bias.detach().float()
@@ -88,6 +90,10 @@ class _Quantized(Module):
             self._observed = max(self._observed, float(x.abs().max().item()))
             product = self._product(x, self._float_weight)
             return product if self.bias is None else product + self._bias_shaped(product)
+        if not self.integer:  # int8 weights, float32 products (see QuantizedConv2d)
+            dequantized = self.weight.float() * self.weight_scale.reshape((-1,) + (1,) * (self.weight.ndim - 1))
+            product = self._product(x, dequantized)  # the weight's value is kept between calls
+            return product if self.bias is None else product + self._bias_shaped(product)
         quantized, scale = quantize_tensor(x, self.input_scale)
         accumulated = self._integer_product(quantized)
         rescale = (scale * self.weight_scale).reshape(self._channel_shape(accumulated))
@@ -95,11 +101,8 @@ class _Quantized(Module):
         return out if self.bias is None else out + self._bias_shaped(out)
 
     def _integer_product(self, quantized: Tensor) -> Tensor:
-        """The int32 product of the int8 input and weight. The input is stored first, widened: inlined,
-        its rounding would run again for every weight that reads a value (a 3x3 convolution's nine
-        windows: 5x the float layer's time); as int32 the product's tile reads one dtype and is
-        written as int32 vectors (renderer/c.py)."""
-        return self._product(quantized.cast(dtypes.int32).contiguous(), self.weight.cast(dtypes.int32))
+        """The int32 product of the int8 input and weight."""
+        raise NotImplementedError(f"{type(self).__name__}: a quantized layer defines its integer product")
 
     def _channel_shape(self, out: Tensor) -> tuple[int, ...]:
         """The shape a per-output-channel vector takes to broadcast against the layer's output."""
@@ -138,24 +141,25 @@ class QuantizedLinear(_Quantized):
 
 
 class QuantizedConv2d(_Quantized):
-    """nn.Conv2d with an int8 weight: the convolution of the int8 input and weight in int32, rescaled
-    per output channel. Ungrouped, as byte dot products of each window with the weight, both channels
-    last (`_windowed_dot_products`); grouped, an integer convolution (float32's tiles with int32
-    lanes: slower than float32)."""
+    """nn.Conv2d with an int8 weight. Ungrouped: the convolution of the int8 input and weight in
+    int32, rescaled per output channel, as byte dot products of each window with the weight, both
+    channels last (`_windowed_dot_products`). Grouped (a depthwise convolution): the int8 weight
+    dequantized once and a float32 convolution, since its few products per output cannot repay
+    quantizing the input (MobileNetV2, one thread: its depthwise layers in int32 made the model 2.2x
+    slower than float32)."""
 
     def __init__(self, layer: Conv2d):
         super().__init__(layer)
         self.kernel_size, self.stride, self.dilation = layer.kernel_size, layer.stride, layer.dilation
         self.padding, self.groups, self.out_channels = layer.padding, layer.groups, layer.out_channels
-        if self.groups == 1:
+        self.integer = self.groups == 1
+        if self.integer:
             self.weight_offset = _shift_offset(self.weight)
 
     def _product(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.conv2d(x, weight, None, self.stride, self.padding, self.dilation, self.groups)
 
     def _integer_product(self, quantized: Tensor) -> Tensor:
-        if self.groups != 1:
-            return super()._integer_product(quantized)
         batched = quantized if quantized.ndim == 4 else quantized.unsqueeze(0)
         out = self._windowed_dot_products(batched)
         return out if quantized.ndim == 4 else out.squeeze(0)

@@ -70,7 +70,8 @@ def test_a_quantized_linear_is_the_int32_product_of_int8_values_rescaled(device)
 @pytest.mark.parametrize("kernel, stride, padding, groups", [(3, 1, 1, 1), (3, 2, 0, 1), (3, 1, 1, 4), (1, 1, 0, 1)])
 def test_a_quantized_conv2d_is_the_int32_convolution_of_int8_values_rescaled(device, kernel, stride, padding, groups):
     """Ungrouped ones as uint8-by-int8 dot products of windows over the channels (stored channels
-    last), strided, padded or not; a grouped one as an integer convolution."""
+    last), strided, padded or not; a grouped one with its int8 weight dequantized and the input kept
+    in float32 (weight-only)."""
     rng = np.random.default_rng(2)
     layer = nn.Conv2d(8, 12, kernel, stride=stride, padding=padding, groups=groups, device=device)
     x = rng.standard_normal((2, 8, 9, 9)).astype(np.float32)
@@ -79,6 +80,10 @@ def test_a_quantized_conv2d_is_the_int32_convolution_of_int8_values_rescaled(dev
     weight_q, weight_scale = reference_weight(layer.weight.numpy())
 
     def expected(images):  # the input's scale is its own max |x|: a batch's, or one image's
+        if groups > 1:
+            dequantized = weight_q.astype(np.float32) * weight_scale.reshape(-1, 1, 1, 1)
+            return F.conv2d(Tensor(images.astype(np.float64)), Tensor(dequantized.astype(np.float64)),
+                            Tensor(layer.bias.numpy().astype(np.float64)), stride, padding, 1, groups).numpy()
         x_q, x_scale = reference_input(images)
         accumulated = F.conv2d(Tensor(x_q.astype(np.float64)), Tensor(weight_q.astype(np.float64)), None, stride,
                                padding, 1, groups).numpy()  # exact: sums of int8 products stay below 2^53
@@ -208,7 +213,7 @@ def test_quantize_errors_name_the_fix():
 @pytest.mark.parametrize("device", DEVICES)
 def test_integer_convolutions_are_exact_and_stay_in_their_dtype(device):
     """conv2d of two integer tensors sums exact integer products in that dtype (PyTorch refuses
-    integers): int8 values widened to int32, as lazygrad.quantize and ONNX's ConvInteger run them."""
+    integers): int8 values widened to int32, as ONNX's ConvInteger runs operands other than uint8 by int8."""
     rng = np.random.default_rng(6)
     for shape, kernel, arguments in (((2, 3, 7, 7), (4, 3, 3, 3), dict(padding=1)),
                                      ((1, 16, 9, 9), (8, 16, 1, 1), dict(stride=2)),
