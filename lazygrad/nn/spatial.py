@@ -468,19 +468,26 @@ WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
 WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float32)
 # Where the transforms cost less than the multiplies saved: from WINOGRAD_MIN_CHANNELS input and output
 # channels, with channels x tiles (4x4 input tiles, all images) of WINOGRAD_MIN_WORK or more, where each
-# of the 16 matmuls is large enough to keep its register tile busy. AVX-512, one thread, conv2d + bias +
-# relu jitted, its weight a parameter, direct -> Winograd ms: batch 16 at 512 channels 7x7 34.0 -> 26.6,
-# 256 at 14x14 34.2 -> 24.6, 128 at 28x28 34.6 -> 29.7; batch 8 at 128 28x28 17.4 -> 14.8. Slower, and
-# left direct: batch 8 at 256 14x14 17.0 -> 18.8 (100,352 channel-tiles), batch 4 at 512 7x7 8.9 -> 9.1,
-# batch 1 at 512 7x7 2.3 -> 3.5, batch 16 at 64 56x56 36.4 -> 42.9; 96 channels at 28x28 even.
-WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_WORK = 128, 1 << 17
+# of the 16 matmuls is large enough to keep its register tile busy. From 64 to 95 channels the direct
+# tile runs near the FMA peak, and Winograd's gain there needs its transformed input (16 planes)
+# within WINOGRAD_CACHED_BYTES. AVX-512, one thread, conv2d + bias + relu jitted, its weight a
+# parameter, direct -> Winograd ms: batch 16 at 512 channels 7x7 34.0 -> 26.6, 128 at 28x28
+# 34.7 -> 28.9; batch 8 at 256 14x14 17.0 -> 14.1; batch 1 at 64 channels 56x56 2.12 -> 1.93, 96
+# 4.68 -> 3.48, 128 8.26 -> 5.88, 48 2.25 -> 1.23, 32 at 112x112 4.22 -> 2.40; batch 2 at 128 28x28
+# 4.13 -> 3.48. Left direct: batch 1 at 128 28x28 2.07 -> 2.23 (25,088 channel-tiles), 96 at 28x28
+# 1.18 -> 1.29, 64 at 28x28 0.53 -> 0.66, 256 at 14x14 2.10 -> 4.08, 512 at 7x7 2.28 -> 3.50; batch 4
+# at 512 7x7 8.9 -> 9.1; 64 channels at 56x56 beyond the cache, batch 2 4.58 -> 4.70, batch 8 18.0 ->
+# 20.1, batch 16 35.4 -> 39.4.
+WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_WORK = 32, 40000
+WINOGRAD_CACHED_BYTES = 4 << 20
 
 
 def _winograd(padded: Tensor, weight: Tensor, stride, dilation, groups: int) -> bool:
     """Whether a convolution runs as `_winograd_product`: on the CPU device, for inference (nothing
     requires grad), ungrouped 3x3 at stride 1 and dilation 1, float32, with at least
-    WINOGRAD_MIN_CHANNELS input and output channels and WINOGRAD_MIN_WORK channels times tiles (see
-    the measurements above)."""
+    WINOGRAD_MIN_CHANNELS input and output channels and WINOGRAD_MIN_WORK channels times tiles, and
+    from 64 to 95 channels a transformed input within WINOGRAD_CACHED_BYTES (see the measurements
+    above)."""
     if device_kind(padded.device) != "CPU" or groups != 1 or weight.shape[2:] != (3, 3) or padded.ndim != 4:
         return False
     if stride != (1, 1) or dilation != (1, 1) or padded.dtype != dtypes.float32 or weight.dtype != dtypes.float32:
@@ -489,7 +496,9 @@ def _winograd(padded: Tensor, weight: Tensor, stride, dilation, groups: int) -> 
         return False
     channels = min(weight.shape[0], weight.shape[1])
     tiles = padded.shape[0] * ((padded.shape[2] - 1) // 2) * ((padded.shape[3] - 1) // 2)
-    return channels >= WINOGRAD_MIN_CHANNELS and channels * tiles >= WINOGRAD_MIN_WORK
+    if channels < WINOGRAD_MIN_CHANNELS or channels * tiles < WINOGRAD_MIN_WORK:
+        return False
+    return not (64 <= channels < 96 and 16 * weight.shape[1] * tiles * 4 > WINOGRAD_CACHED_BYTES)
 
 
 _WINOGRAD_MATRICES: dict[str, tuple[Tensor, Tensor, Tensor]] = {}

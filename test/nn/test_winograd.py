@@ -81,3 +81,15 @@ def test_training_small_convolutions_and_other_devices_stay_direct(winograd_call
     F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), stride=2, padding=1).realize()
     F.conv2d(Tensor(x[:1, :, :4, :4], device="NPY"), Tensor(w, device="NPY"), padding=1).realize()  # no CPU kernels
     assert winograd_calls == []
+
+
+def test_sixty_four_channels_take_winograd_while_the_transformed_input_fits_the_cache(winograd_calls):
+    """From 64 to 95 channels the direct tile runs near the FMA peak: Winograd only where its 16
+    transformed planes stay within WINOGRAD_CACHED_BYTES (ResNet-18's 56x56 layers at batch 1, not 2)."""
+    x, w, _ = conv_case(2, 64, 56)
+    F.conv2d(Tensor(x[:1], device="CPU"), Tensor(w, device="CPU"), padding=1).realize()
+    assert len(winograd_calls) == 1
+    out = F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), padding=1)
+    assert len(winograd_calls) == 1
+    expected = F.conv2d(Tensor(x.astype(np.float64)), Tensor(w.astype(np.float64)), padding=1).numpy()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
