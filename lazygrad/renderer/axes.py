@@ -88,10 +88,29 @@ def refine_dims(kernel: Kernel) -> Kernel:
     return kernel
 
 
+def full_reduce_in_stored_order(kernel: Kernel) -> Kernel:
+    """A reduce to one value walks its first load in the order that load is stored: with a tensor
+    stored channels last (a convolution's output) read in NCHW order, every step jumped a line
+    (lazygrad.quantize's max |x| of a MobileNetV2 activation, 32 x 112 x 112: 2.0 -> 0.1 ms)."""
+    shape = kernel.full_shape
+    if not kernel.reduce_axes or any(size > 1 and axis not in kernel.reduce_axes for axis, size in enumerate(shape)):
+        return kernel
+    loads = [node for node in kernel.ast.walk() if node.op == "LOAD" and node.arg[1].shape == shape]
+    if not loads or len(loads[0].arg[1].views) != 1:
+        return kernel
+    strides = loads[0].arg[1].views[0].strides
+    order = sorted(range(len(shape)), key=lambda dim: -abs(strides[dim]))  # stable: ties keep their order
+    if order == list(range(len(shape))):
+        return kernel
+    mapping = {tracker: tracker.permute(order) for tracker in _trackers(kernel.ast)}
+    new_axes = tuple(position for position, dim in enumerate(order) if dim in kernel.reduce_axes)
+    return Kernel(_reshape_ast(kernel.ast, mapping), tuple(shape[dim] for dim in order), new_axes, kernel.buffer_dtypes)
+
+
 def merge_dims(kernel: Kernel) -> Kernel:
     """Merge adjacent loop dims of the same kind wherever every view reshapes without a new view
-    (after `refine_dims`)."""
-    kernel = refine_dims(kernel)
+    (after `refine_dims`, and `full_reduce_in_stored_order`)."""
+    kernel = full_reduce_in_stored_order(refine_dims(kernel))
     dim = 0
     while dim < len(kernel.full_shape) - 1:
         shape, axes = list(kernel.full_shape), set(kernel.reduce_axes)

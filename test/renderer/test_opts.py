@@ -373,6 +373,21 @@ def test_a_uint8_by_int8_dot_product_keeps_plain_loops_for_the_compiler():
     assert heuristic_opts(kernel_of(signed._reduce("SUM", -1, False, "dot")), CRenderer(16, 32)) != []
 
 
+def test_a_reduce_to_one_value_walks_its_input_in_stored_order():
+    """The max |x| of a value stored channels last, read as NCHW, runs over the buffer in the order it
+    is stored: after merge_dims one flat reduce axis, every load one step along memory."""
+    rng = np.random.default_rng(13)
+    stored = rng.standard_normal((2, 5, 6, 8)).astype(np.float32)           # (N, H, W, C)
+    nchw = Tensor(stored).permute(0, 3, 1, 2)
+    largest = nchw.abs().max()
+    kernel = merge_dims(kernel_of(largest))
+    assert kernel.full_shape == (2 * 5 * 6 * 8,) and kernel.reduce_axes == (0,)
+    assert largest.item() == np.abs(stored).max()
+    total = (nchw * 2).sum()  # a sum too, to float rounding
+    assert merge_dims(kernel_of(total)).full_shape == (480,)
+    np.testing.assert_allclose(total.item(), (stored * 2).sum(), rtol=1e-5)
+
+
 def test_uint8_by_int8_sums_laid_out_in_lanes_of_four_get_the_byte_dot_tile():
     """A sum of uint8 by int8 products whose weights come 4 per lane, 16 lanes in a row (lazygrad.
     quantize's packed convolution weight) gets byte_dot_tile's opts where the renderer has byte
