@@ -91,7 +91,7 @@ def refine_dims(kernel: Kernel) -> Kernel:
 def full_reduce_in_stored_order(kernel: Kernel) -> Kernel:
     """A reduce to one value walks its first load in the order that load is stored: with a tensor
     stored channels last (a convolution's output) read in NCHW order, every step jumped a line
-    (lazygrad.quantize's max |x| of a MobileNetV2 activation, 32 x 112 x 112: 2.0 -> 0.1 ms)."""
+    (lazygrad.quantize's max |x| of a MobileNetV2 activation, 32 x 112 x 112: 2.0 -> 0.37 ms)."""
     shape = kernel.full_shape
     if not kernel.reduce_axes or any(size > 1 and axis not in kernel.reduce_axes for axis, size in enumerate(shape)):
         return kernel
