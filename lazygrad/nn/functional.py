@@ -31,7 +31,8 @@ from lazygrad.tensor_methods.helpers import computes_in_float32
 __all__ = [
     "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "byte_dot_conv2d",
     "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool2d", "interpolate",
-    "linear", "byte_dot_linear", "dropout", "embedding", "layer_norm", "batch_norm", "group_norm", "rms_norm", "normalize",
+    "linear", "byte_dot_linear", "dropout", "embedding", "layer_norm", "batch_norm", "group_norm", "rms_norm",
+    "normalize",
     "cosine_similarity",
     "scaled_dot_product_attention",
     "cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",

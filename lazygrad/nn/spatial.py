@@ -562,8 +562,9 @@ BYTE_DOT_LANES = 16
 def byte_dot_conv2d(input: Tensor, weight: Tensor, stride=1, padding=0, dilation=1, padding_value=0) -> Tensor:
     """The exact int32 convolution (cross-correlation) of a uint8 input (N, C, H, W) with an int8
     weight (K, C, kh, kw); `padding` as conv2d's, or (before, after) per spatial dim, of
-    `padding_value` (an int, or a uint8 Tensor of one element: a zero point): int8 inference's product (lazygrad.quantize shifts its int8 input to
-    uint8, padding with 128; ONNX's ConvInteger and QLinearConv take uint8 activations).
+    `padding_value` (an int, or a uint8 Tensor of one element: a zero point). int8 inference's
+    product: lazygrad.quantize shifts its int8 input to uint8, padding with 128; ONNX's ConvInteger
+    and QLinearConv take uint8 activations.
 
     Laid out for a register tile of uint8-by-int8 dot products (renderer/opts.py byte_dot_tile: on
     AVX-512 VNNI, vpdpbusd adds 4 products to each of 16 int32 lanes): the input is stored as it is

@@ -145,7 +145,7 @@ HELPERS = {
     # A float MAX (and a reduce max's step) keeping a NaN of its first operand, as the op table's
     # template, written so gcc compiles it without branches (vmaxss, then a cmov for the NaN): the
     # template's `a > b || a != a` it compiled to jumps wherever the loop stayed scalar, which random
-    # signs mispredict (an int8 digits CNN's 2x2 max pool of a relu, batch 200: 3.4 -> 0.3 ms).
+    # signs mispredict (an int8 digits CNN's 2x2 max pool of a relu, batch 200: 3.4 -> 0.66 ms).
     "lg_maxf(": "static inline float lg_maxf(float a, float b) { float m = a > b ? a : b; return a != a ? a : m; }",
     "lg_max(": "static inline double lg_max(double a, double b) { double m = a > b ? a : b; return a != a ? a : m; }",
     "lg_log2f": "static inline float lg_log2f(float x) { return log2f(x); }",
@@ -173,8 +173,9 @@ HELPERS["lg_splat_load("] = ("#define lg_splat_load(p) ({ __typeof__(p) lg_at_ =
                              "*lg_at_; })")
 # AVX-512 VNNI's vpdpbusd: to each int32 lane, the four products of its four uint8 (a's bytes) by int8
 # (b's bytes) (CRenderer.render_byte_dot); the 4 bytes a broadcasts are read as one unaligned int.
-HELPERS["lg_byte_dot16("] = ("typedef int lg_int_unaligned __attribute__((aligned(1)));\n#if defined(__clang__)\n"
-                             "#define lg_byte_dot16(acc, a, b) ((lg_int16)__builtin_ia32_vpdpbusd512((acc), (a), (b)))\n"
+HELPERS["lg_byte_dot16("] = ("typedef int lg_int_unaligned __attribute__((aligned(1)));\n"
+                             "#if defined(__clang__)\n#define lg_byte_dot16(acc, a, b) "
+                             "((lg_int16)__builtin_ia32_vpdpbusd512((acc), (a), (b)))\n"
                              "#else\n#define lg_byte_dot16(acc, a, b) "
                              "((lg_int16)__builtin_ia32_vpdpbusd_v16si((acc), (a), (b)))\n#endif")
 # A select of float vectors by a mask of -1/0 lanes, bit by bit (C's ?: takes no vector condition); gcc
@@ -342,7 +343,6 @@ class CRenderer(CStyleRenderer):
     def render_vector_fma(self, dtype, width: int, left: str, right: str, accumulator: str) -> str:
         lanes = [f"__builtin_fmaf({left}[{lane}], {right}[{lane}], {accumulator}[{lane}])" for lane in range(width)]
         return self.render_vector(dtype, lanes)
-
 
     def render_byte_dot(self, accumulator: str, activations: str, weights: str, width: int) -> str:
         """The accumulator (int32 lanes) plus, per lane, the dot product of the 4 uint8 at `activations`

@@ -811,8 +811,9 @@ def byte_dot_product(kernel: Kernel) -> bool:
 
 
 # Outputs along the activations' axis that a byte dot tile computes together (one vector accumulator
-# each, all in registers with the weight vector and the broadcasts).
-BYTE_DOT_MAX_PIXELS = 14
+# each, in registers with the weight vector and the broadcasts); with 16 lanes and 4 unrolled steps,
+# MAX_EXPANSION allows no more.
+BYTE_DOT_MAX_PIXELS = 8
 
 
 def _byte_dot_steps(kernel: Kernel) -> tuple[dict, dict] | None:
@@ -831,7 +832,7 @@ def _byte_dot_steps(kernel: Kernel) -> tuple[dict, dict] | None:
 def byte_dot_tile(kernel: Kernel, renderer) -> list[Opt]:
     """A register tile of int32 sums of uint8 by int8 products written with the renderer's byte dot
     products (C on AVX-512 VNNI: vpdpbusd adds 4 products to each of 16 lanes), for operands laid out
-    for it (lazygrad.quantize's convolutions): a reduce axis of 4 along which both loads step by 1
+    for it (nn.functional.byte_dot_conv2d's): a reduce axis of 4 along which both loads step by 1
     (unrolled: one instruction's 4 products), an output axis of 16 lanes along which the uint8 load
     stays and the int8 one steps by 4 (each lane's 4 weights, lane after lane: one vector load),
     and up to BYTE_DOT_MAX_PIXELS outputs of an axis the int8 load stays along (one accumulator

@@ -210,7 +210,8 @@ class _FusionPlan:
         own costs more than recomputing them: unless that costs more than
         SMALL_BROADCAST_RECOMPUTE_LIMIT."""
         large = node.numel() >= BROADCAST_STORE_MIN_ELEMENTS
-        return self._recompute_cost_exceeds(node, BROADCAST_RECOMPUTE_LIMIT if large else SMALL_BROADCAST_RECOMPUTE_LIMIT)
+        limit = BROADCAST_RECOMPUTE_LIMIT if large else SMALL_BROADCAST_RECOMPUTE_LIMIT
+        return self._recompute_cost_exceeds(node, limit)
 
     def worth_storing_shared(self, node: LazyBuffer) -> bool:
         """Whether a value that several kernels compute costs more to recompute in each than to store

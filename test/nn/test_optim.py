@@ -150,7 +150,8 @@ KERNELS_PER_PARAMETER = {
     "SGD momentum": (lambda p: SGD(p, lr=0.1, momentum=0.9), 1),  # the momentum buffer and the parameter
     "Adam": (lambda p: Adam(p), 1),                            # m, v and the parameter
     "AdamW": (lambda p: AdamW(p), 1),
-    "LAMB": (lambda p: LAMB(p), 2),  # the two norms and the trust ratio they give (worth storing: fuse.py), then m, v and the parameter
+    # the two norms and the trust ratio they give (worth storing: fuse.py), then m, v and the parameter
+    "LAMB": (lambda p: LAMB(p), 2),
 }
 
 

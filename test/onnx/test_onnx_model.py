@@ -393,7 +393,8 @@ def test_quantized_convolutions_of_uint8_by_int8_run_on_the_byte_dot_products(de
     nodes = [helper.make_node("ConvInteger", ["x", "w", "x_zero_point", "w_zero_point"], ["sums"], pads=[1, 1, 1, 1]),
              helper.make_node("QLinearConv", ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point",
                                               "y_scale", "y_zero_point"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
-    initializers = [numpy_helper.from_array(w_value, "w"), numpy_helper.from_array(np.array(0, np.int8), "w_zero_point"),
+    initializers = [numpy_helper.from_array(w_value, "w"),
+                    numpy_helper.from_array(np.array(0, np.int8), "w_zero_point"),
                     numpy_helper.from_array(np.array(128, np.uint8), "y_zero_point")] + scales
     graph = helper.make_graph(nodes, "quantized_conv", inputs, outputs, initializers)
     model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), device=device)
@@ -422,7 +423,8 @@ def test_quantized_matmuls_of_uint8_by_int8_run_on_the_byte_dot_products(device)
     nodes = [helper.make_node("MatMulInteger", ["x", "w", "x_zero_point", "w_zero_point"], ["sums"]),
              helper.make_node("QLinearMatMul", ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point",
                                                 "y_scale", "y_zero_point"], ["y"])]
-    initializers = [numpy_helper.from_array(w_value, "w"), numpy_helper.from_array(np.array(0, np.int8), "w_zero_point"),
+    initializers = [numpy_helper.from_array(w_value, "w"),
+                    numpy_helper.from_array(np.array(0, np.int8), "w_zero_point"),
                     numpy_helper.from_array(np.array(128, np.uint8), "y_zero_point")] + \
         [numpy_helper.from_array(np.array(value, np.float32), name)
          for name, value in (("x_scale", 0.05), ("w_scale", 0.02), ("y_scale", 0.5))]
