@@ -42,7 +42,7 @@ from lazygrad.shape.symbolic import Lin, render_condition, var
 
 OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "PANEL", "LOCAL", "GROUP", "THREADS")
 # Part of BEAM's cache key: bump it when an opt's meaning or the code it renders changes.
-OPTS_VERSION = 3
+OPTS_VERSION = 4  # 4: byte dot tiles and a branchless scalar max render the same opts anew
 
 # Straight-line copies of the loop body: outputs computed together (upcast) times reduce steps
 # unrolled. Larger tiles spill registers and make the C compiler slow.
