@@ -12,13 +12,14 @@ nn.Conv2d of a model, in place, by a QuantizedLinear or QuantizedConv2d:
 - its input per tensor, symmetric, to int8 as well: from each call's own max |x| (dynamic), or from
   the largest max |x| seen over `calibration` batches run through the float model (static; inputs
   beyond it saturate at +-127);
-- the product on the int8 values widened to int32, exact, then dequantized in its epilogue:
-  y = acc * (x_scale * w_scale_c) + bias, in float32. A Linear's is a dot product per output of the
-  input shifted to uint8 with the weight's rows, which gcc compiles to AVX-512 VNNI's dot products;
-  an ungrouped convolution's is the dot products of the shifted input's windows, channels last,
-  with a weight packed for a register tile of VNNI instructions (renderer/opts.py byte_dot_tile):
-  both faster than float32 (a 3x3 convolution 0.3-0.4x its time). A grouped (depthwise)
-  convolution keeps its input in float32 and multiplies it by its dequantized weight (weight-only).
+- the product on the int8 values widened to int32, exact, then dequantized (in the product's
+  kernel; a convolution's in the next one): y = acc * (x_scale * w_scale_c) + bias, in float32. A
+  Linear's is a dot product per output of the input shifted to uint8 with the weight's rows, which
+  gcc compiles to AVX-512 VNNI's dot products; an ungrouped convolution's is the dot products of the
+  shifted input's windows, channels last, with a weight packed for a register tile of VNNI
+  instructions (renderer/opts.py byte_dot_tile): both faster than float32 (a 3x3 convolution
+  0.3-0.4x its time). A grouped (depthwise) convolution keeps its input in float32 and multiplies
+  it by its dequantized weight (weight-only).
 
 Everything stays Tensor ops, so a quantized model runs under the jit and exports to C
 (lazygrad.export) like any other. Rounding is to nearest, ties to even (numpy's, PyTorch's).
