@@ -608,7 +608,7 @@ def byte_dot_conv2d(input: Tensor, weight: Tensor, stride=1, padding=0, dilation
     weights = packed.permute(0, 4, 1, 2, 3, 5)  # (K/16, 16, kh, kw, C/4, 4)
     products = windows.cast(dtypes.int32) * weights.cast(dtypes.int32)  # (N, OH, OW, K/16, 16, kh, kw, C/4, 4)
     sums = products._reduce("SUM", (-4, -3, -2, -1), False, name).reshape(batch, rows, columns, blocks * lanes)
-    return sums[..., :out_channels].permute(0, 3, 1, 2).contiguous()
+    return sums[..., :out_channels].permute(0, 3, 1, 2)
 
 
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
