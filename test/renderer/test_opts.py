@@ -434,6 +434,23 @@ def test_a_channels_last_max_pool_takes_its_channels_in_vectors_and_keeps_nan():
         np.testing.assert_array_equal(out.numpy(), expected)
 
 
+def test_a_max_pool_reading_channels_last_values_in_nchw_order_takes_its_channels_in_vectors():
+    """A 2x2 max pool of an NCHW view whose values are stored channels last (an int8 convolution's
+    sums, dequantized on the way): the channels, contiguous in every load though not the last output
+    axis, are the upcast axis (`pool_vector_tile`), not plain loops of two-step windows."""
+    rng = np.random.default_rng(14)
+    stored = rng.standard_normal((2, 8, 8, 32)).astype(np.float32)       # (N, H, W, C)
+    with no_grad():
+        pooled = F.max_pool2d((Tensor(stored).permute(0, 3, 1, 2) * 2).relu(), 2)
+        (pool,) = [item.kernel for item in create_schedule([pooled.lazydata]) if item.kernel is not None]
+        kernel = merge_dims(pool)
+        opts = heuristic_opts(kernel, CRenderer(16, 32))
+        assert len(opts) == 1 and opts[0].op == "UPCAST" and kernel.full_shape[opts[0].axis] == 32
+        assert opts[0].axis != max(axis for axis in range(len(kernel.full_shape)) if axis not in kernel.reduce_axes)
+    windows = np.maximum(stored * 2, 0).reshape(2, 4, 2, 4, 2, 32).max((2, 4)).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(pooled.numpy(), windows)
+
+
 def test_of_two_transposed_reads_the_one_walking_an_outer_axis_gets_the_panel():
     """A residual sum of a Winograd convolution's output (its 2x2 output planes outermost, each
     tile row contiguous: near the stored order) and a channels-last one (contiguous along the
