@@ -5,7 +5,11 @@ Opt-in markers: tests marked with one of OPT_IN_MARKERS are deselected unless th
 for with `-m` (.ci/run asks for each): `onnx_cpu`, the ONNX backend node tests on CPU (test/onnx),
 `fuzz`, the long random-graph run (test/ops), and `opencl_ops`, the OPENCL cases of the op, nn and jit
 tests (PoCL's builds made them three quarters of a cold run).
+
+Fixture `direct_convolutions`: 3x3 convolutions take the direct product even where inference on CPU
+would run them as Winograd's (nn/spatial.py), for tests that read the direct product's kernel.
 """
+import pytest
 
 OPT_IN_MARKERS = {
     "onnx_cpu": "the ONNX backend node tests on CPU (run with -m onnx_cpu)",
@@ -29,3 +33,9 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+
+
+@pytest.fixture
+def direct_convolutions(monkeypatch):
+    import lazygrad.nn.spatial as spatial
+    monkeypatch.setattr(spatial, "WINOGRAD_MIN_CHANNELS", 1 << 62)

@@ -467,27 +467,25 @@ WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float32)
 WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float32)
 # Where the transforms cost less than the multiplies saved: from WINOGRAD_MIN_CHANNELS input and output
-# channels, with channels x tiles (4x4 input tiles, all images) of WINOGRAD_MIN_WORK or more, where each
-# of the 16 matmuls is large enough to keep its register tile busy. From 64 to 95 channels the direct
-# tile runs near the FMA peak, and Winograd's gain there needs its transformed input (16 planes)
-# within WINOGRAD_CACHED_BYTES. AVX-512, one thread, conv2d + bias + relu jitted, its weight a
-# parameter, direct -> Winograd ms: batch 16 at 512 channels 7x7 34.0 -> 26.6, 128 at 28x28
-# 34.7 -> 28.9; batch 8 at 256 14x14 17.0 -> 14.1; batch 1 at 64 channels 56x56 2.12 -> 1.93, 96
-# 4.68 -> 3.48, 128 8.26 -> 5.88, 48 2.25 -> 1.23, 32 at 112x112 4.22 -> 2.40; batch 2 at 128 28x28
-# 4.13 -> 3.48. Left direct: batch 1 at 128 28x28 2.07 -> 2.23 (25,088 channel-tiles), 96 at 28x28
-# 1.18 -> 1.29, 64 at 28x28 0.53 -> 0.66, 256 at 14x14 2.10 -> 4.08, 512 at 7x7 2.28 -> 3.50; batch 4
-# at 512 7x7 8.9 -> 9.1; 64 channels at 56x56 beyond the cache, batch 2 4.58 -> 4.70, batch 8 18.0 ->
-# 20.1, batch 16 35.4 -> 39.4.
-WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_WORK = 32, 40000
-WINOGRAD_CACHED_BYTES = 4 << 20
+# channels and WINOGRAD_MIN_TILES 4x4 input tiles (all images): with fewer tiles each of the 16 matmuls
+# streams its transformed weight (16/9 of the direct one's) for too few columns. From 64 to 95 channels
+# the matmuls' reduce is short, and Winograd's gain needs its transformed input (16 planes) within
+# WINOGRAD_CACHED_BYTES. AVX-512, conv2d + relu jitted, its weight a parameter, direct -> Winograd ms,
+# one thread: batch 1 at 32 channels 112x112 4.48 -> 2.59, 48 at 56x56 2.29 -> 0.94, 64 at 56x56
+# 2.17 -> 1.59, 128 at 28x28 2.13 -> 1.39, 256 at 14x14 2.11 -> 1.35, 64 at 14x14 0.136 -> 0.095;
+# batch 16 at 128 28x28 34.1 -> 28.6, 256 at 14x14 34.0 -> 30.0, 512 at 7x7 33.4 -> 24.4; 64 at 56x56
+# batch 2 4.36 -> 3.37, batch 4 8.96 -> 7.28. Left direct: 512 at 7x7 at batch 1 2.29 -> 3.98, batch 2
+# 5.10 -> 5.55, batch 3 (48 tiles) 6.37 -> 6.47; 64 at 56x56 batch 8 17.6 -> 18.0, batch 16 35.9 ->
+# 39.6. Two threads alike (batch 1 at 256 14x14 1.04 -> 0.55, 512 7x7 1.11 -> 1.59).
+WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES = 32, 48
+WINOGRAD_CACHED_BYTES = 16 << 20
 
 
 def _winograd(padded: Tensor, weight: Tensor, stride, dilation, groups: int) -> bool:
     """Whether a convolution runs as `_winograd_product`: on the CPU device, for inference (nothing
     requires grad), ungrouped 3x3 at stride 1 and dilation 1, float32, with at least
-    WINOGRAD_MIN_CHANNELS input and output channels and WINOGRAD_MIN_WORK channels times tiles, and
-    from 64 to 95 channels a transformed input within WINOGRAD_CACHED_BYTES (see the measurements
-    above)."""
+    WINOGRAD_MIN_CHANNELS input and output channels and WINOGRAD_MIN_TILES tiles, and from 64 to 95
+    channels a transformed input within WINOGRAD_CACHED_BYTES (see the measurements above)."""
     if device_kind(padded.device) != "CPU" or groups != 1 or weight.shape[2:] != (3, 3) or padded.ndim != 4:
         return False
     if stride != (1, 1) or dilation != (1, 1) or padded.dtype != dtypes.float32 or weight.dtype != dtypes.float32:
@@ -496,7 +494,7 @@ def _winograd(padded: Tensor, weight: Tensor, stride, dilation, groups: int) -> 
         return False
     channels = min(weight.shape[0], weight.shape[1])
     tiles = padded.shape[0] * ((padded.shape[2] - 1) // 2) * ((padded.shape[3] - 1) // 2)
-    if channels < WINOGRAD_MIN_CHANNELS or channels * tiles < WINOGRAD_MIN_WORK:
+    if channels < WINOGRAD_MIN_CHANNELS or tiles < WINOGRAD_MIN_TILES:
         return False
     return not (64 <= channels < 96 and 16 * weight.shape[1] * tiles * 4 > WINOGRAD_CACHED_BYTES)
 
@@ -518,22 +516,27 @@ def _winograd_matrices(device: str) -> tuple[Tensor, Tensor, Tensor]:
 
 def _winograd_product(padded: Tensor, weight: Tensor) -> Tensor:
     """The 3x3 convolution of an already padded x (N, C, H + 2, W + 2) with weight (K, C, 3, 3) by
-    Winograd's F(2x2, 3x3): the input's overlapping 4x4 tiles (stride 2) and the weight transformed
-    into 16 planes each (each a reduce over a constant 4x4 or 3x3 matrix: kernels that read their
-    input once), a batched matmul (16, K, C) @ (16, C, tiles), and each 4x4 result tile turned into 2x2
-    outputs, cropped to H x W. The weight's transform, a function of the weight alone, is kept between
-    calls (derived_values.py, and the jit's skipped launches)."""
+    Winograd's F(2x2, 3x3), channels last throughout: x is stored (N, H + 2, W + 2, C), its
+    overlapping 4x4 tiles (stride 2) transformed into 16 planes (tiles, C) and the weight into 16
+    planes (C, K) (each a reduce over a constant 4x4 or 3x3 matrix, vectors along the channels), a
+    batched matmul (16, tiles, C) @ (16, C, K), and each 4x4 result tile turned into 2x2 outputs,
+    (N, H, W, K) read as (N, K, H, W), cropped to H x W. Along the channels every kernel's loads and
+    stores are contiguous; with the tiles contiguous instead the input's transform read every other
+    column, scalar by scalar (ResNet-18 at batch 1, one thread: 0.78 -> 0.26 ms per 64-channel
+    56x56 transform). The weight's transform, a function of the weight alone, is kept between calls
+    (derived_values.py, and the jit's skipped launches)."""
     batch, channels, height, width = padded.shape[0], padded.shape[1], padded.shape[2] - 2, padded.shape[3] - 2
     out_channels, device = weight.shape[0], padded.device
     rows, columns = -(-height // 2), -(-width // 2)
     tiles = padded.pad(((0, 0), (0, 0), (0, 2 * rows - height), (0, 2 * columns - width)))
-    windows = pool_windows(tiles, (4, 4), (2, 2), (1, 1)).permute(1, 0, 2, 3, 4, 5)  # (C, N, rows, columns, 4, 4)
+    channels_last = tiles.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    windows = pool_windows(channels_last, (4, 4), (2, 2), (1, 1)).permute(0, 2, 3, 1, 4, 5)  # (N, rows, columns, C, 4, 4)
     input_transform, weight_transform, output_transform = _winograd_matrices(device)
-    v = (windows.unsqueeze(0) * input_transform).sum((5, 6)).reshape(16, channels, batch * rows * columns)
-    u = (weight.unsqueeze(0) * weight_transform).sum((3, 4))  # (16, K, C)
-    m = (u @ v).reshape(16, -1)
-    y = (output_transform @ m).reshape(2, 2, out_channels, batch, rows, columns)  # 4 planes of outputs
-    y = y.permute(3, 2, 4, 0, 5, 1).reshape(batch, out_channels, 2 * rows, 2 * columns)
+    v = (windows.unsqueeze(0) * input_transform).sum((5, 6)).reshape(16, batch * rows * columns, channels)
+    u = (weight.permute(1, 0, 2, 3).unsqueeze(0) * weight_transform).sum((3, 4))  # (16, C, K)
+    m = (v @ u).reshape(16, -1)
+    y = (output_transform @ m).reshape(2, 2, batch, rows, columns, out_channels)  # 4 planes of outputs
+    y = y.permute(2, 5, 3, 0, 4, 1).reshape(batch, out_channels, 2 * rows, 2 * columns)
     return y[:, :, :height, :width]
 
 

@@ -605,8 +605,8 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
 
     Of several such reads, the one whose contiguous axis is outermost sets the PANEL: it gathers
     across the most loops of the stored order. ResNet-18's residual sums at batch 16 read a
-    Winograd output (its tile rows contiguous, just outside the stored axis) beside a channels-last
-    downsampling: the 28x28 stage's kernel alone, one thread, 6.9 ms with the tile rows innermost,
+    Winograd output (measured when its tile rows were contiguous, just outside the stored axis; it is
+    channels last now) beside a channels-last downsampling: the 28x28 stage's kernel alone, one thread, 6.9 ms with the tile rows innermost,
     3.3 ms with 16 channels; the model at batch 16, one thread, jitted, 501/497 -> 480/477 ms."""
     shape = kernel.full_shape
     accesses, strides = _memory_accesses(kernel)

@@ -7,6 +7,10 @@ import pytest
 import lazygrad.nn.spatial as spatial
 from lazygrad import Tensor, nn, no_grad
 from lazygrad.nn import functional as F
+from lazygrad.renderer.axes import merge_dims
+from lazygrad.renderer.c import CRenderer
+from lazygrad.renderer.linearize import linearize
+from lazygrad.schedule.fuse import create_schedule
 
 rng = np.random.default_rng(7)
 
@@ -41,14 +45,14 @@ def conv_case(batch: int, channels: int, size: int, out_channels: int | None = N
 
 @pytest.mark.parametrize("size, padding", [(14, 1), (15, 1), (16, 0), (13, 2), (15, (2, 1))])
 def test_winograd_gives_the_direct_convolution(size, padding, winograd_calls):
-    x, w, b = conv_case(24, 128, size, 136)  # 128 channels x 24 images x 49 to 64 tiles: past WINOGRAD_MIN_WORK
+    x, w, b = conv_case(2, 128, size, 136)  # 2 images x 49 to 64 tiles: past WINOGRAD_MIN_TILES
     got = F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), Tensor(b, device="CPU"), padding=padding).numpy()
     assert len(winograd_calls) == 1
     np.testing.assert_allclose(got, convolved(x, w, b, padding), rtol=1e-4, atol=1e-4)
 
 
 def test_every_route_to_a_convolution_takes_it(winograd_calls):
-    x, w, b = conv_case(24, 128, 14)
+    x, w, b = conv_case(2, 128, 14)
     layer = nn.Conv2d(128, 128, 3, padding=1, device="CPU")
     with no_grad():
         layer.weight.assign(Tensor(w, device="CPU")).realize()
@@ -72,24 +76,40 @@ def test_every_route_to_a_convolution_takes_it(winograd_calls):
 
 
 def test_training_small_convolutions_and_other_devices_stay_direct(winograd_calls):
-    x, w, b = conv_case(24, 128, 14)
+    x, w, b = conv_case(2, 128, 14)
     weight = Tensor(w, device="CPU").requires_grad_()
     F.conv2d(Tensor(x, device="CPU"), weight, padding=1).sum().backward()  # its gradients: direct
-    F.conv2d(Tensor(x[:4], device="CPU"), Tensor(w, device="CPU"), padding=1).realize()  # 4 images: too few tiles
-    small = conv_case(48, 64, 14)
-    F.conv2d(Tensor(small[0], device="CPU"), Tensor(small[1], device="CPU"), padding=1).realize()  # 64 channels
+    F.conv2d(Tensor(x[:, :, :8, :8], device="CPU"), Tensor(w, device="CPU"), padding=1).realize()  # 32 tiles: too few
+    narrow = conv_case(2, 16, 14)
+    F.conv2d(Tensor(narrow[0], device="CPU"), Tensor(narrow[1], device="CPU"), padding=1).realize()  # 16 channels
     F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), stride=2, padding=1).realize()
     F.conv2d(Tensor(x[:1, :, :4, :4], device="NPY"), Tensor(w, device="NPY"), padding=1).realize()  # no CPU kernels
     assert winograd_calls == []
 
 
 def test_sixty_four_channels_take_winograd_while_the_transformed_input_fits_the_cache(winograd_calls):
-    """From 64 to 95 channels the direct tile runs near the FMA peak: Winograd only where its 16
-    transformed planes stay within WINOGRAD_CACHED_BYTES (ResNet-18's 56x56 layers at batch 1, not 2)."""
-    x, w, _ = conv_case(2, 64, 56)
-    F.conv2d(Tensor(x[:1], device="CPU"), Tensor(w, device="CPU"), padding=1).realize()
+    """From 64 to 95 channels the matmuls' reduce is short: Winograd only where its 16 transformed
+    planes stay within WINOGRAD_CACHED_BYTES (ResNet-18's 56x56 layers at batch 4, not 8)."""
+    x, w, _ = conv_case(8, 64, 56)
+    F.conv2d(Tensor(x[:4], device="CPU"), Tensor(w, device="CPU"), padding=1).realize()
     assert len(winograd_calls) == 1
     out = F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), padding=1)
     assert len(winograd_calls) == 1
     expected = F.conv2d(Tensor(x.astype(np.float64)), Tensor(w.astype(np.float64)), padding=1).numpy()
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_its_kernels_compute_along_the_channels(winograd_calls):
+    """Channels last throughout: the input's transform, the 16 matmuls and the output's transform each
+    load and store contiguously along the channels, so on AVX-512 each is a tile of 16-lane vectors
+    (with the tiles contiguous the input's transform read every other column, scalar by scalar).
+    Six kernels: the input stored channels last, the three, the weight's transform (a value of the
+    weight alone) and the (N, K, H, W) copy with the relu."""
+    x, w, _ = conv_case(1, 64, 14)
+    with no_grad():
+        out = F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), padding=1).relu()
+    assert len(winograd_calls) == 1
+    kernels = [item.kernel for item in create_schedule([out.lazydata]) if item.kernel is not None]
+    widths = sorted(linearize(merge_dims(kernel), CRenderer(16, 32)).vector_width
+                    for kernel in kernels if kernel.reduce_axes)
+    assert len(kernels) == 6 and widths == [1, 16, 16, 16]

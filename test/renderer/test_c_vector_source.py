@@ -1,7 +1,8 @@
 """C vector types: a register tile's rows rendered as GCC/clang vectors of the CPU's lane count.
 
 The renderer is built with explicit lanes (8: AVX2's float32 lanes; 16: AVX-512's), so the source
-checks do not depend on this machine; the values checks run the kernels on the CPU device.
+checks do not depend on this machine; the values checks run the kernels on the CPU device. The 3x3
+convolutions here are the direct product's (not Winograd's: see the autouse fixture).
 """
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.linearize import linearize
 from lazygrad.renderer.opts import heuristic_opts
 from lazygrad.schedule.fuse import create_schedule
+
+
+@pytest.fixture(autouse=True)
+def direct(direct_convolutions):
+    pass
 
 
 def realized(shape, seed: int = 0) -> Tensor:

@@ -173,7 +173,7 @@ def test_conv2d_of_a_large_padded_input_copies_it_and_tiles_32_by_8():
     assert heuristic_opts(kernel, CRenderer()) == [Opt("UPCAST", 3, 32), Opt("UPCAST", 1, 8)]
 
 
-def test_a_convolution_of_a_padded_view_gets_the_same_kernel_as_one_given_padding():
+def test_a_convolution_of_a_padded_view_gets_the_same_kernel_as_one_given_padding(direct_convolutions):
     """lazygrad.onnx pads the input itself, then convolves without padding; nn.Conv2d passes the
     padding. Both reach the same schedule: the padded input stored, the weight copied into panels,
     the same tiled product."""
@@ -187,7 +187,7 @@ def test_a_convolution_of_a_padded_view_gets_the_same_kernel_as_one_given_paddin
 
 
 @pytest.mark.parametrize("size, columns", [(7, 7), (14, 7), (28, 7), (56, 7), (16, 8)])
-def test_a_convolution_with_wide_windows_tiles_output_channels_by_columns(size, columns):
+def test_a_convolution_with_wide_windows_tiles_output_channels_by_columns(size, columns, direct_convolutions):
     """64 channels by 3x3 or more computes with the output channels last, from the weight copied
     into panels of 16 (nn/spatial.py `_output_channels_last_product`): the tile is those 16 channels
     by a run of 7 columns where 7 divides them, else 8 (ResNet-18's 512x512x3x3 at 7x7, AVX2, 2
