@@ -487,6 +487,20 @@ def large_operands(kernel: Kernel, strides: list[dict[int, int | None]]) -> bool
                for load in strides)
 
 
+def reused_across_rows(kernel: Kernel, strides: list[dict[int, int | None]], vector_axis: int) -> int:
+    """Elements of the operand a register tile's rows share, the one moving along its vector axis, in
+    one matmul of a batch (leaving out the axes every load moves along). Where it is far larger than
+    the caches, every row tile reads it from memory again unless the reduce runs in blocks: one
+    thread, 32x4096 @ 4096x512 2.9 -> 2.2 ms in blocks of 64 steps. Where it fits, the blocks only
+    cost: Winograd's 16 matmuls of 784x256 @ 256x256 (ResNet-18's 14x14 stage at batch 16) 16.5 ->
+    22.5 ms, 4 of 3136x1024 @ 1024x64 15.3 -> 22.7, though their left operands are large."""
+    shape = kernel.full_shape
+    batch = {axis for axis in range(len(shape))
+             if axis not in kernel.reduce_axes and all(load[axis] != 0 for load in strides)}
+    return max((math.prod(shape[axis] for axis, step in load.items() if step != 0 and axis not in batch)
+                for load in strides if load[vector_axis] != 0), default=0)
+
+
 def _vector_and_row_tile(kernel: Kernel, globals_: list[int], strides: list[dict[int, int | None]],
                          vector_choices: tuple[int, ...], row_choices: tuple[int, ...],
                          fits=lambda columns, rows: True,
@@ -920,7 +934,9 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
         block = long_reduce_block(tiled)
         return opts if block is None else opts + [block]
     if panel is None:
-        block = reduce_block(tiled, BLOCK_STEPS)
+        strides = load_strides(kernel, _reduce_source(kernel).walk())
+        large = reused_across_rows(kernel, strides, opts[0].axis) >= LARGE_OPERAND_ELEMENTS
+        block = reduce_block(tiled, BLOCK_STEPS) if large else None
     else:
         panelled = apply_opt(tiled, panel, renderer)
         block = reduce_block(panelled, PANEL_BLOCK_STEPS)

@@ -806,6 +806,17 @@ def test_only_matmuls_of_large_operands_are_blocked():
     assert [opt.op for opt in heuristic_opts(matmul_kernel(64, 128, 64), CRenderer())] == ["UPCAST", "UPCAST"]
 
 
+def test_a_block_is_for_the_operand_the_rows_share_when_one_matmul_of_it_leaves_the_cache():
+    """The operand every row tile reads again (the one moving along the tile's vector) decides, per
+    matmul of a batch: Winograd's 16 matmuls of 784x256 @ 256x256 (8 MiB of right operands in all,
+    256 KiB each) run without blocks, as does a large left operand with a small right one (one
+    thread: 16.5 ms without blocks, 22.5 with; 3136x1024 @ 1024x64 15.3 and 22.7)."""
+    def opts(left, right):
+        return heuristic_opts(kernel_of(Tensor(np.ones(left, np.float32)) @ Tensor(np.ones(right, np.float32))), CRenderer())
+    assert [opt.op for opt in opts((16, 784, 256), (16, 256, 256))] == ["UPCAST", "UPCAST"]
+    assert [opt.op for opt in opts((4, 3136, 1024), (4, 1024, 64))] == ["UPCAST", "UPCAST"]
+
+
 # ---- PANEL: operands in panels, row tiles run inside the column loop --------------------------------
 
 @pytest.mark.usefixtures("avx2_panels")
