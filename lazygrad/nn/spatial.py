@@ -482,8 +482,9 @@ WINOGRAD_CACHED_BYTES = 16 << 20
 
 
 def _winograd(padded: Tensor, weight: Tensor, stride, dilation, groups: int) -> bool:
-    """Whether a convolution runs as `_winograd_product`: on the CPU device, for inference (nothing
-    requires grad), ungrouped 3x3 at stride 1 and dilation 1, float32, with at least
+    """Whether a convolution runs as `_winograd_product`: on the CPU device, where nothing requires
+    grad (inference, or an input's gradient, a convolution with the flipped weight: `_conv_transpose`
+    in backward), ungrouped 3x3 at stride 1 and dilation 1, float32, with at least
     WINOGRAD_MIN_CHANNELS input and output channels and WINOGRAD_MIN_TILES tiles, and from 64 to 95
     channels a transformed input within WINOGRAD_CACHED_BYTES (see the measurements above)."""
     if device_kind(padded.device) != "CPU" or groups != 1 or weight.shape[2:] != (3, 3) or padded.ndim != 4:
@@ -509,7 +510,7 @@ def _winograd_matrices(device: str) -> tuple[Tensor, Tensor, Tensor]:
     if device not in _WINOGRAD_MATRICES:
         _WINOGRAD_MATRICES[device] = tuple(Tensor(matrix, device=device).realize() for matrix in (
             np.einsum("ia,jb->ijab", WINOGRAD_BT, WINOGRAD_BT).reshape(16, 1, 1, 1, 1, 4, 4),
-            np.einsum("ia,jb->ijab", WINOGRAD_G, WINOGRAD_G).reshape(16, 1, 1, 3, 3),
+            np.einsum("ia,jb->ijab", WINOGRAD_G, WINOGRAD_G).reshape(16, 3, 3, 1, 1),
             np.einsum("xi,yj->xyij", WINOGRAD_AT, WINOGRAD_AT).reshape(4, 16)))
     return _WINOGRAD_MATRICES[device]
 
@@ -518,7 +519,9 @@ def _winograd_product(padded: Tensor, weight: Tensor) -> Tensor:
     """The 3x3 convolution of an already padded x (N, C, H + 2, W + 2) with weight (K, C, 3, 3) by
     Winograd's F(2x2, 3x3), channels last throughout: x is stored (N, H + 2, W + 2, C), its
     overlapping 4x4 tiles (stride 2) transformed into 16 planes (tiles, C) and the weight into 16
-    planes (C, K) (each a reduce over a constant 4x4 or 3x3 matrix, vectors along the channels), a
+    planes (C, K) (each a reduce over a constant 4x4 or 3x3 matrix, vectors along the channels; the
+    weight first copied to (3, 3, C, K), as read in place its transform took 9.7 ms at 512 channels,
+    1.1 from the copy, which matters where the weight changes every step), a
     batched matmul (16, tiles, C) @ (16, C, K), and each 4x4 result tile turned into 2x2 outputs,
     (N, H, W, K) read as (N, K, H, W), cropped to H x W. Along the channels every kernel's loads and
     stores are contiguous; with the tiles contiguous instead the input's transform read every other
@@ -533,7 +536,8 @@ def _winograd_product(padded: Tensor, weight: Tensor) -> Tensor:
     windows = pool_windows(channels_last, (4, 4), (2, 2), (1, 1)).permute(0, 2, 3, 1, 4, 5)  # (N, rows, columns, C, 4, 4)
     input_transform, weight_transform, output_transform = _winograd_matrices(device)
     v = (windows.unsqueeze(0) * input_transform).sum((5, 6)).reshape(16, batch * rows * columns, channels)
-    u = (weight.permute(1, 0, 2, 3).unsqueeze(0) * weight_transform).sum((3, 4))  # (16, C, K)
+    kernel_last = weight.permute(2, 3, 1, 0).contiguous()  # (3, 3, C, K): the transform's vectors along K
+    u = (kernel_last.unsqueeze(0) * weight_transform).sum((1, 2))  # (16, C, K)
     m = (v @ u).reshape(16, -1)
     y = (output_transform @ m).reshape(2, 2, batch, rows, columns, out_channels)  # 4 planes of outputs
     y = y.permute(2, 5, 3, 0, 4, 1).reshape(batch, out_channels, 2 * rows, 2 * columns)
@@ -654,7 +658,13 @@ def _conv_transpose(name: str, dims: int, input, weight, bias, stride, padding, 
     conv_weight = weight.reshape((groups, in_channels // groups, per_group) + kernel).transpose(1, 2)
     conv_weight = conv_weight.reshape((per_group * groups, in_channels // groups) + kernel)
     conv_weight = conv_weight.flip(tuple(range(2, 2 + dims)))
-    out = _windowed_product(x, conv_weight, (1,) * dims, dilation, groups)
+    if _winograd(x, conv_weight, (1,) * dims, dilation, groups):
+        # a gradient's (or one in inference), stored (N, C, H, W): channels last, the batch norm
+        # gradients and weight-gradient panels after it read it across their loops (ResNet-18's
+        # training step at batch 16, 2 threads, kernels 1097 ms direct, 1071 channels last, 1030)
+        out = _winograd_product(x, conv_weight).contiguous()
+    else:
+        out = _windowed_product(x, conv_weight, (1,) * dims, dilation, groups)
     if bias is not None:
         out = out + bias.reshape((1, bias.shape[0]) + (1,) * dims)
     return out.squeeze(0) if unbatched else out
