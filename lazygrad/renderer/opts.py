@@ -619,9 +619,10 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
 
     Of several such reads, the one whose contiguous axis is outermost sets the PANEL: it gathers
     across the most loops of the stored order. ResNet-18's residual sums at batch 16 read a
-    Winograd output (measured when its tile rows were contiguous, just outside the stored axis; it is
-    channels last now) beside a channels-last downsampling: the 28x28 stage's kernel alone, one thread, 6.9 ms with the tile rows innermost,
-    3.3 ms with 16 channels; the model at batch 16, one thread, jitted, 501/497 -> 480/477 ms."""
+    Winograd output (measured when its tile rows were contiguous, just outside the stored axis; it
+    is channels last now) beside a channels-last downsampling: the 28x28 stage's kernel alone, one
+    thread, 6.9 ms with the tile rows innermost, 3.3 ms with 16 channels; the model at batch 16,
+    one thread, jitted, 501/497 -> 480/477 ms."""
     shape = kernel.full_shape
     accesses, strides = _memory_accesses(kernel)
     stored = [axis for access, steps in zip(accesses, strides) if access.op == "STORE"
@@ -921,7 +922,8 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     if tile and len(kernel.reduce_axes) > 1:
         panel = convolution_panel(tiled)
         return opts if panel is None else opts + [panel]
-    if not tile or not large_operands(kernel, load_strides(kernel, _reduce_source(kernel).walk())):
+    strides = load_strides(kernel, _reduce_source(kernel).walk()) if tile else []
+    if not tile or not large_operands(kernel, strides):
         panel = small_operand_panel(tiled) if tile else None
         return opts if panel is None else opts + [panel]
     panel = panel_opt(tiled)
@@ -934,7 +936,6 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
         block = long_reduce_block(tiled)
         return opts if block is None else opts + [block]
     if panel is None:
-        strides = load_strides(kernel, _reduce_source(kernel).walk())
         large = reused_across_rows(kernel, strides, opts[0].axis) >= LARGE_OPERAND_ELEMENTS
         block = reduce_block(tiled, BLOCK_STEPS) if large else None
     else:
@@ -1097,8 +1098,8 @@ def long_reduce_block(tiled: OptimizedKernel) -> Opt | None:
     gradient's, over every pixel of the batch): the largest divisor of its length between
     BLOCK_STEPS and LONG_BLOCK_STEPS steps. Fewer, longer blocks write the partial sums back less
     often: ResNet-18's at batch 16, 2 threads, kernel alone, 64 x 50176 by 50176 x 576 19.2 -> 17.9
-    ms from 256 steps to 1024, 128 x 12544 by 12544 x 1152 18.4 -> 17.2 (784 -> 896 steps), 256 x
-    3136 by 3136 x 2304 17.4 -> 16.7 (224 -> 784)."""
+    ms from 256 steps to 1024, 128 x 12544 by 12544 x 1152 18.4 -> 17.2-17.4 from 256 to 784-1568
+    (896 taken), 256 x 3136 by 3136 x 2304 17.4 -> 16.7 from 224 to 784."""
     reduces = tiled.axes_of(REDUCE)
     if len(reduces) != 1 or tiled.kernel.full_shape[reduces[0]] < LONG_REDUCE_STEPS:
         return None
