@@ -90,6 +90,19 @@ def test_a_training_convolution_takes_it_for_its_input_gradient_only(winograd_ca
     np.testing.assert_allclose(weight.grad.numpy(), exact[1].grad.numpy(), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("padding", [0, 1, 2])
+def test_a_transposed_convolution_takes_it(padding, winograd_calls):
+    """conv_transpose2d at stride 1 is a convolution with the flipped weight (the route of an input's
+    gradient), in inference as in backward."""
+    x, w, b = conv_case(2, 48, 13, 40)  # w.transpose(1, 0, 2, 3): conv_transpose2d's (C_in, C_out, 3, 3)
+    got = F.conv_transpose2d(Tensor(x, device="CPU"), Tensor(w.transpose(1, 0, 2, 3).copy(), device="CPU"),
+                             Tensor(b[:40], device="CPU"), padding=padding).numpy()
+    assert len(winograd_calls) == 1
+    exact = F.conv_transpose2d(Tensor(x.astype(np.float64)), Tensor(w.transpose(1, 0, 2, 3).astype(np.float64)),
+                               Tensor(b[:40].astype(np.float64)), padding=padding).numpy()
+    np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-4)
+
+
 def test_small_convolutions_and_other_devices_stay_direct(winograd_calls):
     x, w, b = conv_case(2, 128, 14)
     F.conv2d(Tensor(x[:, :, :8, :8], device="CPU"), Tensor(w, device="CPU"), padding=1).realize()  # 32 tiles: too few
