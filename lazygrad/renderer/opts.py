@@ -340,6 +340,11 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     if len(strides) < 2:
         return []
     fits = _accumulators_fit(renderer)
+    if len(kernel.reduce_axes) == 1 and renderer is not None and reads_panels(kernel, strides, panel_tile(renderer)[1]):
+        rows, width = panel_tile(renderer)
+        tile = _vector_and_row_tile(kernel, globals_, strides, (width,), (rows, rows - 1))
+        if len(tile) == 2:
+            return tile
     if len(kernel.reduce_axes) == 1:
         vector_choices, row_choices = (32, 16, 8), MATMUL_ROW_CHOICES
         if not large_operands(kernel, strides):
@@ -367,6 +372,25 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     if len(tile) == 1 and renderer is not None:
         tile = [_in_whole_vectors(kernel, tile[0], source.dtype, renderer)]
     return tile
+
+
+def reads_panels(kernel: Kernel, strides: list[dict[int, int | None]], width: int) -> bool:
+    """Whether a matmul reads its right operand from panels `width` columns wide (linalg's
+    `_panel_product`): some load walks the last output axis, of `width`, contiguously, moves by
+    `width` per reduce step, and by one whole panel along another output axis that the other loads
+    stay put along (in a batched matmul they move along the batch too)."""
+    shape, (reduce_axis,) = kernel.full_shape, kernel.reduce_axes
+    outputs = [axis for axis, size in enumerate(shape) if axis != reduce_axis and size > 1]
+    if not outputs or shape[outputs[-1]] != width:
+        return False
+    last, panel = outputs[-1], width * shape[reduce_axis]
+    for index, load in enumerate(strides):
+        if load[last] != 1 or load[reduce_axis] != shape[last]:
+            continue
+        others = strides[:index] + strides[index + 1:]
+        if any(step == panel and all(other[axis] == 0 for other in others) for axis, step in load.items()):
+            return True
+    return False
 
 
 # Row counts a matmul's register tile takes (`matmul_tile`), most first. 7 for rows of 7x7 or 14x14

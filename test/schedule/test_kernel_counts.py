@@ -128,21 +128,23 @@ def test_a_batch_norm_computes_its_per_channel_scale_and_shift_once():
     assert count == 2
 
 
-def test_a_matmul_in_panels_packs_a_cheap_left_operand_as_it_computes_it():
-    """On CPU, (m, k) @ (k, n) with k * n >= 2^17 copies both operands into panels
-    (linalg._panel_product). A left operand computed with cheap ops (a scale, shift and relu, as
-    after a layer norm or batch norm) is computed inside its pack: the pack, the weight's panels and
-    the product, 3 kernels. One with an expensive op per element (exp) is stored first, since the
-    pack reads it across its rows: 4."""
+def test_a_matmul_in_panels_stores_a_computed_left_operand_by_rows_or_packs_it():
+    """On CPU, (m, k) @ (k, n) with k * n >= 2^17 copies its right operand into panels
+    (linalg._panel_product). A left operand whose rows fill whole register tiles (96 rows) is read in
+    place: computed (a scale, shift and relu, or an exp), it is stored row by row first, so the
+    weight's panels, that store and the product make 3 kernels. With 97 rows it is packed into
+    padded panels: a cheap one is computed inside its pack, an expensive one stored first, and the
+    product's padding rows are cut off by a copy: 4 and 5."""
     rng = np.random.default_rng(2)
-    x, w = rng.standard_normal((96, 512)).astype(np.float32), rng.standard_normal((512, 256)).astype(np.float32)
-    scale = rng.standard_normal(512).astype(np.float32)
-    count, value = kernels_for(lambda: (Tensor(x) * Tensor(scale) + 1).relu() @ Tensor(w))
-    assert count == 3
-    np.testing.assert_allclose(value, np.maximum(x * scale + 1, 0) @ w, rtol=1e-4, atol=1e-3)
-    count, value = kernels_for(lambda: (Tensor(x) * 0.1).exp() @ Tensor(w))
-    assert count == 4
-    np.testing.assert_allclose(value, np.exp(x * 0.1) @ w, rtol=1e-4, atol=1e-3)
+    for m, counts in [(96, (3, 3)), (97, (4, 5))]:
+        x, w = rng.standard_normal((m, 512)).astype(np.float32), rng.standard_normal((512, 256)).astype(np.float32)
+        scale = rng.standard_normal(512).astype(np.float32)
+        count, value = kernels_for(lambda: (Tensor(x) * Tensor(scale) + 1).relu() @ Tensor(w))
+        assert count == counts[0], m
+        np.testing.assert_allclose(value, np.maximum(x * scale + 1, 0) @ w, rtol=1e-4, atol=1e-3)
+        count, value = kernels_for(lambda: (Tensor(x) * 0.1).exp() @ Tensor(w))
+        assert count == counts[1], m
+        np.testing.assert_allclose(value, np.exp(x * 0.1) @ w, rtol=1e-4, atol=1e-3)
 
 
 def test_movement_chains_add_no_kernel(inputs):
