@@ -519,9 +519,11 @@ def _winograd_product(padded: Tensor, weight: Tensor) -> Tensor:
     """The 3x3 convolution of an already padded x (N, C, H + 2, W + 2) with weight (K, C, 3, 3) by
     Winograd's F(2x2, 3x3), channels last throughout: x is stored (N, H + 2, W + 2, C), its
     overlapping 4x4 tiles (stride 2) transformed into 16 planes (tiles, C) and the weight into 16
-    planes (C, K) (each a reduce over a constant 4x4 or 3x3 matrix, vectors along the channels; the
-    weight first copied to (3, 3, C, K), as read in place its transform took 9.7 ms at 512 channels,
-    1.1 from the copy, which matters where the weight changes every step), a
+    planes (C, K) (each a reduce over a constant 4x4 or 3x3 matrix, vectors along the channels; a
+    weight computed in the call, as backward's flipped one, first copied to (3, 3, C, K): read in
+    place its transform took 9.7 ms at 512 channels, 1.1 from the copy, which matters where the
+    weight changes every step; a stored weight is read in place, so the transform reads only
+    unchanged buffers), a
     batched matmul (16, tiles, C) @ (16, C, K), and each 4x4 result tile turned into 2x2 outputs,
     (N, H, W, K) read as (N, K, H, W), cropped to H x W. Along the channels every kernel's loads and
     stores are contiguous; with the tiles contiguous instead the input's transform read every other
@@ -536,7 +538,9 @@ def _winograd_product(padded: Tensor, weight: Tensor) -> Tensor:
     windows = pool_windows(channels_last, (4, 4), (2, 2), (1, 1)).permute(0, 2, 3, 1, 4, 5)  # (N, rows, columns, C, 4, 4)
     input_transform, weight_transform, output_transform = _winograd_matrices(device)
     v = (windows.unsqueeze(0) * input_transform).sum((5, 6)).reshape(16, batch * rows * columns, channels)
-    kernel_last = weight.permute(2, 3, 1, 0).contiguous()  # (3, 3, C, K): the transform's vectors along K
+    kernel_last = weight.permute(2, 3, 1, 0)  # (3, 3, C, K): the transform's vectors along K
+    if not first_shard(weight.lazydata).realized:
+        kernel_last = kernel_last.contiguous()
     u = (kernel_last.unsqueeze(0) * weight_transform).sum((1, 2))  # (16, C, K)
     m = (v @ u).reshape(16, -1)
     y = (output_transform @ m).reshape(2, 2, batch, rows, columns, out_channels)  # 4 planes of outputs

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import lazygrad.nn.spatial as spatial
-from lazygrad import Tensor, nn, no_grad
+from lazygrad import Tensor, nn, no_grad, stats
 from lazygrad.nn import functional as F
 from lazygrad.renderer.axes import merge_dims
 from lazygrad.renderer.c import CRenderer
@@ -129,14 +129,33 @@ def test_its_kernels_compute_along_the_channels(winograd_calls):
     """Channels last throughout: the transforms of the input and of the weight, the 16 matmuls and
     the output's transform each load and store contiguously along the channels, so on AVX-512 each
     is a tile of 16-lane vectors (with the tiles contiguous the input's transform read every other
-    column, scalar by scalar; with the weight read in place its transform took 9.7 ms at 512
-    channels, 1.1 ms from a copy with its output channels last). Seven kernels: the input stored
-    channels last, the weight's copy, the four, and the (N, K, H, W) copy with the relu."""
+    column, scalar by scalar). A weight computed in the call (backward's flipped one) is first copied
+    with its output channels last: read in place its transform took 9.7 ms at 512 channels, 1.1 ms
+    from the copy. Seven kernels: the input stored channels last, the weight's copy, the four, and
+    the (N, K, H, W) copy with the relu. A stored weight (a parameter) is read in place, six
+    kernels: its transform then reads only unchanged buffers, and later calls keep it
+    (derived_values.py), where a transform of the copy, an intermediate, ran every call."""
     x, w, _ = conv_case(1, 64, 14)
     with no_grad():
-        out = F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), padding=1).relu()
-    assert len(winograd_calls) == 1
-    kernels = [item.kernel for item in create_schedule([out.lazydata]) if item.kernel is not None]
-    widths = sorted(linearize(merge_dims(kernel), CRenderer(16, 32)).vector_width
-                    for kernel in kernels if kernel.reduce_axes)
-    assert len(kernels) == 7 and widths == [16, 16, 16, 16]
+        stored = F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), padding=1).relu()
+        computed = F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU") * 2, padding=1).relu()
+    assert len(winograd_calls) == 2
+    for out, count, expected_widths in [(stored, 6, [1, 16, 16, 16]), (computed, 7, [16, 16, 16, 16])]:
+        kernels = [item.kernel for item in create_schedule([out.lazydata]) if item.kernel is not None]
+        widths = sorted(linearize(merge_dims(kernel), CRenderer(16, 32)).vector_width
+                        for kernel in kernels if kernel.reduce_axes)
+        assert len(kernels) == count and widths == expected_widths
+
+
+def test_a_stored_weights_transform_is_kept_between_eager_calls(winograd_calls):
+    x, w, _ = conv_case(1, 64, 14)
+    weight = Tensor(w, device="CPU").realize()
+    counts = []
+    for scale in (1, 2):
+        stats.reset()
+        with no_grad():
+            got = F.conv2d(Tensor(x * scale, device="CPU"), weight, padding=1).relu().numpy()
+        counts.append(stats.kernels)
+        expected = F.conv2d(Tensor(x.astype(np.float64) * scale), Tensor(w.astype(np.float64)), padding=1).relu().numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert len(winograd_calls) == 2 and counts == [6, 5]
