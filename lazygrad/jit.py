@@ -49,10 +49,12 @@ import functools
 import gc
 import math
 import sys
+import time
 import weakref
 
 from lazygrad import realize as engine
 from lazygrad.devices import get_device
+from lazygrad.knobs import knobs
 from lazygrad.lazy import PENDING_ASSIGNS, LazyBuffer
 from lazygrad.multi import MultiLazyBuffer, lazy_nodes
 from lazygrad.realize import realize
@@ -184,9 +186,10 @@ class _Replay:
         self.refills = recording.refills
         # each launch as (function, its arguments with the captured buffers in place, [(position, 0 for
         # an argument or 1 for an output, number, whether the function takes pointers)] to substitute
-        # on every call). A program that offers `call_with_pointers` (CPU) gets its buffers' pointers,
-        # looked up here once instead of on every replay.
-        self.steps: list[tuple[object, list, list[tuple[int, int, int, bool]], list | None]] = []
+        # on every call, its sources when it is derived, its launch for DEBUG=2 lines). A program that
+        # offers `call_with_pointers` (CPU) gets its buffers' pointers, looked up here once instead of
+        # on every replay.
+        self.steps: list[tuple[object, list, list[tuple[int, int, int, bool]], list | None, engine.Launch]] = []
         derived = self._derived_launches(recording, input_buffers, output_buffers)
         kept = set(input_buffers) | set(output_buffers) | {id(buffer) for buffer, _ in recording.refills}
         kept |= {id(buffer) for launch in recording.launches if id(launch) in derived
@@ -208,7 +211,7 @@ class _Replay:
                     substitutions.append((position, 1, output_buffers[id(buffer)], by_pointer))
             # a launch computed from state alone: [its source buffers, their versions when it last ran]
             sources = [derived[id(launch)], None] if id(launch) in derived else None
-            self.steps.append((function, arguments, substitutions, sources))
+            self.steps.append((function, arguments, substitutions, sources, launch))
         # the captured buffers, held so the memory that the pointers above point into stays theirs
         self.captured_buffers = [launch.buffers for launch in recording.launches]
         self.kernel_count = sum(1 for launch in recording.launches if launch.program is not None and not launch.host)
@@ -308,11 +311,16 @@ class _Replay:
             for buffer, draw in self.refills:
                 buffer.copyin(draw())
         skipped = 0
-        for function, arguments, substitutions, derived in self.steps:
+        timed = knobs.debug >= 2
+        if timed:
+            began, device_time = time.perf_counter(), 0.0
+        for function, arguments, substitutions, derived, launch in self.steps:
             if derived is not None:
                 versions = [buffer.version for buffer in derived[0]]
                 if versions == derived[1]:
                     skipped += 1
+                    if timed:
+                        print(f"  {launch.compiled.name:<40} skipped (what it reads is unchanged)", file=sys.stderr)
                     continue
                 derived[1] = versions
             if substitutions:
@@ -320,7 +328,16 @@ class _Replay:
                 for position, source, number, by_pointer in substitutions:
                     buffer = sources[source][number]
                     arguments[position] = buffer.pointer if by_pointer else buffer
+            if timed:
+                start = time.perf_counter()
             function(*arguments)
+            if timed and launch.compiled is not None:
+                elapsed = time.perf_counter() - start
+                device_time += elapsed
+                engine.print_launch(launch.compiled.name, launch.compiled, elapsed, sum(buffer.nbytes for buffer in launch.buffers))
+        if timed:
+            print(f"replayed {self.kernel_count - skipped} kernel(s): {device_time * 1e3:.3f} ms in them, "
+                  f"{(time.perf_counter() - began) * 1e3:.3f} ms in all", file=sys.stderr)
         if self.rewritten:
             for buffer, holders in self.rewritten:
                 buffer.version += 1

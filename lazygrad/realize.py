@@ -86,6 +86,7 @@ class Launch:
     in_place: tuple[bool, ...]  # per output: written into a buffer that existed before
     kernel: Kernel | None = None  # what the program computes (lazygrad.export renders it again)
     host: str | None = None     # a host step's name ("all_reduce"); None for kernels and copies
+    compiled: CompiledKernel | None = None  # its name, global size and flops, for a replay's DEBUG=2 lines
 
     @property
     def inputs(self) -> list:
@@ -303,10 +304,10 @@ def _run_item(item: ScheduleItem, derived: bool = False) -> float:
         label = compiled.name + (" (in place)" if any(in_place) else "")
         if device_name != canonical_device(None):  # a shard's kernel, or work moved to another device
             label += f" on {device_name}"
-        print(f"  {label:<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
-              f"{compiled.flops / max(elapsed, 1e-9) / 1e9:8.2f} GFLOP/s {moved / max(elapsed, 1e-9) / 1e9:8.2f} GB/s", file=sys.stderr)
+        print_launch(label, compiled, elapsed, moved)
     if recording is not None:
-        recording.launches.append(Launch(compiled.program, [*buffers, *input_buffers], tuple(in_place), item.kernel))
+        recording.launches.append(Launch(compiled.program, [*buffers, *input_buffers], tuple(in_place), item.kernel,
+                                         compiled=compiled))
     for output, buffer, written in zip(outputs, buffers, in_place):
         if written:
             buffer.version += 1
@@ -314,6 +315,13 @@ def _run_item(item: ScheduleItem, derived: bool = False) -> float:
     if derived:
         derived_values.remember(device_name, item.kernel, input_buffers, buffers)
     return elapsed
+
+
+def print_launch(label: str, compiled: CompiledKernel, elapsed: float, moved: int) -> None:
+    """DEBUG=2's line for one kernel launch (a realize's, or a jit replay's)."""
+    print(f"  {label:<40} global {str(list(compiled.global_size)):<18} {elapsed * 1e3:9.3f} ms "
+          f"{compiled.flops / max(elapsed, 1e-9) / 1e9:8.2f} GFLOP/s {moved / max(elapsed, 1e-9) / 1e9:8.2f} GB/s",
+          file=sys.stderr)
 
 
 def _derived_items(targets: list[LazyBuffer], schedule: list[ScheduleItem]) -> list[bool]:

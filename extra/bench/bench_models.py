@@ -56,8 +56,9 @@ intra_op_num_threads=N, inter_op_num_threads=1 and no spinning between runs (its
 slowed the route after it 1.7-2.5x). Started with OMP_NUM_THREADS already equal to a single
 --threads value, the script runs in place.
 
-Slowest kernels (--kernels K): one more plain call of the lazygrad.nn model (or training step) runs
-under DEBUG=2, and the per-kernel lines it prints to stderr give the K launches that took longest,
+Slowest kernels (--kernels K): one more jitted call of the lazygrad.nn model (or training step), a
+replay, runs under DEBUG=2, and the per-kernel lines it prints to stderr give the K launches that
+took longest (warm: the launches of a plain call also pay for first touches of fresh buffers),
 with their GFLOP/s and GB/s as fractions of the nominal fp32 peak (threads x clock x FMA flops per
 cycle, from /proc/cpuinfo; a 2048 matmul's rate in torch, or numpy, is printed beside it and used
 where /proc/cpuinfo is unreadable) and of numpy's one-thread copy bandwidth. lazygrad counts every
@@ -463,7 +464,7 @@ DEBUG_KERNEL_LINE = re.compile(r"^  (?P<name>\S.*?)\s+global (?P<size>\[[^\]]*\]
 
 def per_kernel_times(call: Callable[[], object]) -> list[KernelTime]:
     """Every kernel one call launches, with its time, read from the lines DEBUG=2 prints to stderr
-    (lazygrad has no programmatic per-kernel timing)."""
+    (lazygrad has no programmatic per-kernel timing); a jit replay prints the same lines."""
     captured = io.StringIO()
     with Context(DEBUG=2), contextlib.redirect_stderr(captured):
         call()
@@ -523,9 +524,9 @@ def run_case(case: Case, args) -> CaseResult:
             route.call()
             route.seconds.append(time.perf_counter() - start)
     result = CaseResult(case, working, problems, notes)
-    eager = next((route for route in working if route.name == "lg eager"), None)
-    if args.kernels and eager is not None:
-        result.kernel_times = per_kernel_times(eager.call)
+    jitted = next((route for route in working if route.name == "lg jit"), None)
+    if args.kernels and jitted is not None:
+        result.kernel_times = per_kernel_times(jitted.call)
         if not result.kernel_times:
             problems.append(f"{case.name}: no per-kernel lines found in DEBUG=2 output (has its format changed?)")
     return result
@@ -589,7 +590,7 @@ def print_table(results: list[CaseResult]) -> None:
 
 
 def print_worst_kernels(results: list[CaseResult], peak_gflops: float, copy_gbs: float, count: int) -> None:
-    print(f"\nslowest {count} kernel launches per case, from one plain call of the lazygrad.nn model under DEBUG=2 "
+    print(f"\nslowest {count} kernel launches per case, from one jit replay of the lazygrad.nn model under DEBUG=2 "
           f"(% of fp32 peak {peak_gflops:.0f} GFLOP/s and of copy bandwidth {copy_gbs:.1f} GB/s)")
     for result in results:
         if not result.kernel_times:

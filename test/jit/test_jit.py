@@ -340,3 +340,23 @@ def test_an_intermediate_the_function_leaves_held_keeps_its_own_buffer(compiled_
     expected = numpy_chain_of_stored_steps(inputs[-1])
     np.testing.assert_allclose(result.numpy(), expected[-1], rtol=1e-5)
     np.testing.assert_allclose(kept[-1].numpy(), expected[3], rtol=1e-5)  # the capture's tensor shows the last replay
+
+
+def test_a_replay_under_debug_2_times_each_launch(capsys):
+    """DEBUG=2 prints a line per kernel of a replay, as for a realize: its name, global size, time,
+    GFLOP/s and GB/s; a launch the replay skips says so; then the replay's totals."""
+    w = Tensor(np.arange(64 * 32, dtype=np.float32).reshape(64, 32) / 1000).realize()
+    step = jit(lambda x: (x @ w.T.contiguous()).relu().sum(1))  # w's copy: a launch replays skip
+    x = Tensor(np.ones((16, 32), np.float32)).realize()
+    for _ in range(3):
+        step(x).realize()
+    capsys.readouterr()
+    with lazygrad.Context(DEBUG=2):
+        value = step(x).numpy()
+    lines = capsys.readouterr().err.splitlines()
+    np.testing.assert_allclose(value, np.maximum(np.ones((16, 32)) @ (np.arange(64 * 32).reshape(64, 32) / 1000).T, 0).sum(1),
+                               rtol=1e-5)
+    timed = [line for line in lines if " GFLOP/s " in line and line.rstrip().endswith("GB/s")]
+    skipped = [line for line in lines if "skipped (what it reads is unchanged)" in line]
+    assert len(timed) + len(skipped) == len(lines) - 1 and len(skipped) == 1 and timed
+    assert lines[-1].startswith(f"replayed {len(timed)} kernel(s): ")
