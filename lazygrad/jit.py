@@ -329,12 +329,9 @@ class _Replay:
                     buffer = sources[source][number]
                     arguments[position] = buffer.pointer if by_pointer else buffer
             if timed:
-                start = time.perf_counter()
-            function(*arguments)
-            if timed and launch.compiled is not None:
-                elapsed = time.perf_counter() - start
-                device_time += elapsed
-                engine.print_launch(launch.compiled.name, launch.compiled, elapsed, sum(buffer.nbytes for buffer in launch.buffers))
+                device_time += _timed(function, arguments, launch)
+            else:
+                function(*arguments)
         if timed:
             print(f"replayed {self.kernel_count - skipped} kernel(s): {device_time * 1e3:.3f} ms in them, "
                   f"{(time.perf_counter() - began) * 1e3:.3f} ms in all", file=sys.stderr)
@@ -358,6 +355,17 @@ class _Replay:
         for buffer, (shape, _, _, _) in zip(output_buffers, self.output_allocations):
             results.append(Tensor(LazyBuffer.from_buffer(buffer, shape)))
         return results
+
+
+def _timed(function, arguments: list, launch) -> float:
+    """Runs one step of a replay, prints its DEBUG=2 line when it is a kernel, and returns its time."""
+    start = time.perf_counter()
+    function(*arguments)
+    elapsed = time.perf_counter() - start
+    if launch.compiled is not None:
+        moved = sum(buffer.nbytes for buffer in launch.buffers)
+        engine.print_launch(launch.compiled.name, launch.compiled, elapsed, moved)
+    return elapsed
 
 
 def _reference_counts(candidates: dict[int, object]) -> dict[int, int]:

@@ -354,8 +354,8 @@ def test_a_replay_under_debug_2_times_each_launch(capsys):
     with lazygrad.Context(DEBUG=2):
         value = step(x).numpy()
     lines = capsys.readouterr().err.splitlines()
-    np.testing.assert_allclose(value, np.maximum(np.ones((16, 32)) @ (np.arange(64 * 32).reshape(64, 32) / 1000).T, 0).sum(1),
-                               rtol=1e-5)
+    expected = np.maximum(np.ones((16, 32)) @ (np.arange(64 * 32).reshape(64, 32) / 1000).T, 0).sum(1)
+    np.testing.assert_allclose(value, expected, rtol=1e-5)
     timed = [line for line in lines if " GFLOP/s " in line and line.rstrip().endswith("GB/s")]
     skipped = [line for line in lines if "skipped (what it reads is unchanged)" in line]
     assert len(timed) + len(skipped) == len(lines) - 1 and len(skipped) == 1 and timed
