@@ -59,6 +59,8 @@ slowed the route after it 1.7-2.5x). Started with OMP_NUM_THREADS already equal 
 Slowest kernels (--kernels K): one more jitted call of the lazygrad.nn model (or training step), a
 replay, runs under DEBUG=2, and the per-kernel lines it prints to stderr give the K launches that
 took longest (warm: the launches of a plain call also pay for first touches of fresh buffers),
+and beside them, where ONNX Runtime runs, its own profiler's time per op type and its K slowest
+nodes (to set its layers beside lazygrad's kernels),
 with their GFLOP/s and GB/s as fractions of the nominal fp32 peak (threads x clock x FMA flops per
 cycle, from /proc/cpuinfo; a 2048 matmul's rate in torch, or numpy, is printed beside it and used
 where /proc/cpuinfo is unreadable) and of numpy's one-thread copy bandwidth. lazygrad counts every
@@ -73,6 +75,7 @@ import copy
 import hashlib
 import inspect
 import io
+import json
 import logging
 import os
 import re
@@ -250,6 +253,7 @@ class Route:
     seconds: list[float] = field(default_factory=list)
     kernels: int | None = None
     before: Callable[[], object] | None = None  # run untimed before each timed call (new input contents)
+    node_times: Callable[[], list[NodeTime]] | None = None  # ONNX Runtime's: its profiler's times per node
 
 
 def rewritten(tensors: list[Tensor], arrays: list[np.ndarray]) -> Callable[[], None]:
@@ -296,15 +300,11 @@ def inference_routes(case: Case, inputs: dict, reference, args, problems: list[s
                 problems.append(f"{case.name}: lazygrad.onnx could not load {path.name}: "
                                 f"{type(error).__name__}: {error}")
         if path is not None and onnxruntime is not None:
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = args.threads[0]
-            options.inter_op_num_threads = 1
-            # ORT's idle workers otherwise spin after each run, taking the cores from the next route:
-            # measured here, torch's MobileNetV2 20 -> 50 ms and lazygrad's 61 -> 102 ms right after ORT
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            threads = args.threads[0]
             try:
-                session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-                routes.append(Route("ort", lambda: session.run(None, inputs)[0], lambda out: {"output": out}))
+                session = onnxruntime.InferenceSession(str(path), ort_options(threads), providers=["CPUExecutionProvider"])
+                routes.append(Route("ort", lambda: session.run(None, inputs)[0], lambda out: {"output": out},
+                                    node_times=lambda: ort_node_times(path, threads, inputs)))
             except Exception as error:
                 problems.append(f"{case.name}: ONNX Runtime could not load {path.name}: "
                                 f"{type(error).__name__}: {error}")
@@ -478,12 +478,58 @@ def per_kernel_times(call: Callable[[], object]) -> list[KernelTime]:
 
 
 @dataclass
+class NodeTime:
+    name: str
+    op: str
+    shape: str
+    ms: float
+
+
+ORT_PROFILED_RUNS = 10
+
+
+def ort_options(threads: int):
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # ORT's idle workers otherwise spin after each run, taking the cores from the next route:
+    # measured here, torch's MobileNetV2 20 -> 50 ms and lazygrad's 61 -> 102 ms right after ORT
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def ort_node_times(path: Path, threads: int, inputs: dict) -> list[NodeTime]:
+    """ONNX Runtime's own time for each node of the model, the median over ORT_PROFILED_RUNS runs
+    of a session with its profiler on (a session of its own: profiling slows the timed one), in
+    the order the nodes first ran; to set beside lazygrad's kernels layer by layer."""
+    with tempfile.TemporaryDirectory() as directory:
+        options = ort_options(threads)
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(directory) / "ort")
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        for _ in range(ORT_PROFILED_RUNS):
+            session.run(None, inputs)
+        events = json.loads(Path(session.end_profiling()).read_text())
+    times: dict[str, list[float]] = {}
+    described: dict[str, tuple[str, str]] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            name = event["name"][:-len("_kernel_time")]
+            times.setdefault(name, []).append(event["dur"] / 1e3)
+            arguments = event.get("args", {})
+            shapes = [str(list(shape.values())[0]) for shape in arguments.get("output_type_shape", [])]
+            described[name] = (arguments.get("op_name", "?"), " ".join(shapes))
+    return [NodeTime(name, *described[name], statistics.median(runs)) for name, runs in times.items()]
+
+
+@dataclass
 class CaseResult:
     case: Case
     routes: list[Route]
     problems: list[str]
     notes: list[str] = field(default_factory=list)
     kernel_times: list[KernelTime] = field(default_factory=list)
+    node_times: list[NodeTime] = field(default_factory=list)
 
 
 def run_case(case: Case, args) -> CaseResult:
@@ -529,6 +575,9 @@ def run_case(case: Case, args) -> CaseResult:
         result.kernel_times = per_kernel_times(jitted.call)
         if not result.kernel_times:
             problems.append(f"{case.name}: no per-kernel lines found in DEBUG=2 output (has its format changed?)")
+    ort = next((route for route in working if route.node_times is not None), None)
+    if args.kernels and ort is not None:
+        result.node_times = ort.node_times()
     return result
 
 
@@ -603,6 +652,23 @@ def print_worst_kernels(results: list[CaseResult], peak_gflops: float, copy_gbs:
             print(f"  {kernel.index:>4} {kernel.name:<34}{kernel.global_size:<20}{kernel.ms:>9.3f}"
                   f"{100 * kernel.ms / total_ms:>6.0f}%{kernel.gflops:>9.1f}{100 * kernel.gflops / peak_gflops:>5.0f}%"
                   f"{kernel.gbs:>8.1f}{100 * kernel.gbs / copy_gbs:>5.0f}%")
+        if result.node_times:
+            print_ort_nodes(result.node_times, count)
+
+
+def print_ort_nodes(nodes: list[NodeTime], count: int) -> None:
+    """ONNX Runtime's profile of the same model: its time per op type, then its slowest nodes."""
+    total_ms = sum(node.ms for node in nodes)
+    by_op: dict[str, float] = {}
+    for node in nodes:
+        by_op[node.op] = by_op.get(node.op, 0.0) + node.ms
+    ops = ", ".join(f"{op} {ms:.2f}" for op, ms in sorted(by_op.items(), key=lambda item: -item[1]) if ms >= 0.01)
+    print(f"  ONNX Runtime, its profiler ({ORT_PROFILED_RUNS} runs, median per node): {len(nodes)} nodes, "
+          f"{total_ms:.2f} ms in them; by op (ms): {ops}")
+    order = {id(node): index for index, node in enumerate(nodes)}
+    for node in sorted(nodes, key=lambda node: -node.ms)[:count]:
+        print(f"  {order[id(node)]:>4} {node.op:<22}{node.shape:<32.32}{node.ms:>9.3f}{100 * node.ms / total_ms:>6.0f}%"
+              f"  {node.name}")
 
 
 # ---------------------------------------------------------------------------------------------
