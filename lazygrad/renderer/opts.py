@@ -340,11 +340,12 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     if len(strides) < 2:
         return []
     fits = _accumulators_fit(renderer)
-    if len(kernel.reduce_axes) == 1 and renderer is not None and reads_panels(kernel, strides, panel_tile(renderer)[1]):
+    if len(kernel.reduce_axes) == 1 and renderer is not None:
         rows, width = panel_tile(renderer)
-        tile = _vector_and_row_tile(kernel, globals_, strides, (width,), (rows, rows - 1))
-        if len(tile) == 2:
-            return tile
+        if reads_panels(kernel, strides, width):  # linalg's panels: their tile, whatever the row count
+            tile = _vector_and_row_tile(kernel, globals_, strides, (width,), (rows, rows - 1))
+            if len(tile) == 2:
+                return tile
     if len(kernel.reduce_axes) == 1:
         vector_choices, row_choices = (32, 16, 8), MATMUL_ROW_CHOICES
         if not large_operands(kernel, strides):

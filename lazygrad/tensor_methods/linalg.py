@@ -219,15 +219,17 @@ class LinalgMethods:
 
 
 # On the CPU device, a matmul with at least PANEL_MIN_ROWS rows and a right operand of at least
-# PANEL_MIN_ELEMENTS elements first copies its operands into panels (_panel_product).
+# PANEL_MIN_ELEMENTS elements first copies its right operand into panels (_panel_product), and its
+# left one where its rows fill no whole tile.
 PANEL_MIN_ROWS = 64
 PANEL_MIN_ELEMENTS = 1 << 17
 
 
 def packs_operands(device: str, m: int, k: int, n: int) -> bool:
-    """Whether an (m, k) @ (k, n) matmul on the device copies its operands into panels (so a copy of
-    an operand made just for the matmul would be a second one). The GPU dialects tile each work-item
-    otherwise (renderer/opts.py) and read the operands in place."""
+    """Whether an (m, k) @ (k, n) matmul on the device copies its right operand into panels (so a
+    copy of it made just for the matmul would be a second one; the left one too where its rows fill
+    no whole tile or it is a transposed view, `_panel_product`). The GPU dialects tile each
+    work-item otherwise (renderer/opts.py) and read the operands in place."""
     return device_kind(device) == "CPU" and m >= PANEL_MIN_ROWS and k * n >= PANEL_MIN_ELEMENTS
 
 
