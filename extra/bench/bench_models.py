@@ -56,14 +56,14 @@ intra_op_num_threads=N, inter_op_num_threads=1 and no spinning between runs (its
 slowed the route after it 1.7-2.5x). Started with OMP_NUM_THREADS already equal to a single
 --threads value, the script runs in place.
 
-Slowest kernels (--kernels K): one more jitted call of the lazygrad.nn model (or training step), a
-replay, runs under DEBUG=2, and the per-kernel lines it prints to stderr give the K launches that
-took longest (warm: the launches of a plain call also pay for first touches of fresh buffers),
-and beside them, where ONNX Runtime runs, its own profiler's time per op type and its K slowest
-nodes (to set its layers beside lazygrad's kernels),
-with their GFLOP/s and GB/s as fractions of the nominal fp32 peak (threads x clock x FMA flops per
-cycle, from /proc/cpuinfo; a 2048 matmul's rate in torch, or numpy, is printed beside it and used
-where /proc/cpuinfo is unreadable) and of numpy's one-thread copy bandwidth. lazygrad counts every
+Slowest kernels (--kernels K): five more jitted calls of the lazygrad.nn model (or training step),
+replays, run under DEBUG=2; the per-kernel lines they print to stderr give each launch's median
+time, and the K launches that took longest are printed with their GFLOP/s and GB/s as fractions of
+the nominal fp32 peak (threads x clock x FMA flops per cycle, from /proc/cpuinfo; a 2048 matmul's
+rate in torch, or numpy, is printed beside it and used where /proc/cpuinfo is unreadable) and of
+numpy's one-thread copy bandwidth. Warm replays: the launches of a plain call also pay for first
+touches of fresh buffers. Beside them, where ONNX Runtime runs, come its own profiler's time per op
+type and its K slowest nodes, to set its layers beside lazygrad's kernels. lazygrad counts every
 arithmetic op as a flop (comparisons and selects too), and DEBUG timing includes each launch's
 ctypes call, so small kernels look slower than they are.
 """
@@ -85,7 +85,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -462,9 +462,24 @@ DEBUG_KERNEL_LINE = re.compile(r"^  (?P<name>\S.*?)\s+global (?P<size>\[[^\]]*\]
                                r"(?P<gflops>[\d.]+) GFLOP/s\s+(?P<gbs>[\d.]+) GB/s\s*$")
 
 
+KERNEL_TIMED_CALLS = 5
+
+
 def per_kernel_times(call: Callable[[], object]) -> list[KernelTime]:
-    """Every kernel one call launches, with its time, read from the lines DEBUG=2 prints to stderr
-    (lazygrad has no programmatic per-kernel timing); a jit replay prints the same lines."""
+    """Every kernel one call launches, with its median time over KERNEL_TIMED_CALLS calls, read from
+    the lines DEBUG=2 prints to stderr (lazygrad has no programmatic per-kernel timing); a jit replay
+    prints the same lines. One call alone is not enough here: a launch can take 1.5-3x its usual
+    time once, on a shared machine."""
+    calls = [_kernel_lines(call) for _ in range(KERNEL_TIMED_CALLS)]
+    if any([kernel.name for kernel in launches] != [kernel.name for kernel in calls[0]] for launches in calls):
+        return calls[0]                      # different launches each call: no launch to match up
+    return [replace(kernel, ms=statistics.median(launches[kernel.index].ms for launches in calls),
+                    gflops=statistics.median(launches[kernel.index].gflops for launches in calls),
+                    gbs=statistics.median(launches[kernel.index].gbs for launches in calls))
+            for kernel in calls[0]]
+
+
+def _kernel_lines(call: Callable[[], object]) -> list[KernelTime]:
     captured = io.StringIO()
     with Context(DEBUG=2), contextlib.redirect_stderr(captured):
         call()
@@ -639,7 +654,7 @@ def print_table(results: list[CaseResult]) -> None:
 
 
 def print_worst_kernels(results: list[CaseResult], peak_gflops: float, copy_gbs: float, count: int) -> None:
-    print(f"\nslowest {count} kernel launches per case, from one jit replay of the lazygrad.nn model under DEBUG=2 "
+    print(f"\nslowest {count} kernel launches per case, median of {KERNEL_TIMED_CALLS} jit replays of the lazygrad.nn model under DEBUG=2 "
           f"(% of fp32 peak {peak_gflops:.0f} GFLOP/s and of copy bandwidth {copy_gbs:.1f} GB/s)")
     for result in results:
         if not result.kernel_times:

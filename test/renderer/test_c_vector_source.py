@@ -267,18 +267,50 @@ def test_a_tiles_broadcast_values_are_read_through_a_hidden_pointer():
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_a_bool_cast_to_float_is_a_select():
+def test_a_bool_cast_to_float_goes_through_int():
     """A comparison counted as a float (a max pool's maxima per window, for its gradient) renders as
-    a select, which gcc vectorizes as a blend; it kept `(float)(b)` of a bool scalar (ResNet-18's max
-    pool backward at batch 16, one thread: 35 -> 12 ms). Values against numpy, NaN included."""
+    `(float)(int)(b)`: gcc vectorizes it, where it kept `(float)(b)` of a bool scalar, and compiles it
+    without jumps in scalar code, where the select `b ? 1.0f : 0.0f` became one (ResNet-18's max pool
+    backward at batch 16, 2 threads: the count 3.9 -> 2.6 ms). Values against numpy, NaN included."""
     a = np.random.default_rng(2).integers(0, 3, (64, 300)).astype(np.float32)
     a[0, :5] = np.nan
     x, m = Tensor(a), Tensor(np.full((64, 1), 1, np.float32))
     counted = (x == m).float().sum(1)
     renderer, program = program_of(counted, 16)
     source = renderer.render_program(program)
-    assert "? 1.0f : 0.0f)" in source and "((float)(" not in source
+    assert "((float)(int)(" in source and "? 1.0f : 0.0f)" not in source
     np.testing.assert_array_equal(counted.numpy(), (a == 1).sum(1).astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_scalar_where_of_floats_picks_bits_without_a_jump(dtype):
+    """A float WHERE in a tile's scalar copies (a max pool's backward through a relu's mask) is the
+    bit-by-bit lg_wheref / lg_where, which gcc compiles without jumps; it made `c ? a : b` a jump
+    that random signs mispredict. Values against numpy, infinities included."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 4, 16, 16)).astype(dtype)
+    a[0, 0, :2, :2] = [[np.inf, -np.inf], [np.inf, -0.0]]
+    g = rng.standard_normal((2, 4, 8, 8)).astype(dtype)
+    x = Tensor(a, requires_grad=True)
+    (F.max_pool2d(x.relu(), 3, stride=2, padding=1) * Tensor(g)).sum().backward()
+    spread = [item.kernel for item in create_schedule([x.grad.lazydata]) if item.kernel is not None
+              and not item.kernel.reduce_axes and item.kernel.full_shape[-2:] == (16, 16)]
+    programs = [linearize(merge_dims(kernel), CRenderer()) for kernel in spread]
+    helper = "lg_wheref(" if dtype == np.float32 else "lg_where("
+    assert any(helper in CRenderer().render_program(program) and any(opt.op == "UPCAST" for opt in program.opts)
+               for program in programs)
+    out = x.grad.numpy()
+    relu = np.maximum(a, 0)
+    padded = np.pad(relu, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    expected = np.zeros_like(padded)
+    for i in range(8):
+        for j in range(8):
+            window = padded[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3]
+            peak = np.max(window, axis=(2, 3), keepdims=True)
+            is_max = window == peak
+            expected[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3] += is_max * (g[:, :, i, j, None, None] / is_max.sum((2, 3), keepdims=True))
+    expected = np.where(a > 0, expected[:, :, 1:-1, 1:-1], 0)
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
 
 
 def test_an_int32_convolution_tile_is_written_as_int_vectors_with_its_float_epilogue():
