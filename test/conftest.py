@@ -2,7 +2,7 @@
 helpers beside it (gradcheck.py, recursion_limit.py).
 
 Opt-in markers: tests marked with one of OPT_IN_MARKERS are deselected unless the marker is asked
-for with `-m` (.ci/run asks for each): `onnx_cpu`, the ONNX backend node tests on CPU (test/onnx),
+for with `-m` (.ci/run asks for each): `onnx_cpu`, the ONNX backend node tests on CPU (test/onnx_runner),
 `fuzz`, the long random-graph run (test/ops), and `opencl_ops`, the OPENCL cases of the op, nn and jit
 tests (PoCL's builds made them three quarters of a cold run).
 

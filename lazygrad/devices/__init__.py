@@ -11,6 +11,12 @@ from lazygrad.knobs import DEVICE_NAMES, knobs
 _INSTANCES: dict[str, object] = {}
 
 
+class DeviceUnavailable(RuntimeError):
+    """This machine lacks what the device needs: its Python package, a runtime or driver, or the
+    hardware. Its message says what is missing and what to install. Any other error from a device is
+    a fault of a device that is present: the tests fail on it rather than skip it."""
+
+
 def canonical_device(name):
     """'cpu' -> 'CPU'; None -> the default device (DEV); an unknown name says which exist. A tuple
     or list of names (a sharded tensor's devices) becomes a tuple of canonical names."""

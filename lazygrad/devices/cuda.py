@@ -23,6 +23,7 @@ import tempfile
 
 import numpy as np
 
+from lazygrad.devices import DeviceUnavailable
 from lazygrad.diskcache import cache_get, cache_key, cache_put
 from lazygrad.dtype import STORAGE_WIDE, DType
 from lazygrad.stats import stats
@@ -39,11 +40,11 @@ class CompileError(RuntimeError):
 
 
 def import_cupy():
-    """The cupy module, or a RuntimeError that says how to install it."""
+    """The cupy module, or DeviceUnavailable saying how to install it."""
     try:
         import cupy
     except ImportError as error:
-        raise RuntimeError(f"the CUDA device needs cupy, which cannot be imported ({error}); "
+        raise DeviceUnavailable(f"the CUDA device needs cupy, which cannot be imported ({error}); "
                            f"install it with: {INSTALL_HINT}") from None
     return cupy
 
@@ -121,8 +122,8 @@ def compile_to_ptx(source: str, arch: str | None = None, prefer_nvcc: bool = Tru
     else:
         try:
             cupy = import_cupy()
-        except RuntimeError:
-            raise RuntimeError("compiling CUDA needs nvcc (the CUDA toolkit) or cupy; install one: "
+        except DeviceUnavailable:
+            raise DeviceUnavailable("compiling CUDA needs nvcc (the CUDA toolkit) or cupy; install one: "
                                f"{INSTALL_HINT}") from None
         from cupy.cuda import nvrtc
         options = [f"--gpu-architecture={arch}"] if arch else []
@@ -218,9 +219,9 @@ class CUDADevice:
         try:
             count = cupy.cuda.runtime.getDeviceCount()
         except Exception as error:  # no driver, or a driver without a GPU
-            raise RuntimeError(f"no GPU found for CUDA ({error})") from None
+            raise DeviceUnavailable(f"no GPU found for CUDA ({error})") from None
         if count == 0:
-            raise RuntimeError("no GPU found for CUDA")
+            raise DeviceUnavailable("no GPU found for CUDA")
         if index >= count:
             raise RuntimeError(f"{name}: there are only {count} CUDA GPUs")
         self.cupy_device = cupy.cuda.Device(index)

@@ -46,6 +46,7 @@ import weakref
 
 import numpy as np
 
+from lazygrad.devices import DeviceUnavailable
 from lazygrad.devices.buffer import PooledAllocator
 from lazygrad.diskcache import cache_get, cache_key, cache_put
 from lazygrad.dtype import DType
@@ -69,12 +70,12 @@ class CompileError(RuntimeError):
 
 
 def import_pyopencl():
-    """The pyopencl module, or a RuntimeError that says how to install it."""
+    """The pyopencl module, or DeviceUnavailable saying how to install it."""
     _share_cache_settings_with_pocl()
     try:
         import pyopencl
     except ImportError as error:
-        raise RuntimeError(f"the OPENCL device needs pyopencl, which cannot be imported ({error}); "
+        raise DeviceUnavailable(f"the OPENCL device needs pyopencl, which cannot be imported ({error}); "
                            f"install it with: {INSTALL_HINT}") from None
     return pyopencl
 
@@ -326,7 +327,7 @@ class OpenCLDevice:
         index = int(name.split(":")[1]) if ":" in name else 0
         found = list_opencl_devices()
         if not found:
-            raise RuntimeError(no_platform_message())
+            raise DeviceUnavailable(no_platform_message())
         if index >= len(found):
             listed = "; ".join(f"OPENCL:{number} {device.name.strip()}" for number, (_, device) in enumerate(found))
             raise RuntimeError(f"{name}: there are only {len(found)} OpenCL devices ({listed})")

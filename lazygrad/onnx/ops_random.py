@@ -6,7 +6,7 @@ The numbers are drawn on the host (`OpContext.generator`: the node's own generat
 `seed` attribute, else lazygrad's, which lazygrad.manual_seed sets), the same on every device, and
 under lazygrad.jit each replay draws new ones (`random_tensor` records the draw). No two
 implementations draw the same numbers, so ONNX's reference outputs cannot be matched value for
-value; test/onnx checks the draws by what they must satisfy and by their statistics.
+value; test/onnx_runner checks the draws by what they must satisfy and by their statistics.
 """
 from __future__ import annotations
 

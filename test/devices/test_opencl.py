@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Context, Tensor, dtypes, stats
-from lazygrad.devices import get_device
+from lazygrad.devices import DeviceUnavailable, get_device
 from lazygrad.dtype import DType
 from lazygrad.ops import ELEMENTWISE, OPS
 
@@ -24,7 +24,7 @@ from lazygrad.ops import ELEMENTWISE, OPS
 def _why_opencl_is_unavailable() -> str | None:
     try:
         get_device("OPENCL")
-    except RuntimeError as error:
+    except DeviceUnavailable as error:
         return str(error)
     return None
 

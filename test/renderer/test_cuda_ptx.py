@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Context, Tensor, dtypes
+from lazygrad.devices import DeviceUnavailable
 from lazygrad.devices.cuda import compile_to_ptx, find_nvcc, import_cupy
 from lazygrad.dtype import ALL_DTYPES
 from lazygrad.ops import ELEMENTWISE, OPS
@@ -27,7 +28,7 @@ def _why_cuda_cannot_compile() -> str | None:
         return None
     try:
         import_cupy()
-    except RuntimeError:
+    except DeviceUnavailable:
         return "neither nvcc (the CUDA toolkit) nor cupy (pip install lazygrad[cuda]) is installed"
     return None
 

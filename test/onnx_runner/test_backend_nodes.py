@@ -2,7 +2,7 @@
 
 Each test's status per device is pinned in expectations.txt, so a passing test that regresses fails,
 and so does a test that starts passing while the file still says otherwise: regenerate the file
-with `python test/onnx/backend_cases.py --update` and commit it. The CPU variant carries the
+with `python test/onnx_runner/backend_cases.py --update` and commit it. The CPU variant carries the
 `onnx_cpu` marker (see conftest.py).
 """
 import pytest
@@ -13,7 +13,7 @@ from backend_cases import DEVICES, failure_reason, load_cases, read_expectations
 
 NAMES = sorted(load_cases())
 EXPECTED = read_expectations()
-UPDATE = "python test/onnx/backend_cases.py --update"
+UPDATE = "python test/onnx_runner/backend_cases.py --update"
 TARGET = 0.85
 
 

@@ -3,9 +3,9 @@
 test_backend_nodes.py parametrizes over these cases. Run this file to regenerate the expectations
 (after making more tests pass) and print the per-operator coverage:
 
-    python test/onnx/backend_cases.py --update            # both devices, rewrites expectations.txt
-    python test/onnx/backend_cases.py --device NPY        # report only
-    python test/onnx/backend_cases.py --only test_relu    # one test (prefix), with its error
+    python test/onnx_runner/backend_cases.py --update            # both devices, rewrites expectations.txt
+    python test/onnx_runner/backend_cases.py --device NPY        # report only
+    python test/onnx_runner/backend_cases.py --only test_relu    # one test (prefix), with its error
 
 Each case is one status per device: pass, fails-compare (ran, wrong values, dtype or shape),
 unsupported (an operator or element type found missing at load) or error (raised while running).
@@ -173,7 +173,7 @@ def read_expectations(path: str = EXPECTATIONS_PATH) -> dict:
 
 def write_expectations(results: dict, path: str = EXPECTATIONS_PATH) -> None:
     header = ["# Expected status of each ONNX backend node test, per device: name CPU NPY.",
-              "# Statuses: " + ", ".join(STATUSES) + ". Regenerate: python test/onnx/backend_cases.py --update"]
+              "# Statuses: " + ", ".join(STATUSES) + ". Regenerate: python test/onnx_runner/backend_cases.py --update"]
     lines = [f"{name} {' '.join(results[name].get(device, 'error') for device in DEVICES)}"
              for name in sorted(results)]
     with open(path, "w") as file:

@@ -3,7 +3,7 @@
 The backend node tests on CPU compile a few thousand kernels when the disk cache is cold (about four
 minutes on two cores), so they are deselected unless asked for with `-m onnx_cpu`:
 
-    python -m pytest -q -m onnx_cpu test/onnx -n 2
+    python -m pytest -q -m onnx_cpu test/onnx_runner -n 2
 
 The NPY variant (no compiler) and the API tests always run.
 """
