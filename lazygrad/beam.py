@@ -2,7 +2,7 @@
 
 Data path: realize.get_program calls `beam_opts(device_name, kernel, renderer)` when BEAM=N > 0,
 before it linearizes the kernel. The search starts from the default heuristic's opts, and
-each round extends every kept candidate by one more valid opt (renderer/opts.py), compiles the new
+each round extends every kept candidate by one more valid opt (codegen/opts.py), compiles the new
 candidates (in parallel threads: the compiler is a separate process), runs each on random inputs,
 discards any that fail to compile or disagree with the kernel without opts, and keeps the
 N fastest. A kernel whose buffers fit in the last-level cache is timed on rotated copies of them, so
@@ -26,14 +26,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lazygrad.codegen.axes import merge_dims
+from lazygrad.codegen.kernel import Kernel, format_ast
+from lazygrad.codegen.linearize import linearize
+from lazygrad.codegen.opts import (
+    OPTS_VERSION,
+    Opt,
+    OptError,
+    apply_opts,
+    candidate_opts,
+    heuristic_opts,
+)
 from lazygrad.devices import get_device
 from lazygrad.devices.compile_pool import submit_compile
 from lazygrad.diskcache import cache_get, cache_key, cache_put
 from lazygrad.knobs import knobs
-from lazygrad.renderer.axes import merge_dims
-from lazygrad.renderer.linearize import linearize
-from lazygrad.renderer.opts import OPTS_VERSION, Opt, OptError, apply_opts, candidate_opts, heuristic_opts
-from lazygrad.schedule.kernel import Kernel, format_ast
 from lazygrad.shape.symbolic import Lin, var
 
 MAX_ROUNDS = 6

@@ -21,8 +21,8 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 
+from lazygrad.codegen.kernel import Kernel
 from lazygrad.devices.buffer import Buffer
-from lazygrad.schedule.kernel import Kernel
 
 
 class _Entry:

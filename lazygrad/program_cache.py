@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from lazygrad.codegen.kernel import Kernel
+from lazygrad.codegen.opts import Opt
 from lazygrad.diskcache import cache_get, cache_key, cache_put
-from lazygrad.renderer.opts import Opt
-from lazygrad.schedule.kernel import Kernel
 
 TABLE = "program"
 

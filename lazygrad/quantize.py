@@ -17,7 +17,7 @@ nn.Conv2d of a model, in place, by a QuantizedLinear or QuantizedConv2d:
   Linear's is a dot product per output of the input shifted to uint8 with the weight's rows, which
   gcc compiles to AVX-512 VNNI's dot products; an ungrouped convolution's is the dot products of the
   shifted input's windows, channels last, with a weight packed for a register tile of VNNI
-  instructions (renderer/opts.py byte_dot_tile): both faster than float32 (a 3x3 convolution
+  instructions (codegen/opts.py byte_dot_tile): both faster than float32 (a 3x3 convolution
   0.3-0.4x its time). A grouped (depthwise) convolution keeps its input in float32 and multiplies
   it by its dequantized weight (weight-only).
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from lazygrad import derived_values
 from lazygrad.beam import beam_opts
+from lazygrad.codegen.kernel import Kernel, format_ast
+from lazygrad.codegen.linearize import linearize
 from lazygrad.devices import canonical_device, get_device
 from lazygrad.devices.compile_pool import CompileBatch
 from lazygrad.graph import write_graph
@@ -31,10 +33,8 @@ from lazygrad.program_cache import Rendered, load_rendered, program_key, store_r
 from lazygrad.progress import Progress
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
-from lazygrad.renderer.linearize import linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
 from lazygrad.schedule.fuse import ScheduleItem, create_schedule, memoized_schedule
-from lazygrad.schedule.kernel import Kernel, format_ast
 from lazygrad.stats import stats
 
 _RENDERERS: dict[str, object] = {}  # device name -> the renderer of its dialect
@@ -65,7 +65,7 @@ class CompiledKernel:
     program: object
     global_size: tuple[int, ...]
     flops: int
-    opts: tuple = ()            # the opts its loops were arranged with (renderer/opts.py)
+    opts: tuple = ()            # the opts its loops were arranged with (codegen/opts.py)
 
 
 # Loaded programs, least recently prepared first. A process that meets ever new shapes would run out

@@ -218,7 +218,7 @@ class CPUProgram:
 def simd_registers(cpu_flags: set[str], machine: str) -> tuple[int, int]:
     """(float32 lanes per vector register, vector registers) of a CPU that -march=native compiles
     for, from its feature flags: AVX-512 16 and 32, AVX 8 and 16, Arm's NEON 4 and 32, else SSE's
-    4 and 16. The register tiles of renderer/opts.py keep their accumulators within them."""
+    4 and 16. The register tiles of codegen/opts.py keep their accumulators within them."""
     if "avx512f" in cpu_flags:
         return 16, 32
     if "avx" in cpu_flags:

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lazygrad.codegen.linearize import linearize
 from lazygrad.devices import get_device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.export.arena import ALIGNMENT, aligned, lifetimes_of, plan_arena
 from lazygrad.export.capture import Capture, ExportError
 from lazygrad.knobs import knobs
 from lazygrad.renderer.c import CRenderer
-from lazygrad.renderer.linearize import linearize
 
 VALUES_PER_LINE = 8
 # Text that ISO C99 with math.h does not have; a standalone kernel must contain none of it.

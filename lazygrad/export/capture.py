@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lazygrad import realize as engine
+from lazygrad.codegen.kernel import Kernel
 from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
 from lazygrad.jit import TinyJit, realize_effects
-from lazygrad.schedule.kernel import Kernel
 from lazygrad.tensor import Tensor
 
 

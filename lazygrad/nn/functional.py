@@ -65,7 +65,7 @@ def byte_dot_linear(input: Tensor, weight: Tensor) -> Tensor:
     product per output along the inputs, where both operands are uint8 and int8 buffers holding their
     values contiguously (computed values are right, and slow: store a shifted input first with
     `.contiguous()`, a transposed weight with `w.T.contiguous()`, kept between calls): the kernel is
-    then plain loops (renderer/opts.py byte_dot_product) that gcc compiles to AVX-512 VNNI's dot
+    then plain loops (codegen/opts.py byte_dot_product) that gcc compiles to AVX-512 VNNI's dot
     products (256 x 1024 by 1024 x 1024, one thread: 2.7-3.0 ms, against float32's 4.6 ms)."""
     if input.dtype != dtypes.uint8 or weight.dtype != dtypes.int8:
         raise TypeError(f"byte_dot_linear: expected a uint8 input and an int8 weight, got {input.dtype.name} and "

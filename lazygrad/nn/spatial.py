@@ -338,7 +338,7 @@ def _depthwise_channels_last_product(x: Tensor, weight: Tensor, stride, dilation
     from a channels-last copy of x, and returned as an (N, C, *outputs) view.
 
     Each output channel reads only its own input channel, so with the channels last every load of
-    the kernel walks them contiguously: they are the vector (renderer/opts.py
+    the kernel walks them contiguously: they are the vector (codegen/opts.py
     `channels_vector_tile`), by a run of output columns that reuses each weight vector, read from a
     (*kernel, C) copy of the weight. Channels in the middle, the vector was a run of columns: 28 or
     14 columns fill 16-lane vectors poorly or not at all, and the padded copy of the input read a
@@ -577,7 +577,7 @@ def byte_dot_conv2d(input: Tensor, weight: Tensor, stride=1, padding=0, dilation
     product: lazygrad.quantize shifts its int8 input to uint8, padding with 128; ONNX's ConvInteger
     and QLinearConv take uint8 activations.
 
-    Laid out for a register tile of uint8-by-int8 dot products (renderer/opts.py byte_dot_tile: on
+    Laid out for a register tile of uint8-by-int8 dot products (codegen/opts.py byte_dot_tile: on
     AVX-512 VNNI, vpdpbusd adds 4 products to each of 16 int32 lanes): the input is stored as it is
     (a quantization computed along its rows, vectors), then padded and stored channels last, its
     channels padded to a multiple of 4 with zeros, and read as windows (N, OH, OW, kh, kw, C/4, 4);

@@ -7,7 +7,7 @@ sums, products and maxima are marked as `omp simd` reductions so they vectorize 
 
 Vector copies: a float32 kernel whose reduce, if any, is a sum (a register tile of a matmul or
 convolution, and a bias, batch norm, clamp or gelu after it) gets linearize's vector copies
-(see renderer/linearize.py), as GCC/clang vector types of the CPU's lane count (`lg_float8` on
+(see codegen/linearize.py), as GCC/clang vector types of the CPU's lane count (`lg_float8` on
 AVX2): each tile row is written as the vector fmas it should become, so the compiler does not have
 to find them by packing scalar statements (its SLP vectorizer), which took most of a tile's compile
 (ResNet-18's 3x3 convolution over 64 channels at 56x56: 0.34 -> 0.11 s of gcc, and no slower). The
@@ -30,7 +30,8 @@ import math
 from lazygrad.dtype import dtypes
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once
-from lazygrad.renderer.linearize import LoopProgram
+from lazygrad.renderer.loop_program import LoopProgram
+
 
 def _taylor_steps(degree: int, suffix: str) -> str:
     """2^f as a Taylor polynomial of `degree` in Horner's steps, each product and sum rounded (the
@@ -271,7 +272,7 @@ class CRenderer(CStyleRenderer):
                  byte_dot_lanes: int = 0):
         self.simd_lanes, self.simd_registers = simd_lanes, simd_registers
         # int32 lanes of one instruction adding four uint8-by-int8 products to each (AVX-512 VNNI's
-        # 16; 0: none). linearize writes such sums of a tile with it (see renderer/opts.py byte_dot_tile).
+        # 16; 0: none). linearize writes such sums of a tile with it (see codegen/opts.py byte_dot_tile).
         self.byte_dot_lanes = 0 if standalone else byte_dot_lanes
         self.standalone = standalone
         if standalone:

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import math
 
-
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer
-from lazygrad.renderer.linearize import LoopProgram
+from lazygrad.renderer.loop_program import LoopProgram
 from lazygrad.renderer.opencl import SHIFT_TEMPLATES, render_shift
 
 BLOCK = 256

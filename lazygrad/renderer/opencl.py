@@ -69,7 +69,7 @@ import numpy as np
 from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once
-from lazygrad.renderer.linearize import Loop, LoopProgram
+from lazygrad.renderer.loop_program import Loop, LoopProgram
 
 
 def taylor_coefficients_of_exp2(degree: int) -> list[float]:

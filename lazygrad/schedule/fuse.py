@@ -40,15 +40,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from lazygrad.dtype import STORAGE_FLOATS, dtypes
+from lazygrad.codegen.axes import merge_dims
+from lazygrad.codegen.kernel import Kernel, KernelNode
+from lazygrad.codegen.opts import matmul_tile
 from lazygrad.dependency_order import dependency_order
+from lazygrad.dtype import STORAGE_FLOATS, dtypes
 from lazygrad.lazy import LazyBuffer
-from lazygrad.ops import OPS, ELEMENTWISE, GATHER, MOVEMENT, REDUCE
-from lazygrad.renderer.axes import merge_dims
-from lazygrad.renderer.opts import matmul_tile
-from lazygrad.schedule.kernel import Kernel, KernelNode
+from lazygrad.ops import ELEMENTWISE, GATHER, MOVEMENT, OPS, REDUCE
 from lazygrad.shape.view import ShapeTracker
-
 
 EXPENSIVE_OPS = {"EXP2", "LOG2", "SIN", "SQRT", "RECIP", "DIV", "MOD"}
 EXPENSIVE_OP_COST = 4

@@ -229,16 +229,16 @@ def packs_operands(device: str, m: int, k: int, n: int) -> bool:
     """Whether an (m, k) @ (k, n) matmul on the device copies its right operand into panels (so a
     copy of it made just for the matmul would be a second one; the left one too where its rows fill
     no whole tile or it is a transposed view, `_panel_product`). The GPU dialects tile each
-    work-item otherwise (renderer/opts.py) and read the operands in place."""
+    work-item otherwise (codegen/opts.py) and read the operands in place."""
     return device_kind(device) == "CPU" and m >= PANEL_MIN_ROWS and k * n >= PANEL_MIN_ELEMENTS
 
 
 def panel_shape(device: str) -> tuple[int, int]:
     """(rows, columns) of the panels `_panel_product` packs into on the device: its register tile,
-    which follows the CPU's vector registers (renderer/opts.py `panel_tile`: 6 x 16 with AVX2, 8 x 32
+    which follows the CPU's vector registers (codegen/opts.py `panel_tile`: 6 x 16 with AVX2, 8 x 32
     with AVX-512)."""
+    from lazygrad.codegen.opts import panel_tile
     from lazygrad.realize import renderer_for
-    from lazygrad.renderer.opts import panel_tile
     return panel_tile(renderer_for(lead_device(device)))
 
 

@@ -14,10 +14,10 @@ import pytest
 
 from lazygrad import Tensor
 from lazygrad.devices import get_device
-from lazygrad.renderer.axes import merge_dims
-from lazygrad.renderer.linearize import linearize
+from lazygrad.codegen.axes import merge_dims
+from lazygrad.codegen.linearize import linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
-from lazygrad.renderer.opts import Opt
+from lazygrad.codegen.opts import Opt
 from lazygrad.schedule.fuse import create_schedule
 from test_opencl import UNAVAILABLE  # why OPENCL cannot run here, or None
 

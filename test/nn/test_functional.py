@@ -249,7 +249,7 @@ def test_conv2d(number, device):
 
 def test_conv2d_with_a_weight_beyond_l2(device):
     """2^18 weight elements or more: on CPU each panel of output channels runs over all the output
-    rows (renderer/opts.py convolution_panel). Sums of 2304 float32 terms: atol 1e-3 for values ~50."""
+    rows (codegen/opts.py convolution_panel). Sums of 2304 float32 terms: atol 1e-3 for values ~50."""
     draw = np.random.default_rng(0)
     x, w, b = (draw.standard_normal(shape, np.float32) for shape in ((1, 256, 5, 5), (256, 256, 3, 3), (256,)))
     out = F.conv2d(Tensor(x, device=device), Tensor(w, device=device), Tensor(b, device=device), padding=1)

@@ -7,9 +7,9 @@ import pytest
 import lazygrad.nn.spatial as spatial
 from lazygrad import Tensor, nn, no_grad, stats
 from lazygrad.nn import functional as F
-from lazygrad.renderer.axes import merge_dims
+from lazygrad.codegen.axes import merge_dims
 from lazygrad.renderer.c import CRenderer
-from lazygrad.renderer.linearize import linearize
+from lazygrad.codegen.linearize import linearize
 from lazygrad.schedule.fuse import create_schedule
 
 rng = np.random.default_rng(7)

@@ -199,7 +199,7 @@ def test_rounding_runs_as_additions_not_the_c_library():
     """round and trunc use the hardware's rounding (x + 2^23 - 2^23), not fmod, which C libraries
     compute one element at a time: an int8 quantization's rounding took 45 ns an element so."""
     from lazygrad.renderer.c import CRenderer
-    from lazygrad.renderer.linearize import linearize
+    from lazygrad.codegen.linearize import linearize
     from lazygrad.schedule.fuse import create_schedule
     x = Tensor(np.ones(64, np.float32))
     for result in (x.round(), x.trunc(), x.floor()):

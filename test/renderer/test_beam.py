@@ -11,7 +11,7 @@ import lazygrad.beam as beam
 import lazygrad.realize as realize
 from lazygrad import Context, Tensor
 from lazygrad.diskcache import cache_put
-from lazygrad.renderer.axes import merge_dims
+from lazygrad.codegen.axes import merge_dims
 from lazygrad.schedule.fuse import create_schedule
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "ops"))

@@ -15,10 +15,10 @@ import lazygrad.nn.functional as F
 from lazygrad import Tensor, dtypes
 from lazygrad.beam import KernelBench
 from lazygrad.devices import get_device
-from lazygrad.renderer.axes import merge_dims
+from lazygrad.codegen.axes import merge_dims
 from lazygrad.renderer.c import CRenderer
-from lazygrad.renderer.linearize import linearize
-from lazygrad.renderer.opts import heuristic_opts
+from lazygrad.codegen.linearize import linearize
+from lazygrad.codegen.opts import heuristic_opts
 from lazygrad.schedule.fuse import create_schedule
 
 

@@ -19,7 +19,7 @@ from lazygrad.devices.cuda import compile_to_ptx, find_nvcc, import_cupy
 from lazygrad.dtype import ALL_DTYPES
 from lazygrad.ops import ELEMENTWISE, OPS
 from lazygrad.renderer.cuda import CUDARenderer
-from lazygrad.renderer.linearize import linearize
+from lazygrad.codegen.linearize import linearize
 from lazygrad.schedule.fuse import create_schedule
 
 
@@ -147,8 +147,8 @@ def _work_group_programs():
     """Kernels under LOCAL and GROUP: grouped sums, max (with NaN handling), a float16 sum, a bool
     any, an upcast tile in a group, a max and a sum in one grouped kernel, and softmax's kernels
     with local rows."""
-    from lazygrad.renderer.axes import merge_dims
-    from lazygrad.renderer.opts import Opt
+    from lazygrad.codegen.axes import merge_dims
+    from lazygrad.codegen.opts import Opt
     renderer = CUDARenderer()
     graphs = [
         ("group-sum", tensor((4, 64)).sum(1), [Opt("GROUP", 1, 16)]),

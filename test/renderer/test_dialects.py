@@ -14,7 +14,7 @@ import pytest
 from lazygrad import Tensor, dtypes
 from lazygrad.ops import ELEMENTWISE, OPS, REDUCE
 from lazygrad.renderer.cuda import CUDARenderer
-from lazygrad.renderer.linearize import linearize
+from lazygrad.codegen.linearize import linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
 from lazygrad.schedule.fuse import create_schedule
 
@@ -190,13 +190,13 @@ def test_a_kernel_with_several_outputs_stores_each_in_its_own_type(renderer):
 # ---- work-groups: LOCAL and GROUP ------------------------------------------------------------
 
 def grouped_sum_source(renderer, opts) -> str:
-    from lazygrad.renderer.axes import merge_dims
+    from lazygrad.codegen.axes import merge_dims
     (item,) = create_schedule([tensor((4, 64)).sum(1).lazydata])
     return renderer.render_program(linearize(merge_dims(item.kernel), renderer, opts=opts))
 
 
 def test_opencl_grouped_sum_folds_lanes_through_local_memory():
-    from lazygrad.renderer.opts import Opt
+    from lazygrad.codegen.opts import Opt
     source = grouped_sum_source(OpenCLRenderer(1), [Opt("GROUP", 1, 16)])
     assert source.startswith("// launch: global=16,4 local=16,1\n")
     body = source[source.index("__kernel"):]
@@ -224,7 +224,7 @@ def test_opencl_grouped_sum_folds_lanes_through_local_memory():
 
 
 def test_cuda_grouped_sum_folds_lanes_through_shared_memory():
-    from lazygrad.renderer.opts import Opt
+    from lazygrad.codegen.opts import Opt
     source = grouped_sum_source(CUDARenderer(), [Opt("GROUP", 1, 16)])
     assert source.startswith("// launch: grid=4 block=16\n")
     body = source[source.index("extern"):]
@@ -253,7 +253,7 @@ def test_cuda_grouped_sum_folds_lanes_through_shared_memory():
 
 @pytest.mark.parametrize("renderer", RENDERERS, ids=lambda renderer: renderer.dialect)
 def test_local_rows_put_the_work_group_in_its_own_dimension(renderer):
-    from lazygrad.renderer.opts import Opt
+    from lazygrad.codegen.opts import Opt
     source = grouped_sum_source(renderer, [Opt("LOCAL", 0, 2), Opt("GROUP", 2, 8)])
     launch = "// launch: global=16,2 local=16,1\n" if renderer.dialect == "opencl" else "// launch: grid=2 block=16\n"
     assert source.startswith(launch)

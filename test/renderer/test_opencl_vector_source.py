@@ -13,10 +13,10 @@ import pytest
 
 from lazygrad import Tensor
 from lazygrad.devices.opencl import float_vector_width
-from lazygrad.renderer.axes import merge_dims
-from lazygrad.renderer.linearize import _is_vector_access, linearize
+from lazygrad.codegen.axes import merge_dims
+from lazygrad.codegen.linearize import _is_vector_access, linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
-from lazygrad.renderer.opts import Opt
+from lazygrad.codegen.opts import Opt
 from lazygrad.schedule.fuse import create_schedule
 from lazygrad.shape.symbolic import Lin, var
 

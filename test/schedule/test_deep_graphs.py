@@ -7,7 +7,7 @@ import pytest
 from lazygrad import Tensor, stats
 from lazygrad.graph import to_dot
 from lazygrad.schedule.fuse import MAX_KERNEL_BUFFERS, create_schedule
-from lazygrad.schedule.kernel import format_ast
+from lazygrad.codegen.kernel import format_ast
 from recursion_limit import shallow_stack
 
 CHAIN_STEPS = 5000  # two ops each: 10,000 op nodes

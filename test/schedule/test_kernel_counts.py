@@ -286,9 +286,9 @@ def test_a_reduce_needing_another_through_a_third_kernel_is_not_merged_with_it(i
 def test_projections_of_one_input_stay_separate_tiled_kernels():
     """Q, K and V of attention read one input with the same loops. Merged side by side, the kernel
     of three reduces gets no register tile (2 GFLOP/s against 40 or more for each alone)."""
-    from lazygrad.renderer.axes import merge_dims
+    from lazygrad.codegen.axes import merge_dims
     from lazygrad.renderer.c import CRenderer
-    from lazygrad.renderer.opts import heuristic_opts
+    from lazygrad.codegen.opts import heuristic_opts
     from lazygrad.schedule.fuse import create_schedule
     rng = np.random.default_rng(1)
     x = rng.standard_normal((64, 96)).astype(np.float32)

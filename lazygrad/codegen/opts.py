@@ -35,9 +35,9 @@ import math
 import os
 from dataclasses import dataclass
 
+from lazygrad.codegen.axes import move_dim, split_dim
+from lazygrad.codegen.kernel import Kernel, KernelNode
 from lazygrad.dtype import dtypes
-from lazygrad.renderer.axes import move_dim, split_dim
-from lazygrad.schedule.kernel import Kernel, KernelNode
 from lazygrad.shape.symbolic import Lin, render_condition, var
 
 OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "PANEL", "LOCAL", "GROUP", "THREADS")

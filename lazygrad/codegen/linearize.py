@@ -2,7 +2,7 @@
 
 Called by every renderer (through realize.get_program, and by BEAM for each candidate). It merges
 adjacent dims when every view allows it (a contiguous 4096x4096 elementwise kernel is one flat
-loop), applies the opts (renderer/opts.py: the default heuristic's unless given), decides the loop
+loop), applies the opts (codegen/opts.py: the default heuristic's unless given), decides the loop
 nest (a BLOCK loop outermost, global loops, reduce loops inside; upcast and unrolled axes expanded
 into copies of the body; LOCAL and GROUP axes become the work-items of a group, `local_loops`, which
 GPU renderers map to local ids), names every value, and asks the renderer for the text of each
@@ -19,93 +19,32 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
 
+from lazygrad.codegen.axes import merge_dims, split_dim
+from lazygrad.codegen.kernel import Kernel, KernelNode
+from lazygrad.codegen.opts import (
+    BLOCK,
+    GROUP,
+    LOCAL,
+    UNROLL,
+    UPCAST,
+    OptimizedKernel,
+    apply_opts,
+    byte_dot_axes,
+    heuristic_opts,
+    initial,
+    load_strides,
+)
 from lazygrad.dtype import DType, dtypes
-from lazygrad.renderer.axes import merge_dims, split_dim
-from lazygrad.renderer.opts import (BLOCK, GROUP, LOCAL, UNROLL, UPCAST, Opt, OptimizedKernel, apply_opts,
-                                    byte_dot_axes, heuristic_opts, initial, load_strides)
-from lazygrad.schedule.kernel import Kernel, KernelNode
+from lazygrad.renderer.loop_program import (
+    Accumulator,
+    Loop,
+    LoopProgram,
+    ReduceStage,
+    Statement,
+)
 from lazygrad.shape.symbolic import Lin, render_condition, var
 from lazygrad.shape.view import ShapeTracker
-
-
-@dataclass
-class Loop:
-    var: str
-    size: int
-    reduce: bool
-
-
-@dataclass
-class Statement:
-    name: str
-    dtype: DType
-    expr: str
-    declare: bool = True         # False: an assignment to an existing variable (an accumulator)
-    width: int = 1               # lanes of a vector value; 1 for a scalar
-
-
-@dataclass
-class Accumulator:
-    name: str
-    op: str                      # SUM, PROD or MAX_REDUCE
-    dtype: DType
-    width: int = 1               # lanes of a vector accumulator; 1 for a scalar
-
-
-@dataclass
-class ReduceStage:
-    """One reduce of a kernel with several (earlier reduces feed later ones, as softmax's row max
-    feeds its sum of exponentials): accumulators, the loop body over the reduce loops, and the
-    folding of unrolled accumulators after them."""
-    accumulators: list[Accumulator]
-    inner: list[Statement]
-    combine: list[Statement]
-    results: list[Accumulator] = field(default_factory=list)  # per output, the accumulator holding the
-    #                                                           result after `combine` (what a GROUP folds)
-
-
-@dataclass
-class LoopProgram:
-    name: str
-    params: list[tuple[str, DType, bool]]        # (name, dtype, is_output)
-    global_loops: list[Loop]
-    reduce_loops: list[Loop]
-    inner: list[Statement]                       # inside the reduce loops, ending in accumulator updates
-    accumulators: list[Accumulator]              # one per output of an iteration (several when upcast)
-    outer: list[Statement]                       # after the reduce, per iteration of the global loops
-    stores: list[tuple[str, str, str]]           # (param name, index text, value name)
-    full_shape: tuple[int, ...] = ()
-    inner_loops: list[Loop] = field(default_factory=list)  # output loops run inside the reduce, one
-    #                                                        accumulator each (an array, see accumulator_index)
-    parallel: bool = False       # split the outer loop over CPU cores
-    threads: int | None = None   # how many (a THREADS opt); None: OpenMP's default, every core
-    vectorize: bool = False      # mark the innermost reduce loop as a SIMD reduction
-    opts: tuple[Opt, ...] = ()   # the opts applied (upcast and unrolled axes are expanded in place)
-    block_loop: Loop | None = None  # BLOCK: a reduce loop around everything, partial results in the output
-    partial_stores: list[tuple[str, str, str]] = field(default_factory=list)  # (param, index, accumulator)
-    #                                                        per output: where its partial result lives
-    combine: list[Statement] = field(default_factory=list)  # after the reduce loops: fold the accumulators of
-    #                                                        unrolled steps into each output's first one
-    raw_stores: list[tuple[str, str, str]] = field(default_factory=list)  # (param, index, accumulator): sums
-    #                                                        stored before the epilogue, which reads them back
-    prior_stages: list[ReduceStage] = field(default_factory=list)  # reduces run before this one, each over
-    #                                                        the same reduce loops, in order
-    local_loops: list[Loop] = field(default_factory=list)  # LOCAL axes, then the GROUP lane: the work-items of
-    #                                                        one group, the last loop varying fastest
-    group_lane: Loop | None = None  # GROUP: the lane axis (also in local_loops); each lane reduces every n-th step
-    results: list[Accumulator] = field(default_factory=list)  # per output, the accumulator holding the last
-    #                                                        reduce's result after `combine`
-    vector_width: int = 1        # > 1: every stored value is a vector of this many lanes (a vector store)
-    select_only_loads: bool = False  # some load is used only as a value a WHERE chooses (see renderer/c.py)
-
-    @property
-    def stages(self) -> list[ReduceStage]:
-        """Every reduce in the order they run (empty without a reduce)."""
-        if not self.accumulators:
-            return []
-        return self.prior_stages + [ReduceStage(self.accumulators, self.inner, self.combine, self.results)]
 
 
 def accumulator_index(inner_loops: list[Loop]) -> str:
@@ -362,7 +301,7 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     """The loop program of a kernel; `renderer` supplies the text of each expression.
 
     `opts` (a list of Opt over the dim-merged kernel) arranges the loops; None asks the default
-    heuristic (renderer/opts.py). With optimize=False (NOOPT=1) the loop nest is the plain one: one
+    heuristic (codegen/opts.py). With optimize=False (NOOPT=1) the loop nest is the plain one: one
     loop per dim, one thread, no vectorization hints, no opts."""
     name = kernel.name
     optimized, inner_axes = _arrange(kernel, renderer, optimize, opts)

@@ -6,7 +6,7 @@ index expressions stay as short as before.
 """
 from __future__ import annotations
 
-from lazygrad.schedule.kernel import Kernel, KernelNode
+from lazygrad.codegen.kernel import Kernel, KernelNode
 from lazygrad.shape.view import ShapeTracker
 
 

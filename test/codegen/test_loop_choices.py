@@ -5,7 +5,7 @@ import pytest
 
 from lazygrad import Context, Tensor
 from lazygrad.renderer.c import CRenderer
-from lazygrad.renderer.linearize import linearize
+from lazygrad.codegen.linearize import linearize
 from lazygrad.schedule.fuse import create_schedule
 
 

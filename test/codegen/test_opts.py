@@ -7,16 +7,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import lazygrad.realize as realize
-import lazygrad.renderer.linearize as linearize_module
+import lazygrad.codegen.linearize as linearize_module
 import lazygrad.tensor_methods.linalg as linalg
 from lazygrad import Tensor, dtypes, no_grad
 from lazygrad.nn import functional as F
-from lazygrad.renderer.axes import merge_dims
+from lazygrad.codegen.axes import merge_dims
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
-from lazygrad.renderer.linearize import linearize
+from lazygrad.codegen.linearize import linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
-from lazygrad.renderer.opts import Opt, OptError, apply_opt, apply_opts, candidate_opts, heuristic_opts, initial, \
+from lazygrad.codegen.opts import Opt, OptError, apply_opt, apply_opts, candidate_opts, heuristic_opts, initial, \
     panel_tile
 from lazygrad.schedule.fuse import create_schedule
 
@@ -418,7 +418,7 @@ def test_a_channels_last_max_pool_takes_its_channels_in_vectors_and_keeps_nan():
     """A max pool computed channels last (nn/spatial.py) upcasts its 64 channels as four vectors:
     each window step a vector load and a vector max held in registers (ResNet-18's pool, one
     thread, kernel alone: 0.45 -> 0.26 ms). The vector max keeps a NaN, as the scalar one does."""
-    from lazygrad.renderer.axes import merge_dims
+    from lazygrad.codegen.axes import merge_dims
     rng = np.random.default_rng(8)
     values = rng.standard_normal((2, 12, 12, 64)).astype(np.float32)
     values[0, 3, 4, 5] = values[1, 0, 0, 63] = np.nan
