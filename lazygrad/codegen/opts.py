@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from lazygrad.codegen.axes import move_dim, split_dim
 from lazygrad.codegen.kernel import Kernel, KernelNode
 from lazygrad.dtype import dtypes
+from lazygrad.ops import ELEMENTWISE, OPS
 from lazygrad.shape.symbolic import Lin, render_condition, var
 
 OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "PANEL", "LOCAL", "GROUP", "THREADS")
@@ -712,9 +713,11 @@ def source_order_panel(kernel: Kernel) -> list[Opt]:
     return []
 
 
-# Ops cheap enough to copy many times over in an unrolled body; a body with exp2, log2, sin or a
-# division keeps its plain loop, which the C compiler vectorizes whole.
-CHEAP_OPS = {"LOAD", "CONST", "VALID", "ADD", "MUL", "NEG", "MAX", "CMPLT", "CMPNE", "WHERE", "CAST", "AND", "OR", "XOR"}
+def _cheap(node: KernelNode) -> bool:
+    """Cheap enough to copy many times over in an unrolled body: a load, a constant, a bounds test
+    or an elementwise op of cost 1 (ops/table.py). A body with exp2, log2, sin or a division keeps
+    its plain loop, which the C compiler vectorizes whole."""
+    return node.op in ("LOAD", "CONST", "VALID") or (node.op in ELEMENTWISE and OPS[node.op].cost == 1)
 
 
 def row_reduce_tile(kernel: Kernel) -> list[Opt]:
@@ -724,7 +727,7 @@ def row_reduce_tile(kernel: Kernel) -> list[Opt]:
     8 rows by 8 steps, so eight streams run in parallel; with two, each reused along its own output
     axis (a matmul with the right operand transposed, as in nn.Linear), a 4 x 4 tile by 8 steps."""
     source = _reduce_source(kernel)
-    if source is None or len(kernel.reduce_axes) != 1 or any(node.op not in CHEAP_OPS for node in source.walk()):
+    if source is None or len(kernel.reduce_axes) != 1 or not all(map(_cheap, source.walk())):
         return []
     reduce_axis = kernel.reduce_axes[0]
     strides = load_strides(kernel, source.walk())

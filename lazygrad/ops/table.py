@@ -40,6 +40,12 @@ class OpDef:
     render: dict = field(default_factory=dict)  # dialect -> template; "c" is the C-family default
     float_only: bool = False               # the Tensor layer casts integer inputs to float first
     keeps_zero: bool = False               # op(0, ...) == 0, so padding may be pushed through it
+    # What computing it once costs beside an add, for the scheduler (a value that costs more than a
+    # few adds to recompute is stored, schedule/fuse.py) and for opts (a body copied many times over
+    # in a tile must cost 1 per op, codegen/opts.py): libm calls, divisions and remainders cost more.
+    cost: int = 1
+    exact_in_half: bool = False            # in float16, the float32 result is already a float16 value
+    #                                        (a GPU dialect computing in float32 need not round it)
 
     def __repr__(self) -> str:
         return self.name
@@ -150,14 +156,17 @@ def _take_grad(g, out, srcs, arg):
     return ((index.unsqueeze(-1) == positions).where(g.unsqueeze(-1), 0), None)
 
 
-def _unary(name, ref, grad, c, float_only=True, keeps_zero=False):
+EXPENSIVE = 4  # the cost of an op that is a libm call or a division (exp2, log2, sin, sqrt, 1/x, /, %)
+
+
+def _unary(name, ref, grad, c, float_only=True, keeps_zero=False, cost=1, exact_in_half=False):
     return OpDef(name, UNARY, 1, ref=ref, grad=grad, render={"c": c}, float_only=float_only,
-                 keeps_zero=keeps_zero)
+                 keeps_zero=keeps_zero, cost=cost, exact_in_half=exact_in_half)
 
 
-def _binary(name, ref, grad, c, out_dtype=None, keeps_zero=True):
+def _binary(name, ref, grad, c, out_dtype=None, keeps_zero=True, cost=1, exact_in_half=False):
     return OpDef(name, BINARY, 2, ref=ref, grad=grad, render={"c": c}, out_dtype=out_dtype,
-                 keeps_zero=keeps_zero)
+                 keeps_zero=keeps_zero, cost=cost, exact_in_half=exact_in_half)
 
 
 def _cast_ref(x: np.ndarray, dtype) -> np.ndarray:
@@ -169,31 +178,34 @@ def _cast_ref(x: np.ndarray, dtype) -> np.ndarray:
 
 _DEFS = [
     # elementwise, one operand
-    _unary("NEG", np.negative, lambda g, out, srcs, arg: (-g,), "(-{0})", float_only=False, keeps_zero=True),
-    _unary("RECIP", np.reciprocal, lambda g, out, srcs, arg: (-g * out * out,), "(1/{0})"),
-    _unary("SQRT", np.sqrt, lambda g, out, srcs, arg: (g / (out * 2),), "sqrt{f}({0})", keeps_zero=True),
-    _unary("EXP2", np.exp2, lambda g, out, srcs, arg: (g * out * LN2,), "lg_exp2{f}({0})"),
-    _unary("LOG2", np.log2, lambda g, out, srcs, arg: (g / (srcs[0] * LN2),), "lg_log2{f}({0})"),
+    _unary("NEG", np.negative, lambda g, out, srcs, arg: (-g,), "(-{0})", float_only=False, keeps_zero=True,
+           exact_in_half=True),
+    _unary("RECIP", np.reciprocal, lambda g, out, srcs, arg: (-g * out * out,), "(1/{0})", cost=EXPENSIVE),
+    _unary("SQRT", np.sqrt, lambda g, out, srcs, arg: (g / (out * 2),), "sqrt{f}({0})", keeps_zero=True,
+           cost=EXPENSIVE),
+    _unary("EXP2", np.exp2, lambda g, out, srcs, arg: (g * out * LN2,), "lg_exp2{f}({0})", cost=EXPENSIVE),
+    _unary("LOG2", np.log2, lambda g, out, srcs, arg: (g / (srcs[0] * LN2),), "lg_log2{f}({0})", cost=EXPENSIVE),
     _unary("SIN", np.sin, lambda g, out, srcs, arg: (g * (math.pi / 2 - srcs[0]).sin(),), "sin{f}({0})",
-           keeps_zero=True),
+           keeps_zero=True, cost=EXPENSIVE),
     OpDef("CAST", UNARY, 1, ref=_cast_ref,
           grad=lambda g, out, srcs, arg: (g.cast(srcs[0].dtype),),
-          out_dtype=_arg_dtype, render={"c": "(({ctype})({0}))"}, keeps_zero=True),
+          out_dtype=_arg_dtype, render={"c": "(({ctype})({0}))"}, keeps_zero=True, exact_in_half=True),
     OpDef("BITCAST", UNARY, 1, ref=lambda x, dtype: x.view(dtype.np), grad=NOT_DIFFERENTIABLE,
-          out_dtype=_arg_dtype, render={"c": "lg_bitcast({ctype}, {0})"}, keeps_zero=True),
+          out_dtype=_arg_dtype, render={"c": "lg_bitcast({ctype}, {0})"}, keeps_zero=True, exact_in_half=True),
     # elementwise, two operands
     _binary("ADD", np.add, lambda g, out, srcs, arg: (g, g), "({0}+{1})"),
     _binary("MUL", np.multiply, lambda g, out, srcs, arg: (g * srcs[1], g * srcs[0]), "({0}*{1})"),
     _binary("DIV", _div_ref,
             lambda g, out, srcs, arg: (g / srcs[1], -g * srcs[0] / (srcs[1] * srcs[1])),
             {"float": "({0}/{1})", "int": "({1}==0 ? 0 : {1}==-1 ? -{0} : {0}/{1})",
-             "uint": "({1}==0 ? 0 : {0}/{1})"}, keeps_zero=False),
+             "uint": "({1}==0 ? 0 : {0}/{1})"}, keeps_zero=False, cost=EXPENSIVE),
     _binary("MOD", _mod_ref, NOT_DIFFERENTIABLE,
             {"float": "fmod{f}({0}, {1})", "int": "({1}==0 || {1}==-1 ? 0 : {0}%{1})",
-             "uint": "({1}==0 ? 0 : {0}%{1})"}, keeps_zero=False),
+             "uint": "({1}==0 ? 0 : {0}%{1})"}, keeps_zero=False, cost=EXPENSIVE, exact_in_half=True),
     # NaN propagates through MAX, as in numpy.maximum.
     _binary("MAX", np.maximum, _max_grad, {"float": "(({0}>{1} || {0}!={0}) ? {0} : {1})",
-                                           "int": "({0}>{1} ? {0} : {1})", "bool": "({0}|{1})"}),
+                                           "int": "({0}>{1} ? {0} : {1})", "bool": "({0}|{1})"},
+            exact_in_half=True),
     _binary("CMPLT", np.less, NOT_DIFFERENTIABLE, "({0}<{1})", out_dtype=_bool_out),
     _binary("CMPNE", np.not_equal, NOT_DIFFERENTIABLE, "({0}!={1})", out_dtype=_bool_out),
     _binary("AND", np.bitwise_and, NOT_DIFFERENTIABLE, "({0}&{1})"),
@@ -209,7 +221,7 @@ _DEFS = [
     # elementwise, three operands: WHERE(condition, if_true, if_false)
     OpDef("WHERE", TERNARY, 3, ref=np.where,
           grad=lambda g, out, srcs, arg: (None, srcs[0].where(g, 0), srcs[0].where(0, g)),
-          render={"c": "({0} ? {1} : {2})"}, keeps_zero=True),
+          render={"c": "({0} ? {1} : {2})"}, keeps_zero=True, exact_in_half=True),
     # reduces over the axes in `arg`, keeping them as size 1
     OpDef("SUM", REDUCE, 1, ref=lambda x, axes: _float16_in_float32(np.sum, x, axes),
           grad=lambda g, out, srcs, arg: (g.expand(srcs[0].shape),), render={"c": "({0}+{1})"}),

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 from lazygrad.dtype import DType, dtypes
+from lazygrad.ops import OPS
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.loop_program import LoopProgram
@@ -63,9 +64,6 @@ HELPERS = {
 
 for _narrow in narrow_floats.NARROW_FLOATS:
     HELPERS.update(narrow_floats.helpers(_narrow, "cuda"))
-
-# float16 ops whose float result is already a float16 value, so it needs no rounding.
-EXACT_IN_HALF = {"NEG", "MAX", "WHERE", "MOD", "CAST", "BITCAST"}
 
 
 class CUDARenderer(CStyleRenderer):
@@ -106,7 +104,7 @@ class CUDARenderer(CStyleRenderer):
         if op in SHIFT_TEMPLATES:
             return render_shift(op, src_dtypes[0], operands)
         text = super().render_op(op, src_dtypes, dtype, operands)
-        if dtype == dtypes.float16 and op not in EXACT_IN_HALF:
+        if dtype == dtypes.float16 and not OPS[op].exact_in_half:
             return f"lg_half({text})"
         return text
 

@@ -67,6 +67,7 @@ import math
 import numpy as np
 
 from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
+from lazygrad.ops import OPS
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once
 from lazygrad.renderer.loop_program import Loop, LoopProgram
@@ -146,9 +147,6 @@ HELPERS = {
 
 # Float ops rendered by render_vectorizable_math instead of the op table's template.
 VECTORIZABLE_MATH = {"SQRT", "EXP2"}
-
-# float16 ops whose float result is already a float16 value, so it needs no rounding.
-EXACT_IN_HALF = {"NEG", "MAX", "WHERE", "MOD", "CAST", "BITCAST"}
 
 MAX_DIMENSIONS = 3
 
@@ -295,7 +293,7 @@ class OpenCLRenderer(CStyleRenderer):
             text = self.render_vectorizable_math(op, dtype, operands[0])
         else:
             text = self.template(op, operand_dtype).format(*operands, f="", ctype=self.type_name(dtype))
-        if dtype == dtypes.float16 and op not in EXACT_IN_HALF:
+        if dtype == dtypes.float16 and not OPS[op].exact_in_half:
             return f"lg_half({text})"
         return text
 

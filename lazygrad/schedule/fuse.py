@@ -47,10 +47,9 @@ from lazygrad.dependency_order import dependency_order
 from lazygrad.dtype import STORAGE_FLOATS, dtypes
 from lazygrad.lazy import LazyBuffer
 from lazygrad.ops import ELEMENTWISE, GATHER, MOVEMENT, OPS, REDUCE
+from lazygrad.ops.table import EXPENSIVE
 from lazygrad.shape.view import ShapeTracker
 
-EXPENSIVE_OPS = {"EXP2", "LOG2", "SIN", "SQRT", "RECIP", "DIV", "MOD"}
-EXPENSIVE_OP_COST = 4
 MAX_KERNEL_OUTPUTS = 8  # siblings merged into one kernel (each output is a buffer parameter)
 # Buffer parameters (outputs and inputs) of one kernel, within what every device takes: OpenCL
 # guarantees 1024 bytes of arguments, 128 pointers; ctypes calls take at most 1024. A kernel that would
@@ -94,15 +93,13 @@ class ScheduleItem:
 
 
 def _op_cost(node: LazyBuffer) -> int:
-    """What an elementwise op costs to recompute: EXPENSIVE_OP_COST for EXPENSIVE_OPS and for a
-    cast of a 64-bit integer to a float, which AVX2 has no vector instruction for (each lane is
-    converted alone: BERT's attention mask, recomputed for every score, made its softmax 6x
-    slower); 1 for the others."""
-    if node.op in EXPENSIVE_OPS:
-        return EXPENSIVE_OP_COST
+    """What an elementwise op costs to recompute: its op's cost (ops/table.py), and for a cast of a
+    64-bit integer to a float that of an expensive op, since AVX2 has no vector instruction for it
+    (each lane is converted alone: BERT's attention mask, recomputed for every score, made its
+    softmax 6x slower)."""
     if node.op == "CAST" and node.dtype.is_float and node.srcs[0].dtype == dtypes.int64:
-        return EXPENSIVE_OP_COST
-    return 1
+        return EXPENSIVE
+    return OPS[node.op].cost
 
 
 def _is_reduce(node: LazyBuffer) -> bool:
@@ -149,7 +146,7 @@ class _FusionPlan:
 
     def _recompute_cost_exceeds(self, node: LazyBuffer, limit: int, buffer_limit: int | None = None) -> bool:
         """Whether the ops computing `node` from stored values cost more than `limit` (an expensive
-        op counts EXPENSIVE_OP_COST, a movement op nothing), or, with `buffer_limit`, read that many
+        op counts its cost, a movement op nothing), or, with `buffer_limit`, read that many
         stored values. Stops as soon as they do."""
         stack, seen, buffers, cost = [node], set(), 0, 0
         while stack:
@@ -195,7 +192,7 @@ class _FusionPlan:
             if len(seen) > PARAMETER_VALUE_MAX_NODES or (current is not node and id(current) in self.materialized) \
                     or (current.op not in ELEMENTWISE and OPS[current.op].kind != MOVEMENT):
                 return False
-            expensive = expensive or current.op in EXPENSIVE_OPS
+            expensive = expensive or OPS[current.op].cost > 1
             stack.extend(current.srcs)
         return expensive
 

@@ -304,14 +304,13 @@ EXPENSIVE_WALK_NODES = 64
 
 def _has_expensive_op(node) -> bool:
     """Whether computing a node from stored values takes, for each of its elements, an op the
-    scheduler counts as expensive (schedule/fuse.py EXPENSIVE_OPS: exp2, log2, sin, sqrt, division).
+    scheduler counts as expensive (its cost in ops/table.py above 1: exp2, log2, sin, sqrt, division).
     A reduce below is a stored value (the scheduler stores it for the reads across its rows), and
     an op on fewer elements, broadcast (a batch norm's per-channel scale), is stored once too. The
     walk stops after EXPENSIVE_WALK_NODES nodes (it runs on every matmul call, and a residual
     stream's chain reaches back through every layer: BERT's, uncapped, cost 6 ms of its 57 ms
     graph building); what lies farther down is a shared value the scheduler stores once it costs
     more than its SHARED_RECOMPUTE_LIMIT, not something the pack recomputes per element."""
-    from lazygrad.schedule.fuse import EXPENSIVE_OPS
     stack, seen, size = [node], set(), node.numel()
     while stack:
         current = stack.pop()
@@ -320,7 +319,7 @@ def _has_expensive_op(node) -> bool:
         seen.add(id(current))
         if len(seen) > EXPENSIVE_WALK_NODES:
             return False
-        if current.op in EXPENSIVE_OPS and current.numel() >= size:
+        if OPS[current.op].cost > 1 and current.numel() >= size:
             return True
         if current.op in ELEMENTWISE or OPS[current.op].kind == MOVEMENT:
             stack.extend(current.srcs)

@@ -1,4 +1,6 @@
 """The op table is complete: every primitive has a reference, a gradient choice and a rendering."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -57,3 +59,25 @@ def test_reduce_identity_is_neutral(name):
     reference = OPS[name].ref
     with_identity = reference(np.append(values, identity), (0,))
     np.testing.assert_array_equal(with_identity, reference(values, (0,)))
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE))
+def test_the_scheduler_and_opts_read_one_cost_per_op(name):
+    """An op the scheduler counts as costly to recompute is one opts keeps out of unrolled bodies,
+    and the other way round: both read the op's record (they were two lists that disagreed on
+    SHL, SHR and BITCAST: cheap to the scheduler, not to opts)."""
+    from lazygrad.codegen.kernel import KernelNode
+    from lazygrad.codegen.opts import _cheap
+    from lazygrad.schedule.fuse import _op_cost
+
+    source = SimpleNamespace(dtype=dtypes.float32)
+    lazy = SimpleNamespace(op=name, dtype=dtypes.float32, srcs=(source,) * OPS[name].arity)  # what _op_cost reads
+    assert _cheap(KernelNode(name, dtypes.float32, ())) == (_op_cost(lazy) == 1)
+
+
+def test_a_float16_result_is_rounded_by_the_gpu_dialects_unless_the_op_is_exact_in_half():
+    inexact = OpenCLRenderer().render_op("ADD", [dtypes.float16, dtypes.float16], dtypes.float16, ["a", "b"])
+    exact = OpenCLRenderer().render_op("MAX", [dtypes.float16, dtypes.float16], dtypes.float16, ["a", "b"])
+    assert inexact.startswith("lg_half(") and not exact.startswith("lg_half(")
+    assert CUDARenderer().render_op("ADD", [dtypes.float16] * 2, dtypes.float16, ["a", "b"]).startswith("lg_half(")
+    assert not CUDARenderer().render_op("NEG", [dtypes.float16], dtypes.float16, ["a"]).startswith("lg_half(")
