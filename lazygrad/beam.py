@@ -28,7 +28,7 @@ import numpy as np
 
 from lazygrad.codegen.axes import merge_dims
 from lazygrad.codegen.kernel import Kernel, format_ast
-from lazygrad.codegen.linearize import linearize
+from lazygrad.codegen.linearize import kernel_source
 from lazygrad.codegen.opts import (
     OPTS_VERSION,
     Opt,
@@ -168,8 +168,8 @@ class KernelBench:
         return time.perf_counter() - start
 
     def source(self, opts) -> tuple[str, str]:
-        program = linearize(self.kernel, self.renderer, opts=opts)
-        return program.name, self.renderer.render_program(program)
+        program, source = kernel_source(self.kernel, self.renderer, opts)
+        return program.name, source
 
     def build(self, opts):
         name, source = self.source(opts)

@@ -3,7 +3,7 @@
     realize([node, ...])
       schedule -> [ScheduleItem]            schedule/fuse.py
       kernels without a program yet:        prepare_programs, here
-        linearize + render, one by one      renderer/
+        linearize + render, one by one      codegen/ (kernel_source), renderer/
         compile (disk cache), side by side  devices/<dev>.py on devices/compile_pool.py's threads
       for each kernel: run, time, count     here (DEBUG output and lazygrad.stats)
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from lazygrad import derived_values
 from lazygrad.beam import beam_opts
 from lazygrad.codegen.kernel import Kernel, format_ast
-from lazygrad.codegen.linearize import linearize
+from lazygrad.codegen.linearize import kernel_source
 from lazygrad.devices import canonical_device, get_device
 from lazygrad.devices.compile_pool import CompileBatch
 from lazygrad.graph import write_graph
@@ -229,8 +229,7 @@ def _render(device_name: str, kernel: Kernel) -> Rendered:
     """A kernel's program source, with its opts from BEAM or the heuristic."""
     renderer = renderer_for(device_name)
     opts = beam_opts(device_name, kernel, renderer) if knobs.beam and not knobs.noopt else None
-    program = linearize(kernel, renderer, optimize=not knobs.noopt, opts=opts)
-    source = renderer.render_program(program)
+    program, source = kernel_source(kernel, renderer, opts, optimize=not knobs.noopt)
     if knobs.debug >= 3:
         print(f"kernel {program.name}: full shape {kernel.full_shape}, reduce axes {kernel.reduce_axes}\n"
               f"{format_ast(kernel.ast)}\n"

@@ -297,6 +297,14 @@ def _arrange(kernel: Kernel, renderer, optimize: bool, opts) -> tuple[OptimizedK
     return initial(kernel), inner_axes
 
 
+def kernel_source(kernel: Kernel, renderer, opts: list | None = None, optimize: bool = True) -> tuple[LoopProgram, str]:
+    """A kernel's loop program under `opts` (the heuristic's where None) and its source in the
+    renderer's dialect: the one way a program is made, for a realize (realize.py) and for each
+    candidate of a BEAM search (beam.py)."""
+    program = linearize(kernel, renderer, optimize=optimize, opts=opts)
+    return program, renderer.render_program(program)
+
+
 def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parallel_threshold: int = 1 << 15) -> LoopProgram:
     """The loop program of a kernel; `renderer` supplies the text of each expression.
 
