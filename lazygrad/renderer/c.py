@@ -29,56 +29,8 @@ import math
 
 from lazygrad.dtype import dtypes
 from lazygrad.renderer import narrow_floats
-from lazygrad.renderer.cstyle import CStyleRenderer, define_once
+from lazygrad.renderer.cstyle import CStyleRenderer, define_once, exp2_helper, taylor_steps
 from lazygrad.renderer.loop_program import LoopProgram
-
-
-def _taylor_steps(degree: int, suffix: str) -> str:
-    """2^f as a Taylor polynomial of `degree` in Horner's steps, each product and sum rounded (the
-    kernels compile with -ffp-contract=off): `c0;\n  p = p * f + c1; ...`, after `p = `."""
-    coefficients = [math.log(2) ** k / math.factorial(k) for k in range(degree, -1, -1)]
-    return ";\n".join([f"{coefficients[0]!r}{suffix}"] + [f"  p = p * f + {c!r}{suffix}" for c in coefficients[1:]])
-
-
-def _exp2_helper(ctype: str, degree: int, exponent_bias: int, mantissa_bits: int, standalone: bool = False) -> str:
-    """2^x for float or double, branch-free so loops calling it vectorize (libm's exp2 is a call per
-    element). x = n + f with n = rint(x), |f| <= 1/2; 2^f is a Taylor polynomial of `degree` (float:
-    7, truncation error ~5e-9; double: 13, ~4e-18, within 1 ulp of numpy); 2^n is applied as two
-    exact power-of-two factors, so results reach the subnormal range and overflow cleanly to inf.
-    Below the smallest subnormal the result rounds to 0 and is given as 0 from a harmless input:
-    computed, it would underflow through subnormals, each a microcode assist on x86 (a softmax over
-    BERT's masked scores, -3.4e38, ran 3-4x slower). NaN fails every comparison and flows through.
-    `standalone`: in ISO C99 (math.h's rint, the powers of two built in a union) for an exported file."""
-    single = ctype == "float"
-    name, suffix = ("lg_exp2f", "f") if single else ("lg_exp2", "")
-    integer, size = ("int", 4) if single else ("long long", 8)
-    zero_below = -(exponent_bias + mantissa_bits)  # 2^-150 (float) and 2^-1075 (double) round to 0
-    lines = [f"/* 2^x: a Taylor polynomial of 2^f, |f| <= 1/2, times two exact powers of two; 0 below 2^{zero_below}",
-             "   without computing through subnormals (see renderer/c.py _exp2_helper) */",
-             f"static inline {ctype} {name}({ctype} x) {{",
-             f"  int zero = x < {float(zero_below)!r}{suffix};",
-             f"  {ctype} clamped = x > {float(exponent_bias + 7)!r}{suffix} ? {float(exponent_bias + 7)!r}{suffix} "
-             f": (zero ? 0.0{suffix} : x);",
-             f"  {ctype} n = {'' if standalone else '__builtin_'}rint{suffix}(clamped);",
-             f"  {ctype} f = clamped - n;",
-             f"  {ctype} p = {_taylor_steps(degree, suffix)};"]
-    lines += [f"  int whole = (int)(n == n ? n : 0.0{suffix});",
-              "  int half = whole / 2;",
-              f"  {integer} low_bits = ({integer})(half + {exponent_bias}) << {mantissa_bits}, "
-              f"high_bits = ({integer})(whole - half + {exponent_bias}) << {mantissa_bits};"]
-    if standalone:
-        lines += [f"  union {{ {integer} bits; {ctype} value; }} low, high;",
-                  "  low.bits = low_bits;",
-                  "  high.bits = high_bits;",
-                  f"  return zero ? 0.0{suffix} : p * low.value * high.value;",
-                  "}"]
-    else:
-        lines += [f"  {ctype} low, high;",
-                  f"  __builtin_memcpy(&low, &low_bits, {size});",
-                  f"  __builtin_memcpy(&high, &high_bits, {size});",
-                  f"  return zero ? 0.0{suffix} : p * low * high;",
-                  "}"]
-    return "\n".join(lines)
 
 
 def _vector_exp2_helper(lanes: int) -> str:
@@ -98,7 +50,7 @@ def _vector_exp2_helper(lanes: int) -> str:
              f"  {vector} clamped = {select('x > 134.0f', 'zeros + 134.0f', select('zero', 'zeros', 'x'))};",
              f"  {vector} n = (clamped + 12582912.0f) - 12582912.0f;",
              f"  {vector} f = clamped - n;",
-             f"  {vector} p = zeros + {_taylor_steps(7, 'f')};"]
+             f"  {vector} p = zeros + {taylor_steps(7, 'f')};"]
     lines += [f"  {mask} whole = __builtin_convertvector({select('n == n', 'n', 'zeros')}, {mask});",
               f"  {mask} half = whole / 2;",
               f"  {mask} low_bits = (half + 127) << 23, high_bits = (whole - half + 127) << 23;",
@@ -133,7 +85,7 @@ HELPERS = {
                    "{ long q = a / b; return q - ((a % b != 0) && ((a < 0) != (b < 0))); }",
     "lg_floormod": "static inline long lg_floormod(long a, long b) "
                    "{ long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }",
-    "lg_exp2f": _exp2_helper("float", degree=7, exponent_bias=127, mantissa_bits=23),
+    "lg_exp2f": exp2_helper("float", "gnu"),
     # A max that vectorizes: each SIMD lane keeps its own maximum, NaN included, and lanes combine
     # the same way (OpenMP's built-in max reduction would drop a NaN lane).
     "reduction(lg_max_float:": "#pragma omp declare reduction(lg_max_float : float : omp_out = "
@@ -142,7 +94,7 @@ HELPERS = {
     "reduction(lg_max_double:": "#pragma omp declare reduction(lg_max_double : double : omp_out = "
                                 "((omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out)) "
                                 "initializer(omp_priv = -INFINITY)",
-    "lg_exp2(": _exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52),
+    "lg_exp2(": exp2_helper("double", "gnu"),
     # A float MAX (and a reduce max's step) keeping a NaN of its first operand, as the op table's
     # template, written so gcc compiles it without branches (vmaxss, then a cmov for the NaN): the
     # template's `a > b || a != a` it compiled to jumps wherever the loop stayed scalar, which random
@@ -211,8 +163,8 @@ STANDALONE_HELPERS = {
                      "#define lg_fma(a, b, c) ((a) * (b) + (c))\n#endif"),
     "lg_floordiv": HELPERS["lg_floordiv"],
     "lg_floormod": HELPERS["lg_floormod"],
-    "lg_exp2f": define_once(_exp2_helper("float", degree=7, exponent_bias=127, mantissa_bits=23, standalone=True)),
-    "lg_exp2(": define_once(_exp2_helper("double", degree=13, exponent_bias=1023, mantissa_bits=52, standalone=True)),
+    "lg_exp2f": define_once(exp2_helper("float", "c99")),
+    "lg_exp2(": define_once(exp2_helper("double", "c99")),
     "lg_log2f": HELPERS["lg_log2f"],
     "lg_log2(": HELPERS["lg_log2("],
     "lg_maxf(": HELPERS["lg_maxf("],

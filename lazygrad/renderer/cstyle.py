@@ -31,6 +31,63 @@ def define_once(text: str, name: str | None = None) -> str:
     return f"#ifndef {guard}\n#define {guard}\n{text}\n#endif"
 
 
+def taylor_steps(degree: int, suffix: str) -> str:
+    """2^f as a Taylor polynomial of `degree` in Horner's steps, each product and sum rounded (the
+    kernels compile with -ffp-contract=off): `c0;\n  p = p * f + c1; ...`, after `p = `."""
+    coefficients = [math.log(2) ** k / math.factorial(k) for k in range(degree, -1, -1)]
+    return ";\n".join([f"{coefficients[0]!r}{suffix}"] + [f"  p = p * f + {c!r}{suffix}" for c in coefficients[1:]])
+
+
+# Per floating type: the Taylor polynomial's degree, the exponent's bias and the mantissa's bits.
+EXP2_FORMATS = {"float": (7, 127, 23), "double": (13, 1023, 52)}
+
+
+def exp2_helper(ctype: str, dialect: str) -> str:
+    """lg_exp2f (float) or lg_exp2 (double), 2^x without branches or library calls, so loops calling
+    it vectorize (libm's exp2 is a call per element), in one of three spellings of the same steps:
+    "gnu" (the CPU device's gcc/clang C), "c99" (ISO C for an exported file: math.h's rint, the powers
+    of two built in a union) or "opencl" (its rint and as_float).
+
+    x = n + f with n = rint(x), |f| <= 1/2; 2^f is a Taylor polynomial (float: degree 7, truncation
+    error ~5e-9; double: 13, ~4e-18, within 1 ulp of numpy); 2^n is applied as two exact power-of-two
+    factors, so results reach the subnormal range and overflow cleanly to inf. Below the smallest
+    subnormal the result rounds to 0 and is given as 0 from a harmless input: computed, it would
+    underflow through subnormals, each a microcode assist on x86 (a softmax over BERT's masked
+    scores, -3.4e38, ran 3-4x slower). NaN fails every comparison and flows through."""
+    degree, exponent_bias, mantissa_bits = EXP2_FORMATS[ctype]
+    single = ctype == "float"
+    name, suffix = ("lg_exp2f", "f") if single else ("lg_exp2", "")
+    integer, size = ("int", 4) if single else ("long long" if dialect != "opencl" else "long", 8)
+    rint = {"gnu": f"__builtin_rint{suffix}", "c99": f"rint{suffix}", "opencl": "rint"}[dialect]
+    zero_below = -(exponent_bias + mantissa_bits)  # 2^-150 (float) and 2^-1075 (double) round to 0
+    lines = [f"/* 2^x: a Taylor polynomial of 2^f, |f| <= 1/2, times two exact powers of two; 0 below 2^{zero_below}",
+             "   without computing through subnormals (see renderer/cstyle.py exp2_helper) */",
+             f"{'' if dialect == 'opencl' else 'static inline '}{ctype} {name}({ctype} x) {{",
+             f"  int zero = x < {float(zero_below)!r}{suffix};",
+             f"  {ctype} clamped = x > {float(exponent_bias + 7)!r}{suffix} ? {float(exponent_bias + 7)!r}{suffix} "
+             f": (zero ? 0.0{suffix} : x);",
+             f"  {ctype} n = {rint}(clamped);",
+             f"  {ctype} f = clamped - n;",
+             f"  {ctype} p = {taylor_steps(degree, suffix)};",
+             f"  int whole = (int)(n == n ? n : 0.0{suffix});",
+             "  int halved = whole / 2;  /* not `half`, a type in OpenCL */",
+             f"  {integer} low_bits = ({integer})(halved + {exponent_bias}) << {mantissa_bits}, "
+             f"high_bits = ({integer})(whole - halved + {exponent_bias}) << {mantissa_bits};"]
+    if dialect == "c99":
+        lines += [f"  union {{ {integer} bits; {ctype} value; }} low, high;",
+                  "  low.bits = low_bits;",
+                  "  high.bits = high_bits;",
+                  f"  return zero ? 0.0{suffix} : p * low.value * high.value;"]
+    elif dialect == "opencl":
+        lines += [f"  return zero ? 0.0{suffix} : p * as_{ctype}(low_bits) * as_{ctype}(high_bits);"]
+    else:
+        lines += [f"  {ctype} low, high;",
+                  f"  __builtin_memcpy(&low, &low_bits, {size});",
+                  f"  __builtin_memcpy(&high, &high_bits, {size});",
+                  f"  return zero ? 0.0{suffix} : p * low * high;"]
+    return "\n".join(lines + ["}"])
+
+
 def _category(dtype: DType) -> str:
     return "float" if dtype.is_float else ("bool" if dtype.is_bool else "int")
 

@@ -69,38 +69,8 @@ import numpy as np
 from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
 from lazygrad.ops import OPS
 from lazygrad.renderer import narrow_floats
-from lazygrad.renderer.cstyle import CStyleRenderer, define_once
+from lazygrad.renderer.cstyle import CStyleRenderer, define_once, exp2_helper
 from lazygrad.renderer.loop_program import Loop, LoopProgram
-
-
-def taylor_coefficients_of_exp2(degree: int) -> list[float]:
-    """ln(2)^k / k! for k = degree down to 0: 2^f = sum of (f ln 2)^k / k!."""
-    return [math.log(2) ** power / math.factorial(power) for power in range(degree, -1, -1)]
-
-
-def render_exp2f_helper() -> str:
-    """2^x in float without branches or library calls, so PoCL vectorizes it across work-items.
-    x = n + f with n = rint(x) and |f| <= 1/2; 2^f is a degree-7 Taylor polynomial (truncation
-    error about 5e-9, below float32's half ulp), and 2^n is applied as two exact power-of-two
-    factors so that results reach the subnormal range and overflow to inf with one rounding.
-    x is clamped first so the exponents stay in range; NaN fails every comparison and is returned."""
-    coefficients = taylor_coefficients_of_exp2(7)
-    lines = ["float lg_exp2f(float x) {",
-             "  /* below -150 the result rounds to 0: given from a harmless input, since computing it would",
-             "     underflow through subnormals, a microcode assist per value on x86 (see renderer/c.py) */",
-             "  int zero = x < -150.0f;",
-             "  float clamped = x > 130.0f ? 130.0f : (zero ? 0.0f : x);",
-             "  float whole = __builtin_rintf(clamped);",
-             "  float f = clamped - whole;",
-             f"  float p = {coefficients[0]!r}f;"]
-    lines += [f"  p = p * f + {coefficient!r}f;" for coefficient in coefficients[1:]]
-    lines += ["  int n = (int)(whole == whole ? whole : 0.0f);  /* NaN to int is undefined */",
-              "  int half_n = n / 2;",
-              "  float first_scale = as_float((half_n + 127) << 23);",
-              "  float second_scale = as_float((n - half_n + 127) << 23);",
-              "  return x != x ? x : (zero ? 0.0f : p * first_scale * second_scale);",
-              "}"]
-    return "\n".join(lines)
 
 
 def lane_names(width: int) -> list[str]:
@@ -117,7 +87,6 @@ def render_vector_fma_helper(width: int) -> str:
     return f"{vector} lg_fma{width}({vector} a, {vector} b, {vector} c) {{ return ({vector})({lanes}); }}"
 
 
-EXP2F_HELPER = render_exp2f_helper()
 LOCKSTEP_HELPER = ("#ifdef LAZYGRAD_LOCKSTEP_REDUCES\n#define lg_lockstep() barrier(CLK_LOCAL_MEM_FENCE)\n"
                    "#else\n#define lg_lockstep()\n#endif")
 
@@ -136,7 +105,7 @@ HELPERS = {
     "lg_floormod(": "long lg_floormod(long a, long b) "
                     "{ long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }",
     "lg_exp2(": "#define lg_exp2(x) exp2(x)",
-    "lg_exp2f(": EXP2F_HELPER,
+    "lg_exp2f(": exp2_helper("float", "opencl"),
     "lg_lockstep(": LOCKSTEP_HELPER,
     "lg_log2(": "#define lg_log2(x) log2(x)",
     "lg_bf16_to_float(": "float lg_bf16_to_float(ushort bits) { return as_float((uint)bits << 16); }",
