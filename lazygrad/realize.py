@@ -34,7 +34,7 @@ from lazygrad.progress import Progress
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
 from lazygrad.renderer.opencl import OpenCLRenderer
-from lazygrad.schedule.fuse import ScheduleItem, create_schedule, memoized_schedule
+from lazygrad.schedule.fuse import ScheduleItem, create_schedule, memoized_schedule, walk_with_structure
 from lazygrad.stats import stats
 
 _RENDERERS: dict[str, object] = {}  # device name -> the renderer of its dialect
@@ -389,23 +389,29 @@ def _runs_graphs(device_name: str) -> bool:
     return runs_graphs
 
 
-def _realize_memoized(pending: list[LazyBuffer]) -> bool:
-    """The fast path of a loop that realizes the same ops every step (`(x + 1).realize()`, a training
-    step): when the nodes are on one device with kernels and a graph of the same structure was
-    scheduled before, run that schedule without the general path's walks and grouping. True if it did.
+def _realize_on_one_device(pending: list[LazyBuffer]) -> bool:
+    """The usual realize: every node on one device with kernels. The graph is walked once, for its
+    structure (walk_with_structure); a graph of the same structure scheduled before (a loop that
+    realizes the same ops every step: `(x + 1).realize()`, a training step) runs that schedule,
+    and any other is planned from the same walk. True if it ran; False for the general path (several
+    devices, GRAPH=1, NPY, or a copy whose source had to be realized first, which changes the graph).
 
     A remembered schedule is keyed by the whole graph's structure, which says for every COPY whether
-    its source is realized; the general path only remembers graphs whose copies' sources are
-    realized already, so a hit never has a copy source to realize first."""
+    its source is realized; only graphs whose copies' sources are realized already are remembered,
+    so a hit never has a copy source to realize first."""
     device_name = pending[0].device
     for node in pending:
         if node.device != device_name:
             return False
     if knobs.graph or _runs_graphs(device_name):
         return False
-    schedule = memoized_schedule(pending)
+    walked = walk_with_structure(pending)
+    schedule = memoized_schedule(walked)
     if schedule is None:
-        return False
+        if _realize_copy_sources(walked[0]):
+            return False
+        schedule = create_schedule(pending, walked)
+    del walked  # held through the run, it would keep every intermediate buffer until the end
     _run_schedule(device_name, pending, schedule)
     return True
 
@@ -418,8 +424,9 @@ def realize(outputs: list[LazyBuffer]) -> None:
             pending.append(node)
     if not pending:
         return
-    if _realize_memoized(pending):
+    if _realize_on_one_device(pending):
         return
+    pending = [node for node in pending if not node.realized]  # a copy's source may have been one
     graph = walk(pending)
     if _realize_copy_sources(graph):
         pending = [node for node in pending if not node.realized]

@@ -590,9 +590,10 @@ def _items_at(cached: list[tuple], nodes: list[LazyBuffer]) -> list[ScheduleItem
     return items
 
 
-def create_schedule(outputs: list[LazyBuffer]) -> list[ScheduleItem]:
-    """The kernels (and copies) that realize `outputs`, in dependency order."""
-    nodes, key = walk_with_structure(outputs)
+def create_schedule(outputs: list[LazyBuffer], walked: tuple[list[LazyBuffer], tuple] | None = None) -> list[ScheduleItem]:
+    """The kernels (and copies) that realize `outputs`, in dependency order. `walked`: what
+    walk_with_structure(outputs) returned, where the caller walked the graph already."""
+    nodes, key = walk_with_structure(outputs) if walked is None else walked
     cached = _SCHEDULES.get(key)
     if cached is not None:
         return _items_at(cached, nodes)
@@ -605,10 +606,11 @@ def create_schedule(outputs: list[LazyBuffer]) -> list[ScheduleItem]:
     return items
 
 
-def memoized_schedule(outputs: list[LazyBuffer]) -> list[ScheduleItem] | None:
-    """The schedule of `outputs` if a graph of the same structure was scheduled before, else None
-    (and nothing is planned): the engine's fast path for a loop realizing the same ops each step."""
-    nodes, key = walk_with_structure(outputs)
+def memoized_schedule(walked: tuple[list[LazyBuffer], tuple]) -> list[ScheduleItem] | None:
+    """The schedule of the walked graph (walk_with_structure's nodes and key) if a graph of the same
+    structure was scheduled before, else None (and nothing is planned): the engine's fast path for a
+    loop realizing the same ops each step."""
+    nodes, key = walked
     cached = _SCHEDULES.get(key)
     return None if cached is None else _items_at(cached, nodes)
 

@@ -99,3 +99,19 @@ def test_a_constant_whose_nodes_were_realized_since_is_planned_again(plans):
     assert plans["plans"] == 3
     one.assign(Tensor([5.0])).realize()  # new constants do not read the overwritten buffer
     np.testing.assert_array_equal((x + 1).numpy(), np.arange(4) + 1)
+
+
+def test_a_cold_realize_walks_the_graph_once(plans, monkeypatch):
+    """A graph never scheduled before is walked once (for its structure, which the memo looks up
+    and the plan then reuses), not once for the memo, once for copies and once to plan."""
+    import lazygrad.lazy as lazy
+    import lazygrad.realize as realize
+    walks = []
+    structure = fuse.walk_with_structure
+    plain = lazy.walk
+    monkeypatch.setattr(fuse, "walk_with_structure", lambda outputs: walks.append("structure") or structure(outputs))
+    monkeypatch.setattr(realize, "walk_with_structure", fuse.walk_with_structure, raising=False)
+    monkeypatch.setattr(realize, "walk", lambda outputs: walks.append("walk") or plain(outputs))
+    x = Tensor(np.arange(6, dtype=np.float32) / 7).realize()
+    np.testing.assert_allclose((x.exp() * 3.25).sum().numpy(), (np.exp(np.arange(6) / 7) * 3.25).sum(), rtol=1e-6)
+    assert plans["plans"] == 1 and walks == ["structure"]
