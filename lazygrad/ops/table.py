@@ -46,6 +46,8 @@ class OpDef:
     cost: int = 1
     exact_in_half: bool = False            # in float16, the float32 result is already a float16 value
     #                                        (a GPU dialect computing in float32 need not round it)
+    ulps: int = 0                          # how many units in the last place a device's float result
+    #                                        may be from `ref` (test/ops/test_primitives.py); 0: bit for bit
 
     def __repr__(self) -> str:
         return self.name
@@ -159,9 +161,9 @@ def _take_grad(g, out, srcs, arg):
 EXPENSIVE = 4  # the cost of an op that is a libm call or a division (exp2, log2, sin, sqrt, 1/x, /, %)
 
 
-def _unary(name, ref, grad, c, float_only=True, keeps_zero=False, cost=1, exact_in_half=False):
+def _unary(name, ref, grad, c, float_only=True, keeps_zero=False, cost=1, exact_in_half=False, ulps=0):
     return OpDef(name, UNARY, 1, ref=ref, grad=grad, render={"c": c}, float_only=float_only,
-                 keeps_zero=keeps_zero, cost=cost, exact_in_half=exact_in_half)
+                 keeps_zero=keeps_zero, cost=cost, exact_in_half=exact_in_half, ulps=ulps)
 
 
 def _binary(name, ref, grad, c, out_dtype=None, keeps_zero=True, cost=1, exact_in_half=False):
@@ -183,10 +185,13 @@ _DEFS = [
     _unary("RECIP", np.reciprocal, lambda g, out, srcs, arg: (-g * out * out,), "(1/{0})", cost=EXPENSIVE),
     _unary("SQRT", np.sqrt, lambda g, out, srcs, arg: (g / (out * 2),), "sqrt{f}({0})", keeps_zero=True,
            cost=EXPENSIVE),
-    _unary("EXP2", np.exp2, lambda g, out, srcs, arg: (g * out * LN2,), "lg_exp2{f}({0})", cost=EXPENSIVE),
-    _unary("LOG2", np.log2, lambda g, out, srcs, arg: (g / (srcs[0] * LN2),), "lg_log2{f}({0})", cost=EXPENSIVE),
+    # exp2 is lazygrad's polynomial (renderer/cstyle.py exp2_helper): 2 ulps in float32, 1 in float64;
+    # log2 and sin are the C or OpenCL library's, within 1 ulp of numpy's
+    _unary("EXP2", np.exp2, lambda g, out, srcs, arg: (g * out * LN2,), "lg_exp2{f}({0})", cost=EXPENSIVE, ulps=2),
+    _unary("LOG2", np.log2, lambda g, out, srcs, arg: (g / (srcs[0] * LN2),), "lg_log2{f}({0})", cost=EXPENSIVE,
+           ulps=1),
     _unary("SIN", np.sin, lambda g, out, srcs, arg: (g * (math.pi / 2 - srcs[0]).sin(),), "sin{f}({0})",
-           keeps_zero=True, cost=EXPENSIVE),
+           keeps_zero=True, cost=EXPENSIVE, ulps=1),
     OpDef("CAST", UNARY, 1, ref=_cast_ref,
           grad=lambda g, out, srcs, arg: (g.cast(srcs[0].dtype),),
           out_dtype=_arg_dtype, render={"c": "(({ctype})({0}))"}, keeps_zero=True, exact_in_half=True),
