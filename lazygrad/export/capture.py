@@ -25,7 +25,7 @@ from lazygrad import realize as engine
 from lazygrad.codegen.kernel import Kernel
 from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
 from lazygrad.jit import TinyJit, realize_effects
-from lazygrad.tensor import Tensor
+from lazygrad.tensor import Tensor, no_grad
 
 
 class ExportError(RuntimeError):
@@ -85,13 +85,14 @@ def record_launches(function, inputs: list[Tensor]) -> tuple[engine.Recording, l
     returned tensors of the recorded call."""
     Tensor.realize(*inputs)
     realize_effects([])  # assigns made before the export belong to no call
-    realize_effects(_returned_tensors(function(*inputs)))
-    engine.recording = recording = engine.Recording()
-    try:
-        outputs = _returned_tensors(function(*inputs))
-        realize_effects(outputs)
-    finally:
-        engine.recording = None
+    with no_grad():  # a C file computes values only: no layer keeps what a backward pass would need
+        realize_effects(_returned_tensors(function(*inputs)))
+        engine.recording = recording = engine.Recording()
+        try:
+            outputs = _returned_tensors(function(*inputs))
+            realize_effects(outputs)
+        finally:
+            engine.recording = None
     return recording, outputs
 
 

@@ -738,8 +738,29 @@ def _max_pool(name: str, dims: int, input, kernel_size, stride, padding, dilatio
             # max pool at batch 16, 2 threads: 3 -> 46 ms)
             padded = padded.contiguous()
         windows = pool_windows(padded, kernel, stride, dilation)
-        out = windows.max(tuple(range(2 + dims, 2 + 2 * dims)))
+        if Tensor.grad_enabled and x.requires_grad:
+            out = _first_maximum(windows, dims)
+        else:
+            out = windows.max(tuple(range(2 + dims, 2 + 2 * dims)))
     return out.squeeze(0) if unbatched else out
+
+
+def _first_maximum(windows: Tensor, dims: int) -> Tensor:
+    """The maximum of each window (the last `dims` axes) as a choice of one element: the first
+    maximum in row-major order, a NaN counting as the largest. Backward then gives a window's whole
+    gradient to that element, as PyTorch's max pooling does (a reduce max shares it among ties), and
+    reads per window position one gradient and the choice, not the window's values, maximum and
+    count of maxima again."""
+    axes = tuple(range(windows.ndim - dims, windows.ndim))
+    kernel = windows.shape[-dims:]
+    values = windows.detach()
+    is_max = values == values.max(axes, keepdim=True)
+    if values.dtype.is_float:
+        is_max = is_max.logical_or(values != values)
+    # the largest of (size - position) over the maxima marks the first one (Tensor.argmax's way)
+    countdown = Tensor.arange(math.prod(kernel), 0, -1, dtype=dtypes.int32, device=windows.device).reshape(kernel)
+    first = is_max.where(countdown, 0).max(axes, keepdim=True)
+    return (countdown == first).where(windows, 0).sum(axes)
 
 
 def _channels_last_max_pool(padded: Tensor, kernel, stride, dilation) -> Tensor:

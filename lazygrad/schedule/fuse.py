@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from lazygrad.codegen.axes import merge_dims
 from lazygrad.codegen.kernel import Kernel, KernelNode
+from lazygrad.codegen.linearize import SHORT_WINDOW
 from lazygrad.codegen.opts import matmul_tile
 from lazygrad.dependency_order import dependency_order
 from lazygrad.dtype import STORAGE_FLOATS, dtypes
@@ -667,6 +668,16 @@ def _renumbered(ast: KernelNode, numbers: dict[int, int], replacements: dict[int
     return rebuilt[ast]
 
 
+def _reduces_windows(kernel: Kernel) -> bool:
+    """Whether the kernel reduces pooling windows: two or more reduce axes, each shorter than
+    codegen's SHORT_WINDOW. Alone, such a reduce runs its outputs inside the window loops, vectorized
+    (linearize.choose_inner_axes), which a kernel of several reduces cannot: a max pool's first
+    maximum per window (its maximum, then the first position holding it, then that element: three
+    reduces over 3x3 windows, 16x64x56x56 outputs, 2 threads) took 55 ms as one kernel, 5 as three."""
+    sizes = [kernel.full_shape[axis] for axis in kernel.reduce_axes]
+    return len(sizes) >= 2 and max(sizes) < SHORT_WINDOW
+
+
 def _fits_one_kernel(source: ScheduleItem, reader: ScheduleItem) -> bool:
     """Whether `_chained(source, reader)` has at most MAX_KERNEL_BUFFERS buffers."""
     inputs = {id(node) for node in source.inputs} | {id(node) for node in reader.inputs}
@@ -733,6 +744,7 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
         for source_index in sorted(needs[index]):  # a reduce whose result this one reads
             source = items[source_index]
             if _is_reduce_kernel(source) and (source.kernel.full_shape, source.kernel.reduce_axes) == loops \
+                    and not _reduces_windows(item.kernel) \
                     and len(source.outputs) < MAX_KERNEL_OUTPUTS and _fits_one_kernel(source, item) \
                     and _reads_only_per_position(item, source) \
                     and not any(reaches(other, source_index) for other in needs[index] if other != source_index):

@@ -41,6 +41,11 @@ CASES = {
     "amax_ties": (lambda F, x: x.amax(1) + x.amax((0, 1)), [[[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]],
                   [[[0, 1.5, 1.5], [1 / 3, 1 / 3, 1 / 3]]]),  # the sum counts amax((0, 1)) twice
     "amin_ties": (lambda F, x: x.amin(0), [[[1.0, 0.0], [1.0, 2.0]]], [[[0.5, 1], [0.5, 0]]]),
+    # max pooling gives a window's whole gradient to its first maximum (row-major), unlike max()
+    "max_pool2d_ties": (lambda F, x: F.max_pool2d(x, 2), [[[[1.0, 1.0, 0.0, 2.0], [1.0, 0.0, 2.0, 2.0]]]],
+                        [[[[1, 0, 0, 1], [0, 0, 0, 0]]]]),
+    "max_pool2d_overlapping_ties": (lambda F, x: F.max_pool2d(x, 3, stride=1, padding=1), [[[[0.0, 0.0], [0.0, 0.0]]]],
+                                    [[[[4, 0], [0, 0]]]]),
     # the gradient of a product is the product of the other elements, also at a zero
     "prod_zeros_along_a_dim": (lambda F, x: x.prod(1), [[[1.0, 0.0, 3.0], [0.0, 0.0, 2.0], [2.0, 3.0, 4.0]]],
                                [[[0, 3, 0], [0, 0, 0], [12, 8, 6]]]),

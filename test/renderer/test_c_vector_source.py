@@ -305,10 +305,10 @@ def test_a_scalar_where_of_floats_picks_bits_without_a_jump(dtype):
     expected = np.zeros_like(padded)
     for i in range(8):
         for j in range(8):
-            window = padded[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3]
-            peak = np.max(window, axis=(2, 3), keepdims=True)
-            is_max = window == peak
-            expected[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3] += is_max * (g[:, :, i, j, None, None] / is_max.sum((2, 3), keepdims=True))
+            window = padded[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].reshape(2, 4, 9)
+            first = np.argmax(window, axis=2)  # the whole gradient to the first maximum, as in PyTorch
+            chosen = (np.arange(9) == first[..., None]).reshape(2, 4, 3, 3)
+            expected[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3] += chosen * g[:, :, i, j, None, None]
     expected = np.where(a > 0, expected[:, :, 1:-1, 1:-1], 0)
     np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
 
