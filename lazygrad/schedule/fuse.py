@@ -38,6 +38,7 @@ loop plans each step's kernels once, not every step.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from lazygrad.codegen.axes import merge_dims
@@ -51,6 +52,7 @@ from lazygrad.ops import ELEMENTWISE, GATHER, MOVEMENT, OPS, REDUCE
 from lazygrad.ops.table import EXPENSIVE
 from lazygrad.shape.view import ShapeTracker
 
+WINDOWED_OUTPUTS = 1 << 15  # outputs from which reduces over pooling windows stay apart (_reduces_windows)
 MAX_KERNEL_OUTPUTS = 8  # siblings merged into one kernel (each output is a buffer parameter)
 # Buffer parameters (outputs and inputs) of one kernel, within what every device takes: OpenCL
 # guarantees 1024 bytes of arguments, 128 pointers; ctypes calls take at most 1024. A kernel that would
@@ -669,13 +671,17 @@ def _renumbered(ast: KernelNode, numbers: dict[int, int], replacements: dict[int
 
 
 def _reduces_windows(kernel: Kernel) -> bool:
-    """Whether the kernel reduces pooling windows: two or more reduce axes, each shorter than
-    codegen's SHORT_WINDOW. Alone, such a reduce runs its outputs inside the window loops, vectorized
-    (linearize.choose_inner_axes), which a kernel of several reduces cannot: a max pool's first
-    maximum per window (its maximum, then the first position holding it, then that element: three
-    reduces over 3x3 windows, 16x64x56x56 outputs, 2 threads) took 55 ms as one kernel, 5 as three."""
+    """Whether the kernel reduces pooling windows over many outputs: two or more reduce axes, each
+    shorter than codegen's SHORT_WINDOW, and at least WINDOWED_OUTPUTS outputs. Alone, such a reduce
+    runs its outputs inside the window loops, vectorized (linearize.choose_inner_axes), which a
+    kernel of several reduces cannot: a max pool's first maximum per window (its maximum, then the
+    first position holding it, then that element: three reduces over 3x3 windows, 16x64x56x56
+    outputs, 2 threads) took 55 ms as one kernel, 5 as three. Over fewer outputs one kernel costs
+    less than three launches (the digits demo, whose pools have 32x16x4x4 outputs: 1865 launches an
+    epoch chained, 1953 apart, and about 5% more images a second)."""
     sizes = [kernel.full_shape[axis] for axis in kernel.reduce_axes]
-    return len(sizes) >= 2 and max(sizes) < SHORT_WINDOW
+    outputs = math.prod(size for axis, size in enumerate(kernel.full_shape) if axis not in kernel.reduce_axes)
+    return len(sizes) >= 2 and max(sizes) < SHORT_WINDOW and outputs >= WINDOWED_OUTPUTS
 
 
 def _fits_one_kernel(source: ScheduleItem, reader: ScheduleItem) -> bool:
