@@ -201,8 +201,9 @@ class _FusionPlan:
 
     def worth_storing_broadcast(self, node: LazyBuffer) -> bool:
         """Whether a large value read through an EXPAND outside any reduce is stored: inlined, it is
-        recomputed for every broadcast copy. A max pool's gradient per window (the next layer's
-        input gradient, gathered from nine shifted views, over the count of maxima) read back for
+        recomputed for every broadcast copy. A max pool's gradient per window, as it was computed
+        before nn/spatial._first_maximum (the next layer's input gradient, gathered from nine shifted
+        views, over the count of maxima), read back for
         each of the nine window positions made ResNet-18's max pool backward 560 ms of a training
         step; stored, it costs 60 ms, and the pool backward 190. Small values (a batch norm's
         per-channel statistics, a layer norm's per-row ones) stay inlined, where a kernel of their
