@@ -5,13 +5,14 @@ adjacent dims when every view allows it (a contiguous 4096x4096 elementwise kern
 loop), applies the opts (codegen/opts.py: the default heuristic's unless given), decides the loop
 nest (a BLOCK loop outermost, global loops, reduce loops inside; upcast and unrolled axes expanded
 into copies of the body; LOCAL and GROUP axes become the work-items of a group, `local_loops`, which
-GPU renderers map to local ids), names every value, and asks the renderer for the text of each
-expression, so the dialect files only supply syntax. Views become index expressions here.
+GPU renderers map to local ids), names every value and builds it as a typed expression
+(renderer/loop_program.py), which each dialect prints and codegen/interpret.py can run with numpy;
+the renderer is asked only what its dialect can do. Views become index expressions here.
 
 Vector copies: when the renderer reports a vector width W > 1 for the kernel's dtype
 (`renderer.vector_width`, OpenCL's) and the kernel qualifies (`_vector_width`), each copy of the
 body covers W neighbouring positions of the last upcast axis, its lanes. A value then is a vector
-(`Statement.width` W) or, when every lane computes the same text, a scalar; a load that is
+(`Statement.width` W) or, when every lane computes the same value, a scalar; a load that is
 contiguous along the lanes and aligned to W is one vector load (`_is_vector_access`), other loads
 gather their lanes, and stores are vector stores. Every other kernel gets one position per copy.
 """
@@ -37,24 +38,40 @@ from lazygrad.codegen.opts import (
 )
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer.loop_program import (
+    Accumulate,
     Accumulator,
+    Broadcast,
+    ByteDot,
+    Const,
+    Element,
+    Fma,
+    InRange,
+    Lane,
+    Load,
     Loop,
     LoopProgram,
+    Masked,
+    Op,
     ReduceStage,
     Statement,
+    Store,
+    Valid,
+    Var,
+    Vector,
+    VectorLoad,
 )
-from lazygrad.shape.symbolic import Lin, render_condition, var
+from lazygrad.shape.symbolic import Condition, Lin, condition, var
 from lazygrad.shape.view import ShapeTracker
 
 
-def accumulator_index(inner_loops: list[Loop]) -> str:
+def accumulator_index(inner_loops: list[Loop]) -> Lin:
     """The row-major position of the current inner-loop iteration in the accumulator array."""
     index = Lin.of(0)
     stride = 1
     for loop in reversed(inner_loops):
         index = index + var(loop.var, 0, loop.size - 1) * stride
         stride *= loop.size
-    return index.render()
+    return index
 
 
 ACCUMULATOR_LIMIT = 8192  # elements of a per-thread accumulator array (32 KiB of float32: L1-sized)
@@ -139,10 +156,10 @@ def _fused_multiply_add(reduce_node: KernelNode, tiled: bool) -> bool:
 LEAF_OPS = ("LOAD", "CONST", "VALID")
 
 
-def _render_index(indexer, tracker: ShapeTracker, renderer) -> tuple[str, str | bool]:
-    """The index text and the validity (text, or True/False when decided) of an access at one position."""
+def _access(indexer, tracker: ShapeTracker) -> tuple[Lin, Condition | bool]:
+    """The index and the validity (True/False when decided) of an access at one position."""
     offset, conditions = indexer(tracker)
-    return offset.render(renderer), render_condition(conditions)
+    return offset, condition(conditions)
 
 
 def _is_vector_access(tracker: ShapeTracker, lanes: list) -> bool:
@@ -152,15 +169,15 @@ def _is_vector_access(tracker: ShapeTracker, lanes: list) -> bool:
     return _vector_access_validity(tracker, lanes) is True
 
 
-def _vector_access_validity(tracker: ShapeTracker, lanes: list) -> str | bool | None:
+def _vector_access_validity(tracker: ShapeTracker, lanes: list) -> Condition | bool | None:
     """For lanes of a copy that access consecutive elements from an index provably a multiple of the
     lane count (every coefficient and the constant are), valid all together or not at all (a
-    channels-last input's padding): that validity (True, or its text); else None."""
+    channels-last input's padding): that validity (True, or its Condition); else None."""
     width = len(lanes)
     accesses = [indexer(tracker) for indexer in lanes]
     first = accesses[0][0]
-    validity = render_condition(accesses[0][1])
-    if validity is False or any(render_condition(conditions) != validity for _, conditions in accesses[1:]):
+    validity = condition(accesses[0][1])
+    if validity is False or any(condition(conditions) != validity for _, conditions in accesses[1:]):
         return None
     for lane, (offset, _) in enumerate(accesses):
         step = offset - first
@@ -171,12 +188,13 @@ def _vector_access_validity(tracker: ShapeTracker, lanes: list) -> str | bool | 
 
 
 class _Emitter:
-    """Names values and writes their statements; a value whose text was already written in the
-    same scope reuses its name, so a load shared by every copy of an upcast body is read once."""
+    """Names values and writes their statements; a value already computed in the same scope reuses
+    its variable, so a load shared by every copy of an upcast body is read once. The renderer
+    is asked only what it can compute (vector widths and ops), never for text."""
 
     def __init__(self, renderer, params, namer: _Namer):
         self.renderer, self.params, self.namer = renderer, params, namer
-        self.widths: dict[str, int] = {}  # lanes of each vector value, by name (absent: a scalar)
+        self.widths: dict[Var, int] = {}  # lanes of each vector value (absent: a scalar)
 
     def emit(self, node: KernelNode, names: dict, seen: dict, statements: list[Statement], lanes: list) -> None:
         """Name `node`'s value in one copy of the body; `lanes` holds the indexer of each position
@@ -190,7 +208,7 @@ class _Emitter:
             expr, width = self.vector_expression(node, names, lanes)
         key = (node.dtype, width, expr)
         if key not in seen:
-            seen[key] = self.namer.next()
+            seen[key] = Var(self.namer.next())
             statements.append(Statement(seen[key], node.dtype, expr, width=width))
             if width > 1:
                 self.widths[seen[key]] = width
@@ -202,81 +220,79 @@ class _Emitter:
         load comes from another buffer. Kernels with a TAKE get no opts, so there is one lane."""
         assert len(lanes) == 1, "a TAKE kernel has no vector copies"
         source, index = node.srcs
-        size, renderer, indexer = node.arg, self.renderer, lanes[0]
-        zero = renderer.render_const(0, node.dtype)
+        size, indexer = node.arg, lanes[0]
+        zero = Const(0, node.dtype)
         if size == 0:
             names[node] = zero
             return
-        index_name = names[index]
-        inside = self.namer.next()
-        statements.append(Statement(inside, dtypes.bool, f"({index_name}>=0 && {index_name}<{size})"))
-        position = self.namer.next()
-        as_int64 = renderer.render_op("CAST", [index.dtype], dtypes.int64, [index_name])
-        statements.append(Statement(position, dtypes.int64, f"({inside} ? {as_int64} : 0)"))
-        taken = var(position, 0, size - 1)
+        inside = Var(self.namer.next())
+        statements.append(Statement(inside, dtypes.bool, InRange(names[index], size)))
+        position = Var(self.namer.next())
+        as_int64 = Op("CAST", (index.dtype,), dtypes.int64, (names[index],))
+        statements.append(Statement(position, dtypes.int64, Op("WHERE", (dtypes.bool, dtypes.int64, dtypes.int64),
+                                                                dtypes.int64, (inside, as_int64, Const(0, dtypes.int64)))))
+        taken = var(position.name, 0, size - 1)
         source_names: dict = {}
         for source_node in _walk_above([source], set()):
             self.emit(source_node, source_names, seen, statements, [lambda tracker: indexer(tracker, taken)])
-        expr = renderer.render_op("WHERE", [dtypes.bool, node.dtype, node.dtype], node.dtype,
-                                  [inside, source_names[source], zero])
-        names[node] = self.namer.next()
+        expr = Op("WHERE", (dtypes.bool, node.dtype, node.dtype), node.dtype, (inside, source_names[source], zero))
+        names[node] = Var(self.namer.next())
         statements.append(Statement(names[node], node.dtype, expr))
 
-    def scalar_expression(self, node: KernelNode, operands: list[str], indexer) -> str:
-        renderer = self.renderer
+    def scalar_expression(self, node: KernelNode, operands: list, indexer):
         if node.op == "LOAD":
-            index, valid = _render_index(indexer, node.arg[1], renderer)
-            return renderer.render_load(self.params[node.arg[0]][0], node.dtype, index, valid)
+            return self.load(node, *_access(indexer, node.arg[1]))
         if node.op == "CONST":
-            expr = renderer.render_const(node.arg[0], node.dtype)
+            expr = Const(node.arg[0], node.dtype)
             if node.arg[1] is not None:
-                _, valid = _render_index(indexer, node.arg[1], renderer)
-                expr = renderer.render_masked(expr, node.dtype, valid)
+                _, valid = _access(indexer, node.arg[1])
+                expr = expr if valid is True else Masked(expr, node.dtype, valid) if valid is not False else Const(0, node.dtype)
             return expr
         if node.op == "VALID":
-            _, valid = _render_index(indexer, node.arg, renderer)
-            return renderer.render_const(valid, node.dtype) if isinstance(valid, bool) else f"({valid})"
-        return renderer.render_op(node.op, [src.dtype for src in node.srcs], node.dtype, operands)
+            _, valid = _access(indexer, node.arg)
+            return Const(valid, node.dtype) if isinstance(valid, bool) else Valid(valid)
+        return Op(node.op, tuple(src.dtype for src in node.srcs), node.dtype, tuple(operands))
 
-    def vector_expression(self, node: KernelNode, names: dict, lanes: list) -> tuple[str, int]:
-        """(text, width) of a node across the lanes of a vector copy: a leaf the same in every lane
+    def load(self, node: KernelNode, index: Lin, valid: Condition | bool, splat: bool = False):
+        """A LOAD node's read at index; never valid, a 0 (equal to every other 0 of its dtype)."""
+        return Load(self.params[node.arg[0]][0], node.dtype, index, valid, splat) if valid is not False else Const(0, node.dtype)
+
+    def vector_expression(self, node: KernelNode, names: dict, lanes: list) -> tuple:
+        """(value, width) of a node across the lanes of a vector copy: a leaf the same in every lane
         stays a scalar, an aligned contiguous unmasked load is one vector load, other leaves gather
         their lanes; an op is scalar over scalars, else a vector op with scalar operands broadcast, or
         one that the renderer computes lane by lane (`vector_dtype`) a vector of its lanes' results."""
         renderer, width = self.renderer, len(lanes)
         if node.op in LEAF_OPS:
-            texts = [self.scalar_expression(node, [], indexer) for indexer in lanes]
-            if all(text == texts[0] for text in texts):
+            values = [self.scalar_expression(node, [], indexer) for indexer in lanes]
+            if all(value == values[0] for value in values):
                 if node.op == "LOAD":  # read once, broadcast where a vector needs it
-                    index, valid = _render_index(lanes[0], node.arg[1], renderer)
-                    return renderer.render_splat_load(self.params[node.arg[0]][0], node.dtype, index, valid), 1
-                return texts[0], 1
+                    return self.load(node, *_access(lanes[0], node.arg[1]), splat=True), 1
+                return values[0], 1
             validity = _vector_access_validity(node.arg[1], lanes) if node.op == "LOAD" else None
             if validity is not None:
-                index, _ = _render_index(lanes[0], node.arg[1], renderer)
-                load = renderer.render_vector_load(self.params[node.arg[0]][0], node.dtype, index, width)
-                if validity is not True:
-                    load = renderer.render_masked(load, node.dtype, validity, width)
-                return load, width
-            return renderer.render_vector(node.dtype, texts), width
+                index, _ = _access(lanes[0], node.arg[1])
+                load = VectorLoad(self.params[node.arg[0]][0], node.dtype, index, width)
+                return (load if validity is True else Masked(load, node.dtype, validity, width)), width
+            return Vector(node.dtype, tuple(values)), width
         operands = [names[src] for src in node.srcs]
         if all(operand not in self.widths for operand in operands):
             return self.scalar_expression(node, operands, lanes[0]), 1
         if node.op not in renderer.vector_ops:  # lane by lane, each lane's op on its operands' lanes
-            texts = [self.scalar_expression(node, [self.lane_operand(operand, src.dtype, lane) for operand, src
-                                                   in zip(operands, node.srcs)], indexer)
-                     for lane, indexer in enumerate(lanes)]
-            return renderer.render_vector(node.dtype, texts), width
+            values = [self.scalar_expression(node, [self.lane_operand(operand, src.dtype, lane) for operand, src
+                                                    in zip(operands, node.srcs)], indexer)
+                      for lane, indexer in enumerate(lanes)]
+            return Vector(node.dtype, tuple(values)), width
         operands = [self.vector_operand(operand, src.dtype, width) for operand, src in zip(operands, node.srcs)]
-        return renderer.render_vector_op(node.op, [src.dtype for src in node.srcs], node.dtype, operands, width), width
+        return Op(node.op, tuple(src.dtype for src in node.srcs), node.dtype, tuple(operands), width), width
 
-    def lane_operand(self, name: str, dtype: DType, lane: int) -> str:
+    def lane_operand(self, value, dtype: DType, lane: int):
         """One lane of a value (a scalar is the same in every lane)."""
-        return self.renderer.render_lane(name, dtype, lane) if name in self.widths else name
+        return Lane(value, dtype, lane) if value in self.widths else value
 
-    def vector_operand(self, name: str, dtype: DType, width: int) -> str:
+    def vector_operand(self, value, dtype: DType, width: int):
         """A value as a vector of `width` lanes: a scalar is broadcast."""
-        return name if self.widths.get(name) == width else self.renderer.render_broadcast(dtype, width, name)
+        return value if self.widths.get(value) == width else Broadcast(dtype, width, value)
 
 
 def _combinations(shape: tuple[int, ...], axes: list[int]) -> list[dict[int, int]]:
@@ -306,7 +322,8 @@ def kernel_source(kernel: Kernel, renderer, opts: list | None = None, optimize: 
 
 
 def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parallel_threshold: int = 1 << 15) -> LoopProgram:
-    """The loop program of a kernel; `renderer` supplies the text of each expression.
+    """The loop program of a kernel for `renderer`, which says what its dialect can do (vector
+    widths and ops, accumulator arrays, work-groups) and prints the program afterwards.
 
     `opts` (a list of Opt over the dim-merged kernel) arranges the loops; None asks the default
     heuristic (codegen/opts.py). With optimize=False (NOOPT=1) the loop nest is the plain one: one
@@ -402,19 +419,18 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
     threads = next((opt.amount for opt in optimized.opts if opt.op == "THREADS"), None)
     for number, output in enumerate(outputs):
         lanes = lanes_at(output)
-        store_indices = [_render_index(lanes[0], store.arg[1], renderer)[0] for store in kernel.stores]
+        store_indices = [_access(lanes[0], store.arg[1])[0] for store in kernel.stores]
         names = {stage.node: stage.targets[number] for stage in reductions}
         if spill:
-            names[reduce_node] = f"{params[0][0]}[{store_indices[0]}]"
-        if spill:
-            raw_stores.append((params[0][0], store_indices[0], reduction.targets[number]))
+            names[reduce_node] = Element(params[0][0], store_indices[0])
+            raw_stores.append(Store(params[0][0], store_indices[0], reduction.targets[number]))
         for node in after_reduce:
             emitter.emit(node, names, seen, outer, lanes)
         for store, store_index, value in zip(kernel.stores, store_indices, values):
             stored = names[value] if vector_width == 1 else emitter.vector_operand(names[value], value.dtype, vector_width)
-            stores.append((params[store.arg[0]][0], store_index, stored))
+            stores.append(Store(params[store.arg[0]][0], store_index, stored))
         if reduction is not None and block_loops:
-            partial_stores.append((params[0][0], store_indices[0], reduction.targets[number]))
+            partial_stores.append(Store(params[0][0], store_indices[0], reduction.targets[number]))
     return LoopProgram(name, params, global_loops, reduce_loops, reduction.inner if reduction else [],
                        reduction.accumulators if reduction else [], outer, stores, full_shape, inner_loops,
                        parallel=_runs_on_threads(threads, full_shape, global_loops, optimize, parallel_threshold),
@@ -521,20 +537,21 @@ class _Reduction:
         op, dtype = reduce_node.op, reduce_node.dtype
         self.width = len(copies[0])
         self.accumulators = [Accumulator(emitter.namer.next("acc"), op, dtype, self.width) for _ in copies]
+        index = accumulator_index(inner_loops) if inner_loops else None
+        self.targets = [Var(accumulator.name) if index is None else Element(accumulator.name, index)
+                        for accumulator in self.accumulators]
         if self.width > 1:
-            emitter.widths.update((accumulator.name, self.width) for accumulator in self.accumulators)
-        suffix = f"[{accumulator_index(inner_loops)}]" if inner_loops else ""
-        self.targets = [accumulator.name + suffix for accumulator in self.accumulators]
+            emitter.widths.update((target, self.width) for target in self.targets)
         self.combine = []
         for number in range(output_count, len(copies)):
             final, partial = self.targets[number % output_count], self.targets[number]
-            update = emitter.renderer.render_accumulate(op, dtype, final, partial, self.width)
+            update = Accumulate(op, dtype, final, partial, self.width)
             self.combine.append(Statement(final, dtype, update, declare=False, width=self.width))
         self.inner: list[Statement] = []
 
     def emit_body(self, lanes_at, earlier: list["_Reduction"]) -> None:
         """The loop body; the results of `earlier` reduces (run before this one) are read by name."""
-        source, renderer, emitter = self.node.srcs[0], self.emitter.renderer, self.emitter
+        source, emitter = self.node.srcs[0], self.emitter
         dtype, width = self.node.dtype, self.width
         if self.byte_dot:
             self.emit_byte_dots(lanes_at)
@@ -551,22 +568,19 @@ class _Reduction:
             operands = [names[src] for src in source.srcs] if self.fused else [names[source]]
             if width > 1:
                 operands = [emitter.vector_operand(operand, dtype, width) for operand in operands]
-            if self.fused and width > 1:
-                update = renderer.render_vector_fma(dtype, width, *operands, target)
-            elif self.fused:
-                update = renderer.render_fma(dtype, *operands, target)
+            if self.fused:
+                update = Fma(dtype, *operands, target, width)
             else:
-                update = renderer.render_accumulate(self.node.op, dtype, target, operands[0], width)
+                update = Accumulate(self.node.op, dtype, target, operands[0], width)
             self.inner.append(Statement(target, dtype, update, declare=False, width=width))
 
     def emit_byte_dots(self, lanes_at) -> None:
         """Each copy's sum as the renderer's byte dot products: the uint8 load's 4 bytes at the copy's
         first lane (the same in every lane), the int8 load's 4 bytes per lane from there on."""
-        renderer, params = self.emitter.renderer, self.emitter.params
+        params = self.emitter.params
         weights, activations = sorted((src.srcs[0] for src in self.node.srcs[0].srcs), key=lambda load: load.dtype.name)
         for target, positions in zip(self.targets, self.copies):
             first = lanes_at(positions)[0]
-            addresses = [f"{params[load.arg[0]][0]} + ({_render_index(first, load.arg[1], renderer)[0]})"
-                         for load in (activations, weights)]
-            update = renderer.render_byte_dot(target, *addresses, self.width)
+            addresses = [Element(params[load.arg[0]][0], _access(first, load.arg[1])[0]) for load in (activations, weights)]
+            update = ByteDot(target, *addresses, self.width)
             self.inner.append(Statement(target, self.node.dtype, update, declare=False, width=self.width))

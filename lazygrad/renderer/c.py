@@ -25,12 +25,13 @@ no vector types (a GNU extension), so gcc packs a tile's copies itself there.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from lazygrad.dtype import dtypes
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once, exp2_helper, taylor_steps
-from lazygrad.renderer.loop_program import LoopProgram
+from lazygrad.renderer.loop_program import Element, LoopProgram
 
 
 def _vector_exp2_helper(lanes: int) -> str:
@@ -407,6 +408,12 @@ class CRenderer(CStyleRenderer):
             for text in self.render_statements(statements):
                 line(text)
 
+        param_dtypes = {name: dtype for name, dtype, _ in program.params}
+
+        def store_text(store, width: int = 1) -> str:
+            render = self.render_store if width == 1 else functools.partial(self.render_vector_store, width=width)
+            return render(store.param, param_dtypes[store.param], store.index.render(self), self.render_expr(store.value))
+
         def accumulator_type(dtype) -> str:  # a float16 sum accumulates in float, rounded once, as numpy's
             return self.type_name(dtypes.float32 if dtype == dtypes.float16 else dtype)
 
@@ -428,8 +435,8 @@ class CRenderer(CStyleRenderer):
             for number, accumulator in enumerate(stage.accumulators):
                 initial = identity
                 if block is not None and number < len(program.partial_stores):  # earlier blocks' result
-                    param, index, _ = program.partial_stores[number]
-                    initial = f"{block.var} == 0 ? {identity} : {param}[{index}]"
+                    store = program.partial_stores[number]
+                    initial = f"{block.var} == 0 ? {identity} : {self.render_expr(Element(store.param, store.index))}"
                 type_name = accumulator_type(first.dtype)
                 if accumulator.width > 1:
                     type_name = self.value_type_name(first.dtype, accumulator.width)
@@ -443,20 +450,16 @@ class CRenderer(CStyleRenderer):
             statement_lines(stage.combine)
         if block is not None:  # only the last block finishes the outputs
             line(f"if ({block.var} < {block.size - 1}) {{")
-            for param, index, value in program.partial_stores:
-                line(f"  {param}[{index}] = {value};")
+            for store in program.partial_stores:
+                line(f"  {store_text(store)}")
             line("} else {")
             depth += 1
         open_loops(inner_loops)
-        for param, index, accumulator in program.raw_stores:
-            line(f"{param}[{index}] = {accumulator};")
+        for store in program.raw_stores:
+            line(store_text(store))
         statement_lines(program.outer)
-        param_dtypes = {name: dtype for name, dtype, _ in program.params}
-        for param, index, value in program.stores:
-            if program.vector_width > 1:
-                line(self.render_vector_store(param, param_dtypes[param], index, value, program.vector_width))
-            else:
-                line(f"{param}[{index}] = {value};")
+        for store in program.stores:
+            line(store_text(store, program.vector_width))
         close_loops(inner_loops)
         if block is not None:
             depth -= 1

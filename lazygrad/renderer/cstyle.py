@@ -1,8 +1,9 @@
 """Expression syntax shared by the C-family dialects (C, OpenCL, CUDA).
 
-`linearize` asks a renderer for the text of each load, constant and op; this class answers from
-the op table's C-family templates. A dialect subclasses it and overrides only what differs
-(type names, math helpers, how a kernel is declared and its loops are laid out).
+A loop program's values are typed trees (renderer/loop_program.py); `render_expr` prints one
+through the `render_*` method of its kind, which this class answers from the op table's C-family
+templates. A dialect subclasses it and overrides only what differs (type names, math helpers, how
+a kernel is declared and its loops are laid out).
 
 `render_thread_body` is the body of one GPU work-item (OpenCL and CUDA share it), including the
 fold of a GROUP: each lane's partial result goes to local memory, the group waits at a barrier,
@@ -20,7 +21,24 @@ import numpy as np
 from lazygrad.dtype import STORAGE_FLOATS, STORAGE_INTS, DType, dtypes
 from lazygrad.ops import OPS, reduce_identity
 from lazygrad.renderer import narrow_floats
-from lazygrad.shape.symbolic import FloorSyntax
+from lazygrad.renderer.loop_program import (
+    Accumulate,
+    Broadcast,
+    ByteDot,
+    Const,
+    Element,
+    Fma,
+    InRange,
+    Lane,
+    Load,
+    Masked,
+    Op,
+    Valid,
+    Var,
+    Vector,
+    VectorLoad,
+)
+from lazygrad.shape.symbolic import Condition, FloorSyntax
 
 
 def define_once(text: str, name: str | None = None) -> str:
@@ -88,6 +106,11 @@ def exp2_helper(ctype: str, dialect: str) -> str:
     return "\n".join(lines + ["}"])
 
 
+def _validity(valid: Condition | bool) -> str | bool:
+    """A validity as the render_* methods take it: True, False, or the condition's text."""
+    return valid if isinstance(valid, bool) else valid.render()
+
+
 def _category(dtype: DType) -> str:
     return "float" if dtype.is_float else ("bool" if dtype.is_bool else "int")
 
@@ -123,6 +146,51 @@ class CStyleRenderer(FloorSyntax):
         return 1
 
     # ---- expressions --------------------------------------------------------------------------
+
+    def render_expr(self, expr) -> str:
+        """The text of one of a loop program's values (renderer/loop_program.py), its operands first."""
+        kind = type(expr)
+        if kind is Var:
+            return expr.name
+        if kind is Element:
+            return f"{expr.array}[{expr.index.render(self)}]"
+        if kind is Const:
+            return self.render_const(expr.value, expr.dtype)
+        if kind is Load:
+            render = self.render_splat_load if expr.splat else self.render_load
+            return render(expr.param, expr.dtype, expr.index.render(self), _validity(expr.valid))
+        if kind is VectorLoad:
+            return self.render_vector_load(expr.param, expr.dtype, expr.index.render(self), expr.width)
+        if kind is Masked:
+            return self.render_masked(self.render_expr(expr.value), expr.dtype, _validity(expr.valid), expr.width)
+        if kind is Valid:
+            return f"({expr.condition.render()})"
+        if kind is Op:
+            operands = [self.render_expr(operand) for operand in expr.operands]
+            if expr.width > 1:
+                return self.render_vector_op(expr.op, list(expr.src_dtypes), expr.dtype, operands, expr.width)
+            return self.render_op(expr.op, list(expr.src_dtypes), expr.dtype, operands)
+        if kind is Vector:
+            return self.render_vector(expr.dtype, [self.render_expr(lane) for lane in expr.lanes])
+        if kind is Lane:
+            return self.render_lane(self.render_expr(expr.value), expr.dtype, expr.lane)
+        if kind is Broadcast:
+            return self.render_broadcast(expr.dtype, expr.width, self.render_expr(expr.value))
+        if kind is Accumulate:
+            return self.render_accumulate(expr.op, expr.dtype, self.render_expr(expr.accumulator),
+                                          self.render_expr(expr.value), expr.width)
+        if kind is Fma:
+            operands = [self.render_expr(operand) for operand in (expr.left, expr.right, expr.accumulator)]
+            if expr.width > 1:
+                return self.render_vector_fma(expr.dtype, expr.width, *operands)
+            return self.render_fma(expr.dtype, *operands)
+        if kind is ByteDot:
+            addresses = [f"{element.array} + ({element.index.render(self)})" for element in (expr.activations, expr.weights)]
+            return self.render_byte_dot(self.render_expr(expr.accumulator), *addresses, expr.width)
+        if kind is InRange:
+            value = self.render_expr(expr.value)
+            return f"({value}>=0 && {value}<{expr.size})"
+        raise TypeError(f"{type(self).__name__}: no rendering for {expr!r}")
 
     def render_const(self, value, dtype: DType) -> str:
         if dtype in STORAGE_FLOATS or dtype in STORAGE_INTS:  # its bits, its code (a 4-bit int's nibble)
@@ -255,7 +323,7 @@ class CStyleRenderer(FloorSyntax):
         lines = []
         for statement in statements:
             declaration = f"{self.value_type_name(statement.dtype, statement.width)} " if statement.declare else ""
-            lines.append(f"{declaration}{statement.name} = {statement.expr};")
+            lines.append(f"{declaration}{self.render_expr(statement.target)} = {self.render_expr(statement.expr)};")
         return lines
 
     @staticmethod
@@ -341,11 +409,12 @@ class CStyleRenderer(FloorSyntax):
         for text in self.render_statements(program.outer):
             line(text)
         param_dtypes = {name: dtype for name, dtype, _ in program.params}
-        for param, index, value in program.stores:
+        for store in program.stores:
+            index, value = store.index.render(self), self.render_expr(store.value)
             if program.vector_width > 1:
-                line(self.render_vector_store(param, param_dtypes[param], index, value, program.vector_width))
+                line(self.render_vector_store(store.param, param_dtypes[store.param], index, value, program.vector_width))
             else:
-                line(self.render_store(param, param_dtypes[param], index, value))
+                line(self.render_store(store.param, param_dtypes[store.param], index, value))
         if program.group_lane is not None:
             depth -= 1
             line("}")

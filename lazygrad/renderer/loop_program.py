@@ -1,13 +1,164 @@
 """The loop program: what codegen (codegen/linearize.py) makes of a kernel and its opts, and what a
-renderer prints (renderer/c.py, opencl.py, cuda.py). Loops, then straight-line statements whose
-expressions the renderer already wrote (linearize asks it for each), accumulators and stores.
+renderer prints (renderer/c.py, opencl.py, cuda.py) or codegen/interpret.py runs with numpy.
+
+Loops, then straight-line statements, accumulators and stores, all typed values: no text. Each
+statement assigns an expression tree to a variable (or to an accumulator, or an element of an
+accumulator array); the leaves are loads, constants, validity checks and references to earlier
+variables, the inner nodes the op table's ops (by name) and the few forms a loop body needs
+besides them (vector lanes, fused multiply-adds, byte dot products, accumulator updates).
+Indices are `Lin` expressions of the loop variables and validities `Condition`s, so two
+statements computing the same value compare equal (linearize names such a value once).
 Here, below both, so that a renderer reads it without importing codegen.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from lazygrad.dtype import DType
+from lazygrad.shape.symbolic import Condition, Lin
+
+# ---- values: expression trees, frozen so that equal ones hash alike -------------------------------
+
+
+@dataclass(frozen=True)
+class Var:
+    """A variable the program declared earlier (a statement's value or an accumulator)."""
+    name: str
+
+
+@dataclass(frozen=True)
+class Element:
+    """array[index]: an element of a buffer (a parameter) or of an accumulator array."""
+    array: str
+    index: Lin
+
+
+@dataclass(frozen=True)
+class Const:
+    """A constant; equal to another of its dtype with the same bits there (0 and False agree, 0.0
+    and -0.0 differ)."""
+    value: object = field(compare=False)
+    dtype: DType
+    bits: bytes = field(init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "bits", np.array(self.value, dtype=self.dtype.np).tobytes())
+
+
+@dataclass(frozen=True)
+class Load:
+    """param[index] where `valid` holds, else 0. `splat`: one value read for every lane of a vector
+    copy (a renderer may broadcast it from memory)."""
+    param: str
+    dtype: DType
+    index: Lin
+    valid: Condition | bool
+    splat: bool = False
+
+
+@dataclass(frozen=True)
+class VectorLoad:
+    """`width` consecutive elements from param[index], index a multiple of width."""
+    param: str
+    dtype: DType
+    index: Lin
+    width: int
+
+
+@dataclass(frozen=True)
+class Masked:
+    """value where `valid` holds, else 0 (in every lane of a value of `width` lanes)."""
+    value: "Expr"
+    dtype: DType
+    valid: Condition | bool
+    width: int = 1
+
+
+@dataclass(frozen=True)
+class Valid:
+    """The truth of a condition, as a bool value."""
+    condition: Condition
+
+
+@dataclass(frozen=True)
+class Op:
+    """An op of the op table (ops/table.py) on its operands; `width` > 1: on vectors of that many
+    lanes, lane by lane."""
+    op: str
+    src_dtypes: tuple[DType, ...]
+    dtype: DType
+    operands: tuple["Expr", ...]
+    width: int = 1
+
+
+@dataclass(frozen=True)
+class Vector:
+    """A vector of separately computed lanes (a gather)."""
+    dtype: DType
+    lanes: tuple["Expr", ...]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One lane of a vector value."""
+    value: "Expr"
+    dtype: DType
+    lane: int
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """A scalar in every lane of a vector of `width` lanes."""
+    dtype: DType
+    width: int
+    value: "Expr"
+
+
+@dataclass(frozen=True)
+class Accumulate:
+    """accumulator updated with value by a reduce's op (SUM, PROD or MAX_REDUCE)."""
+    op: str
+    dtype: DType
+    accumulator: "Expr"
+    value: "Expr"
+    width: int = 1
+
+
+@dataclass(frozen=True)
+class Fma:
+    """left * right + accumulator with one rounding."""
+    dtype: DType
+    left: "Expr"
+    right: "Expr"
+    accumulator: "Expr"
+    width: int = 1
+
+
+@dataclass(frozen=True)
+class ByteDot:
+    """The accumulator's int32 lanes plus, per lane, the dot product of the 4 uint8 from
+    `activations` (the same for every lane) with that lane's 4 int8 from `weights` (lane-major):
+    both are the address of the first byte."""
+    accumulator: "Expr"
+    activations: Element
+    weights: Element
+    width: int
+
+
+@dataclass(frozen=True)
+class InRange:
+    """0 <= value < size, as a bool."""
+    value: "Expr"
+    size: int
+
+
+Expr = (Var | Element | Const | Load | VectorLoad | Masked | Valid | Op | Vector | Lane | Broadcast | Accumulate
+        | Fma | ByteDot | InRange)
+
+
+# ---- the program ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -19,11 +170,18 @@ class Loop:
 
 @dataclass
 class Statement:
-    name: str
+    target: Var | Element        # the variable declared, or the accumulator (or its element) assigned
     dtype: DType
-    expr: str
+    expr: Expr
     declare: bool = True         # False: an assignment to an existing variable (an accumulator)
     width: int = 1               # lanes of a vector value; 1 for a scalar
+
+
+@dataclass
+class Store:
+    param: str
+    index: Lin
+    value: Expr                  # a vector of `LoopProgram.vector_width` lanes when that exceeds 1
 
 
 @dataclass
@@ -55,7 +213,7 @@ class LoopProgram:
     inner: list[Statement]                       # inside the reduce loops, ending in accumulator updates
     accumulators: list[Accumulator]              # one per output of an iteration (several when upcast)
     outer: list[Statement]                       # after the reduce, per iteration of the global loops
-    stores: list[tuple[str, str, str]]           # (param name, index text, value name)
+    stores: list[Store]
     full_shape: tuple[int, ...] = ()
     inner_loops: list[Loop] = field(default_factory=list)  # output loops run inside the reduce, one
     #                                                        accumulator each (an array, see accumulator_index)
@@ -64,12 +222,12 @@ class LoopProgram:
     vectorize: bool = False      # mark the innermost reduce loop as a SIMD reduction
     opts: tuple = ()             # the Opts applied (upcast and unrolled axes are expanded in place)
     block_loop: Loop | None = None  # BLOCK: a reduce loop around everything, partial results in the output
-    partial_stores: list[tuple[str, str, str]] = field(default_factory=list)  # (param, index, accumulator)
-    #                                                        per output: where its partial result lives
+    partial_stores: list[Store] = field(default_factory=list)  # per output: where its partial result
+    #                                                        lives, and the accumulator holding it
     combine: list[Statement] = field(default_factory=list)  # after the reduce loops: fold the accumulators of
     #                                                        unrolled steps into each output's first one
-    raw_stores: list[tuple[str, str, str]] = field(default_factory=list)  # (param, index, accumulator): sums
-    #                                                        stored before the epilogue, which reads them back
+    raw_stores: list[Store] = field(default_factory=list)  # sums stored before the epilogue, which
+    #                                                        reads them back
     prior_stages: list[ReduceStage] = field(default_factory=list)  # reduces run before this one, each over
     #                                                        the same reduce loops, in order
     local_loops: list[Loop] = field(default_factory=list)  # LOCAL axes, then the GROUP lane: the work-items of

@@ -58,7 +58,7 @@ class Atom:
 
 class Lin:
     """`const + sum(coefficient * atom)`, immutable."""
-    __slots__ = ("terms", "const", "min", "max")
+    __slots__ = ("terms", "const", "min", "max", "_identity")
 
     def __init__(self, terms: dict, const: int):
         # one loop (the renderer builds tens of thousands of these per model): drop zero terms, bound
@@ -73,10 +73,21 @@ class Lin:
                 lo += coeff * atom.max
                 hi += coeff * atom.min
         self.terms, self.const, self.min, self.max = kept, const, lo, hi
+        self._identity = None
 
     def identity(self) -> tuple:
         """What makes two expressions equal, whatever the order of their terms (an Atom's key)."""
-        return frozenset((atom._key, coeff) for atom, coeff in self.terms.items()), self.const
+        if self._identity is None:
+            self._identity = frozenset((atom._key, coeff) for atom, coeff in self.terms.items()), self.const
+        return self._identity
+
+    # equal when they compute the same: a loop program's statements compare their indices so
+    # (codegen/linearize.py names a load once however many copies of the body read it)
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Lin) and self.identity() == other.identity()
+
+    def __hash__(self) -> int:
+        return hash(self.identity())
 
     @staticmethod
     def of(value: "Lin | int") -> "Lin":
@@ -262,14 +273,51 @@ def narrower_bounds(conditions: list[tuple[Lin, int, int]]) -> dict[str, tuple[i
     return bounds
 
 
-def render_condition(conditions: list[tuple[Lin, int, int]]) -> str | bool:
-    """Render `lo <= expr < hi` for each entry; True/False when decided by the bounds alone."""
-    parts = []
+class Condition:
+    """The checks of a validity the bounds leave undecided, all of which must hold: `expr >= bound`
+    (`at_least` True) or `expr < bound`. Equal when the checks are."""
+    __slots__ = ("checks",)
+
+    def __init__(self, checks: tuple[tuple[Lin, bool, int], ...]):
+        self.checks = checks
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Condition) and self.checks == other.checks
+
+    def __hash__(self) -> int:
+        return hash(self.checks)
+
+    def render(self) -> str:
+        """C-family text (plain floor syntax)."""
+        return "&&".join(f"({expr.render()}{'>=' if at_least else '<'}{bound})" for expr, at_least, bound in self.checks)
+
+    def evaluate(self, values: dict):
+        """The truth for given variable values (numpy arrays evaluate element by element)."""
+        result = True
+        for expr, at_least, bound in self.checks:
+            value = expr.evaluate(values)
+            result = result & ((value >= bound) if at_least else (value < bound))
+        return result
+
+    def __repr__(self) -> str:
+        return f"<{self.render()}>"
+
+
+def condition(conditions: list[tuple[Lin, int, int]]) -> Condition | bool:
+    """`lo <= expr < hi` for each entry, as the checks the bounds leave undecided; True/False when
+    the bounds alone decide."""
+    checks = []
     for expr, lo, hi in conditions:
         if expr.max < lo or expr.min >= hi or lo >= hi:
             return False
         if expr.min < lo:
-            parts.append(f"({expr.render()}>={lo})")
+            checks.append((expr, True, lo))
         if expr.max >= hi:
-            parts.append(f"({expr.render()}<{hi})")
-    return "&&".join(parts) if parts else True
+            checks.append((expr, False, hi))
+    return Condition(tuple(checks)) if checks else True
+
+
+def render_condition(conditions: list[tuple[Lin, int, int]]) -> str | bool:
+    """Render `lo <= expr < hi` for each entry; True/False when decided by the bounds alone."""
+    decided = condition(conditions)
+    return decided if isinstance(decided, bool) else decided.render()

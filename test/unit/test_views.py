@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from lazygrad.shape.symbolic import Lin, render_condition, var
+from lazygrad.shape.symbolic import Lin, condition, render_condition, var
 from lazygrad.shape.view import ShapeTracker, View
 
 
@@ -144,6 +144,20 @@ def test_conditions_decided_by_bounds_render_as_constants():
     assert render_condition([(i, 0, 10)]) is True
     assert render_condition([(i, 10, 12)]) is False
     assert render_condition([(i, 2, 10)]) == "(i>=2)"
+
+
+def test_index_expressions_and_conditions_are_equal_when_they_compute_the_same():
+    """A loop program's statements compare by value (codegen/linearize.py names equal ones once): a Lin
+    by its terms, whatever their order, a Condition by its undecided checks, which evaluate on arrays."""
+    i, j = var("i", 0, 9), var("j", 0, 3)
+    assert i * 4 + j + 1 == (j + 1) + i * 4 and hash(i * 4 + j + 1) == hash((j + 1) + i * 4)
+    assert i * 4 + j != i * 4 + j * 2 and i != j
+    assert condition([(i, 0, 10)]) is True and condition([(i, 10, 12)]) is False
+    checks = condition([(i - 2, 0, 10), (j, 0, 2)])
+    assert checks == condition([(i - 2, 0, 10), (j, 0, 2)]) and checks != condition([(i - 2, 0, 10)])
+    assert checks.render() == render_condition([(i - 2, 0, 10), (j, 0, 2)]) == "(i-2>=0)&&(j<2)"
+    values = {"i": np.arange(10).reshape(10, 1), "j": np.arange(4).reshape(1, 4)}
+    np.testing.assert_array_equal(checks.evaluate(values), (values["i"] >= 2) & (values["j"] < 2))
 
 
 def test_a_common_factor_with_the_divisor_folds_away():
