@@ -30,7 +30,8 @@ import math
 
 from lazygrad.dtype import dtypes
 from lazygrad.renderer import narrow_floats
-from lazygrad.renderer.cstyle import CStyleRenderer, define_once, exp2_helper, taylor_steps
+from lazygrad.ops import OPS
+from lazygrad.renderer.cstyle import CStyleRenderer, define_once, exp2_helper, pick, taylor_steps
 from lazygrad.renderer.loop_program import Element, LoopProgram
 
 
@@ -152,7 +153,7 @@ for _narrow in narrow_floats.NARROW_FLOATS:
 HELPERS = {marker: define_once(text, marker) for marker, text in HELPERS.items()}
 
 # The helpers of a standalone kernel (an exported file, lazygrad/export/): ISO C99 with math.h, no
-# OpenMP, so no declared reductions; BITCAST is a union (CRenderer.render_op). The file that holds
+# OpenMP, so no declared reductions; BITCAST is a union (CRenderer.render_bitcast). The file that holds
 # the kernels includes each helper once.
 STANDALONE_HELPERS = {
     # A fused multiply-add where math.h says it is fast (FP_FAST_FMAF: an FMA instruction, e.g.
@@ -209,15 +210,14 @@ class CRenderer(CStyleRenderer):
     `standalone`: kernels for a C file of their own (lazygrad/export/): ISO C99 with math.h, one
     thread (no OpenMP pragmas, no THREADS opt), no compiler-specific attributes or builtins, each a
     `static` function. The loops and their opts are the CPU device's, so the arithmetic is too."""
-    dialect = "c"
     supports_threads = True
     accumulator_arrays = True
     expands_tiles = True
     spills_tile_epilogue = True
 
-    # Ops computed on float vectors: C's operators act lane by lane on GCC/clang vector types (a
-    # comparison gives a mask of -1/0 lanes; WHERE is a select by it, lg_select).
-    vector_ops = frozenset({"NEG", "ADD", "MUL", "SUM", "MAX", "MAX_REDUCE", "CMPLT", "CMPNE", "XOR", "WHERE", "EXP2"})
+    # Ops on vectors (`vector_ops`, the op table's "gnu" vector entries): C's operators act lane by lane
+    # on GCC/clang vector types (a comparison gives a mask of -1/0 lanes; WHERE is a select by it,
+    # lg_select).
     lanewise_ops = True  # other ops of a vector copy computed lane by lane (render_lane, render_vector)
     vector_dtypes = VECTOR_DTYPES
 
@@ -228,6 +228,8 @@ class CRenderer(CStyleRenderer):
         # 16; 0: none). linearize writes such sums of a tile with it (see codegen/opts.py byte_dot_tile).
         self.byte_dot_lanes = 0 if standalone else byte_dot_lanes
         self.standalone = standalone
+        # the op table's templates: the device's GNU C or an exported file's ISO C, then the CPU's C
+        self.dialects = ("c99" if standalone else "gnu", "cpu", "c")
         if standalone:
             self.supports_threads = False
 
@@ -277,32 +279,8 @@ class CRenderer(CStyleRenderer):
         return self.render_vector(dtype, [value] * width)
 
     def render_vector_op(self, op: str, src_dtypes, dtype, operands: list[str], width: int) -> str:
-        """An op of vector_ops: the op table's template, which C applies lane by lane to vector types."""
-        assert op in self.vector_ops and (dtype in VECTOR_DTYPES or dtype == dtypes.bool), \
-            f"{op} on {dtype.name} vectors is not rendered"
-        if op == "WHERE":  # C's ?: takes no vector condition: the mask selects bits
-            return f"lg_select({operands[0]}, {operands[1]}, {operands[2]})"
-        if op == "EXP2":
-            return f"lg_exp2f{width}({operands[0]})"
-        if src_dtypes and src_dtypes[0] == dtypes.bool and op in ("MAX", "CMPLT"):  # masks: true is -1 in every bit
-            left, right = operands
-            return f"({left} | {right})" if op == "MAX" else f"(~{left} & {right})"
-        if op == "MAX":  # the larger, or a NaN of the first operand, as the scalar template
-            left, right = operands
-            if not dtype.is_float:
-                return f"lg_select(({left}>{right}), {left}, {right})"
-            return f"lg_select((({left}>{right}) | ({left}!={left})), {left}, {right})"
-        return self.template(op, src_dtypes[-1] if src_dtypes else dtype).format(*operands, f="", ctype="")
-
-    def template(self, op: str, operand_dtype) -> str:
-        if op in ("MAX", "MAX_REDUCE") and operand_dtype in (dtypes.float32, dtypes.float64):
-            return "lg_max{f}({0}, {1})" if op == "MAX" else "lg_max{f}({1}, {0})"  # (accumulator, value)
-        return super().template(op, operand_dtype)
-
-    def render_accumulate(self, op: str, dtype, accumulator: str, value: str, width: int = 1) -> str:
-        if width > 1 and op == "MAX_REDUCE":  # C's ?: takes no vector condition: MAX's select, NaN kept
-            return self.render_vector_op("MAX", [dtype, dtype], dtype, [value, accumulator], width)
-        return super().render_accumulate(op, dtype, accumulator, value)
+        assert dtype in VECTOR_DTYPES or dtype == dtypes.bool, f"{op} on {dtype.name} vectors is not rendered"
+        return super().render_vector_op(op, src_dtypes, dtype, operands, width)
 
     def render_vector_fma(self, dtype, width: int, left: str, right: str, accumulator: str) -> str:
         lanes = [f"__builtin_fmaf({left}[{lane}], {right}[{lane}], {accumulator}[{lane}])" for lane in range(width)]
@@ -320,29 +298,18 @@ class CRenderer(CStyleRenderer):
             return f"{'lg_fma' if dtype == dtypes.float64 else 'lg_fmaf'}({left}, {right}, {accumulator})"
         return f"{'fma' if dtype == dtypes.float64 else '__builtin_fmaf'}({left}, {right}, {accumulator})"
 
-    def render_op(self, op: str, src_dtypes, dtype, operands: list[str]) -> str:
-        if op == "WHERE" and dtype in (dtypes.float32, dtypes.float64) and not self.standalone:
-            return f"{'lg_wheref' if dtype == dtypes.float32 else 'lg_where'}({', '.join(operands)})"
-        if op == "BITCAST" and self.standalone:  # the op table's lg_bitcast is a GNU statement expression
-            source = self.type_name(src_dtypes[0])
-            return f"((union {{ {source} from; {self.type_name(dtype)} to; }}){{ {operands[0]} }}).to"
-        return super().render_op(op, src_dtypes, dtype, operands)
+    def render_bitcast(self, src_dtype, dtype, operand: str) -> str:
+        if self.standalone:  # the op table's lg_bitcast is a GNU statement expression
+            source = self.type_name(src_dtype)
+            return f"((union {{ {source} from; {self.type_name(dtype)} to; }}){{ {operand} }}).to"
+        return super().render_bitcast(src_dtype, dtype, operand)
 
     @staticmethod
     def simd_reduction(accumulator) -> str | None:
-        """The OpenMP reduction operator that lets the compiler vectorize this accumulator's loop. None
-        for an integer sum, which gcc vectorizes by itself (integer addition reassociates exactly):
-        under the pragma it misses the dot-product patterns, such as a sum of uint8 by int8 products,
-        which AVX-512 VNNI adds four to a lane in one instruction (vpdpbusd)."""
-        if accumulator.op == "SUM" and not accumulator.dtype.is_float:
-            return None
-        if accumulator.op in ("SUM", "PROD"):
-            return "+" if accumulator.op == "SUM" else "*"
-        if accumulator.op == "MAX_REDUCE" and not accumulator.dtype.is_bool:
-            if accumulator.dtype == dtypes.float64:
-                return "lg_max_double"
-            return "lg_max_float" if accumulator.dtype.is_float else "max"
-        return None
+        """The OpenMP reduction operator that lets the compiler vectorize this accumulator's loop (the
+        op table's `simd_reduction`), or None."""
+        operators = OPS[accumulator.op].simd_reduction
+        return pick(operators, accumulator.dtype) if operators is not None else None
 
     @staticmethod
     def function_attribute(program: LoopProgram) -> str:

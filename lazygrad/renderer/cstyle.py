@@ -13,6 +13,7 @@ linearize's vector copies) are declared with `value_type_name`; only a dialect w
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -115,9 +116,21 @@ def _category(dtype: DType) -> str:
     return "float" if dtype.is_float else ("bool" if dtype.is_bool else "int")
 
 
+def pick(template, dtype: DType) -> str | None:
+    """A template for an operand of `dtype` from an op table entry: the string, or a dict's entry for
+    the dtype's name, else "uint" for an unsigned integer (where -1 is the largest value), else its
+    category (a bool's falls back to "int"); None when the dict has none."""
+    if isinstance(template, str):
+        return template
+    category = _category(dtype)
+    keys = (dtype.name, "uint" if dtype.is_unsigned else None, category, "int" if category == "bool" else None)
+    return next((template[key] for key in keys if key in template), None)
+
+
 class CStyleRenderer(FloorSyntax):
     """Index arithmetic comes from FloorSyntax (lg_floordiv/lg_floormod for possibly negative operands)."""
-    dialect = "c"
+    # The op table's render keys this renderer reads, the first an op has winning (ops/table.py).
+    dialects: tuple[str, ...] = ("c",)
     type_names: dict[DType, str] = {}
     # Whether strided reduces may keep per-output accumulators in an array (a CPU cache tiling);
     # GPU dialects give each thread one output and one register accumulator instead.
@@ -130,8 +143,11 @@ class CStyleRenderer(FloorSyntax):
     local_memory_qualifier = ""
     group_barrier = ""
 
-    # Ops linearize may apply to vectors (besides loads and constants); see vector_width.
-    vector_ops: frozenset[str] = frozenset()
+    @functools.cached_property
+    def vector_ops(self) -> frozenset[str]:
+        """Ops linearize may apply to vectors (besides loads and constants), those the op table gives a
+        vector entry in one of this renderer's dialects; see vector_width."""
+        return frozenset(name for name, op in OPS.items() if any(dialect in op.vector for dialect in self.dialects))
 
     def type_name(self, dtype: DType) -> str:
         return self.type_names.get(dtype, dtype.c_name)
@@ -252,16 +268,33 @@ class CStyleRenderer(FloorSyntax):
         return f"(({valid}) ? {value} : {zero})"
 
     def template(self, op: str, operand_dtype: DType) -> str:
+        """The op's scalar template for an operand of `operand_dtype`, from the first of this
+        renderer's dialects that has one."""
         render = OPS[op].render
-        template = render.get(self.dialect, render["c"])
-        if isinstance(template, dict):
-            category = _category(operand_dtype)
-            if operand_dtype.is_unsigned and "uint" in template:  # -1 is the largest value there
-                return template["uint"]
-            template = template.get(category, template.get("int") if category == "bool" else None)
-            if template is None:
-                raise TypeError(f"{op} is not defined for {operand_dtype.name}")
-        return template
+        for dialect in self.dialects:
+            template = pick(render[dialect], operand_dtype) if dialect in render else None
+            if template is not None:
+                return template
+        raise TypeError(f"{op} is not defined for {operand_dtype.name}")
+
+    def vector_template(self, op: str, operand_dtype: DType) -> str:
+        """The op's template on vectors (`vector_ops`): its vector entry in this renderer's first
+        dialect that has one, or the scalar template where that says LANEWISE or has no entry for
+        the operand's dtype."""
+        vector = OPS[op].vector
+        dialect = next(dialect for dialect in self.dialects if dialect in vector)
+        template = pick(vector[dialect], operand_dtype) if vector[dialect] is not None else None
+        return template if template is not None else self.template(op, operand_dtype)
+
+    def math_suffix(self, dtype: DType) -> str:
+        """The `{f}` of a template: C's suffix of a math function on this operand type."""
+        return "" if dtype == dtypes.float64 else "f"
+
+    def fill(self, template: str, operands: list[str], operand_dtype: DType, dtype: DType, width: int = 1) -> str:
+        """A template with its operands and fields (see ops/table.py)."""
+        bits = 64 if operand_dtype.itemsize == 8 else 32  # narrower integers are promoted to int
+        return template.format(*operands, f=self.math_suffix(operand_dtype), ctype=self.type_name(dtype),
+                               bits=bits, top=bits - 1, width=width)
 
     def render_storage_cast(self, src_dtype: DType, dtype: DType, operand: str) -> str | None:
         """A CAST to or from a storage float, held as its bits or code (bfloat16 as an unsigned 16-bit
@@ -288,25 +321,44 @@ class CStyleRenderer(FloorSyntax):
         return None
 
     def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
-        if op == "CAST":
-            text = self.render_storage_cast(src_dtypes[0], dtype, operands[0])
-            if text is not None:
-                return text
-            if src_dtypes[0] == dtypes.bool and dtype.is_float:
-                # through int: gcc vectorizes that as a mask's low bit converted, where `(float)(b)`
-                # stayed scalar, and keeps it branch-free in scalar code, where `b ? 1.0f : 0.0f`
-                # became a branch on the data (a max pool's backward at batch 16, 3x3 windows by 2,
-                # the 2 threads here: its count of maxima per window 3.9 -> 2.6 ms, `(float)(b)` 13;
-                # its spread back to the input 29.7 -> 11.3 ms, the select's branches mispredicted)
-                return f"(({self.type_name(dtype)})(int)({operands[0]}))"
+        """An op from its template; a conversion (CAST, BITCAST) from the dialect's render_cast or
+        render_bitcast. A dialect keeping float16 in float registers rounds every result float32
+        may not hold exactly as a float16."""
+        definition = OPS[op]
         operand_dtype = src_dtypes[-1] if src_dtypes else dtype
-        suffix = "" if operand_dtype == dtypes.float64 else "f"
-        return self.template(op, operand_dtype).format(*operands, f=suffix, ctype=self.type_name(dtype))
+        if definition.converts:
+            text = getattr(self, f"render_{op.lower()}")(src_dtypes[0], dtype, operands[0])
+        else:
+            text = self.fill(self.template(op, operand_dtype), operands, operand_dtype, dtype)
+        if self.float16_in_registers_as_float and dtype == dtypes.float16 and not definition.exact_in_half:
+            return f"lg_half({text})"
+        return text
+
+    def render_cast(self, src_dtype: DType, dtype: DType, operand: str) -> str:
+        text = self.render_storage_cast(src_dtype, dtype, operand)
+        if text is not None:
+            return text
+        if src_dtype == dtypes.bool and dtype.is_float:
+            # through int: gcc vectorizes that as a mask's low bit converted, where `(float)(b)`
+            # stayed scalar, and keeps it branch-free in scalar code, where `b ? 1.0f : 0.0f`
+            # became a branch on the data (a max pool's backward at batch 16, 3x3 windows by 2,
+            # the 2 threads here: its count of maxima per window 3.9 -> 2.6 ms, `(float)(b)` 13;
+            # its spread back to the input 29.7 -> 11.3 ms, the select's branches mispredicted)
+            return f"(({self.type_name(dtype)})(int)({operand}))"
+        return self.fill(self.template("CAST", src_dtype), [operand], src_dtype, dtype)
+
+    def render_bitcast(self, src_dtype: DType, dtype: DType, operand: str) -> str:
+        return self.fill(self.template("BITCAST", src_dtype), [operand], src_dtype, dtype)
+
+    def render_vector_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str], width: int) -> str:
+        """An op of `vector_ops` on vectors of `width` lanes (scalar operands already broadcast)."""
+        operand_dtype = src_dtypes[-1] if src_dtypes else dtype
+        return self.fill(self.vector_template(op, operand_dtype), operands, operand_dtype, dtype, width)
 
     def render_accumulate(self, op: str, dtype: DType, accumulator: str, value: str, width: int = 1) -> str:
-        """accumulator updated with value by the reduce's op (`width` lanes of a vector copy: C's tiles)."""
-        return self.template(op, dtype).format(accumulator, value, f="" if dtype == dtypes.float64 else "f",
-                                               ctype=self.type_name(dtype))
+        """accumulator updated with value by the reduce's op (`width` lanes of a vector copy)."""
+        template = self.vector_template(op, dtype) if width > 1 else self.template(op, dtype)
+        return self.fill(template, [accumulator, value], dtype, dtype, width)
 
     def render_fma(self, dtype: DType, left: str, right: str, accumulator: str) -> str:
         """left * right + accumulator with one rounding (the dialect's fma)."""

@@ -28,11 +28,9 @@ from __future__ import annotations
 import math
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.ops import OPS
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.loop_program import LoopProgram
-from lazygrad.renderer.opencl import SHIFT_TEMPLATES, render_shift
 
 BLOCK = 256
 
@@ -67,7 +65,7 @@ for _narrow in narrow_floats.NARROW_FLOATS:
 
 
 class CUDARenderer(CStyleRenderer):
-    dialect = "cuda"
+    dialects = ("cuda", "c")
     # Types of values in registers (the rest are the C names).
     type_names = {dtypes.float16: "float"}
     # Types of buffer elements in memory, where they differ from the register type.
@@ -90,23 +88,19 @@ class CUDARenderer(CStyleRenderer):
     def half_load(self, param: str, index: str) -> str:
         return f"__half2float({param}[{index}])"
 
-    def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
-        if op == "BITCAST" and dtypes.float16 in (src_dtypes[0], dtype):
-            if src_dtypes[0] == dtype:
-                return operands[0]
-            if src_dtypes[0] == dtypes.float16:
-                return f"lg_bitcast({self.type_name(dtype)}, __float2half_rn({operands[0]}))"
-            return f"__half2float(lg_bitcast(__half, {operands[0]}))"
-        if op == "CAST" and dtype == dtypes.float16:
-            if src_dtypes[0] == dtypes.float64:
-                return f"lg_half_from_double({operands[0]})"
-            return f"lg_half((float)({operands[0]}))"
-        if op in SHIFT_TEMPLATES:
-            return render_shift(op, src_dtypes[0], operands)
-        text = super().render_op(op, src_dtypes, dtype, operands)
-        if dtype == dtypes.float16 and not OPS[op].exact_in_half:
-            return f"lg_half({text})"
-        return text
+    def render_bitcast(self, src_dtype: DType, dtype: DType, operand: str) -> str:
+        if dtypes.float16 not in (src_dtype, dtype):
+            return super().render_bitcast(src_dtype, dtype, operand)
+        if src_dtype == dtype:
+            return operand
+        if src_dtype == dtypes.float16:
+            return f"lg_bitcast({self.type_name(dtype)}, __float2half_rn({operand}))"
+        return f"__half2float(lg_bitcast(__half, {operand}))"
+
+    def render_cast(self, src_dtype: DType, dtype: DType, operand: str) -> str:
+        if dtype == dtypes.float16:
+            return f"lg_half_from_double({operand})" if src_dtype == dtypes.float64 else f"lg_half((float)({operand}))"
+        return super().render_cast(src_dtype, dtype, operand)
 
     def render_store(self, param: str, dtype: DType, index: str, value: str) -> str:
         if dtype == dtypes.float16:

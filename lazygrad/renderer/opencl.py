@@ -13,7 +13,7 @@ Expression syntax comes from CStyleRenderer and the op table; this file supplies
   value is a `float` rounded to half after every op (`lg_half`), exactly as numpy computes float16;
   a float16 sum or product accumulates in float and is rounded once at the end, as numpy's are.
 - Math functions are OpenCL's overloaded ones (`sin`, `fmod`, `log2`, `exp2` for float64), and a
-  bitcast is `as_<type>(x)`. Shifts follow numpy for every amount (`SHIFT_TEMPLATES`).
+  bitcast is `as_<type>(x)`. Shifts follow numpy for every amount (the op table's shift templates).
 - Two math functions are written so that a CPU driver can vectorize them across work-items: PoCL
   3.0 links its math library as calls it never inlines, and one call in a kernel keeps the whole
   work-group loop scalar (`.exp()` over 2^24 floats took 140 ms instead of 15). `sqrt` is the
@@ -27,7 +27,8 @@ Expression syntax comes from CStyleRenderer and the op table; this file supplies
 - Vector types: the renderer has a float32 vector width (`float_vector_width`; realize builds each
   OpenCL device's renderer with the device's OpenCLDevice.float_vector_width). With a width above
   1, linearize groups the copies of a kernel's last upcast axis into vectors (its "vector copies")
-  when every value is float32, every op is in VECTOR_OPS and every store is contiguous and aligned
+  when every value is float32, every op has an "opencl" vector entry in the op table (`vector_ops`:
+  its operators and ?: act lane by lane on vectors) and every store is contiguous and aligned
   along the lanes: the 16 columns of a matmul row are one `float16`. An aligned contiguous unmasked
   load is `*(__global const float16*)(data + index)`, one vector load; a masked, strided or unaligned
   load gathers its lanes, `(float16)(a, b, ...)`; a value the same in every lane stays a scalar and
@@ -67,7 +68,6 @@ import math
 import numpy as np
 
 from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
-from lazygrad.ops import OPS
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once, exp2_helper
 from lazygrad.renderer.loop_program import Loop, LoopProgram
@@ -114,36 +114,15 @@ HELPERS = {
                          "return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }",
 }
 
-# Float ops rendered by render_vectorizable_math instead of the op table's template.
-VECTORIZABLE_MATH = {"SQRT", "EXP2"}
-
 MAX_DIMENSIONS = 3
 
 # OpenCL vector lengths the renderer builds (3 is left out: a float3 occupies four floats in memory).
 VECTOR_WIDTHS = (2, 4, 8, 16)
-# Ops computed on float vectors: OpenCL's operators and ?: act lane by lane on vectors (a comparison
-# gives -1 or 0 per lane, which ?: reads as select does), so the op table's float templates keep
-# their meaning, NaN handling of MAX included. Math functions (exp2, sqrt, ...) stay scalar.
-VECTOR_OPS = frozenset({"NEG", "ADD", "MUL", "DIV", "RECIP", "MAX", "SUM", "PROD", "MAX_REDUCE"})
 HELPERS.update({f"lg_fma{width}(": render_vector_fma_helper(width) for width in VECTOR_WIDTHS})
 for _narrow in narrow_floats.NARROW_FLOATS:
     HELPERS.update(narrow_floats.helpers(_narrow, "opencl"))
 # guarded: the OPENCL device builds several kernels' sources as one program (devices/opencl.py)
 HELPERS = {marker: define_once(text, marker) for marker, text in HELPERS.items()}
-
-# Shifts as numpy defines them for every amount: by a negative amount or by the (promoted) width
-# or more, a left shift gives 0 and a right shift the sign fill. The op table's C template checks
-# the width only, and OpenCL takes a negative amount modulo the width, so both are checked here.
-SHIFT_TEMPLATES = {
-    "SHL": "(({1})<0 || ({1})>={bits} ? 0 : {0}<<({1}))",
-    "SHR": "({0}>>(({1})<0 || ({1})>={bits} ? {top} : ({1})))",
-}
-
-
-def render_shift(op: str, operand_dtype: DType, operands: list[str]) -> str:
-    bits = 64 if operand_dtype.itemsize == 8 else 32  # narrower integers are promoted to int
-    return SHIFT_TEMPLATES[op].format(*operands, bits=bits, top=bits - 1)
-
 
 def indentation(text: str) -> str:
     return text[:len(text) - len(text.lstrip())]
@@ -173,7 +152,7 @@ def launch_line(global_size: list[int], local_size: int | None) -> str:
 
 
 class OpenCLRenderer(CStyleRenderer):
-    dialect = "opencl"
+    dialects = ("opencl", "c")
     # Types of values in registers.
     type_names = {dtypes.bool: "bool", dtypes.uint8: "uchar", dtypes.int8: "char", dtypes.int16: "short",
                   dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
@@ -189,7 +168,6 @@ class OpenCLRenderer(CStyleRenderer):
     supports_local = True
     local_memory_qualifier = "__local"
     group_barrier = "barrier(CLK_LOCAL_MEM_FENCE)"
-    vector_ops = VECTOR_OPS
 
     def __init__(self, float_vector_width: int = 1):
         """`float_vector_width`: lanes of the float32 vectors to build (1: scalar code only)."""
@@ -227,9 +205,8 @@ class OpenCLRenderer(CStyleRenderer):
         return f"(({self.value_type_name(dtype, width)})({value}))"
 
     def render_vector_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str], width: int) -> str:
-        """An op of VECTOR_OPS on vector operands: the op table's template, which OpenCL applies lane by lane."""
-        assert op in VECTOR_OPS and dtype == dtypes.float32, f"{op} on {dtype.name} vectors is not rendered"
-        return self.template(op, src_dtypes[-1] if src_dtypes else dtype).format(*operands, f="", ctype="")
+        assert dtype == dtypes.float32, f"{op} on {dtype.name} vectors is not rendered"
+        return super().render_vector_op(op, src_dtypes, dtype, operands, width)
 
     def render_vector_fma(self, dtype: DType, width: int, left: str, right: str, accumulator: str) -> str:
         return f"lg_fma{width}({left}, {right}, {accumulator})"
@@ -246,38 +223,21 @@ class OpenCLRenderer(CStyleRenderer):
     def half_load(self, param: str, index: str) -> str:
         return f"vload_half({index}, {param})"
 
-    def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
-        if op == "BITCAST":
-            return self.render_bitcast(src_dtypes[0], dtype, operands[0])
-        if op == "CAST" and (src_dtypes[0] in STORAGE_WIDE or dtype in STORAGE_WIDE):
-            return self.render_storage_cast(src_dtypes[0], dtype, operands[0])
-        if op == "CAST" and dtype == dtypes.float16:
-            if src_dtypes[0] == dtypes.float64:
-                return f"lg_half_from_double({operands[0]})"
-            return f"lg_half((float)({operands[0]}))"
-        operand_dtype = src_dtypes[-1] if src_dtypes else dtype
-        if op in SHIFT_TEMPLATES:
-            return render_shift(op, src_dtypes[0], operands)
-        if op in VECTORIZABLE_MATH:
-            text = self.render_vectorizable_math(op, dtype, operands[0])
-        else:
-            text = self.template(op, operand_dtype).format(*operands, f="", ctype=self.type_name(dtype))
-        if dtype == dtypes.float16 and not OPS[op].exact_in_half:
-            return f"lg_half({text})"
-        return text
+    def math_suffix(self, dtype: DType) -> str:
+        return ""  # OpenCL's math functions are overloaded: sin, fmod and log2 take float and double
+
+    def render_cast(self, src_dtype: DType, dtype: DType, operand: str) -> str:
+        if src_dtype in STORAGE_WIDE or dtype in STORAGE_WIDE:
+            return self.render_storage_cast(src_dtype, dtype, operand)
+        if dtype == dtypes.float16:
+            return f"lg_half_from_double({operand})" if src_dtype == dtypes.float64 else f"lg_half((float)({operand}))"
+        return self.fill(self.template("CAST", src_dtype), [operand], src_dtype, dtype)
 
     def render_fma(self, dtype: DType, left: str, right: str, accumulator: str) -> str:
         """The compiler's fused multiply-add (one rounding, as OpenCL's `fma`), not a library call
         (see the module docstring)."""
         builtin = "__builtin_fma" if dtype == dtypes.float64 else "__builtin_fmaf"
         return f"{builtin}({left}, {right}, {accumulator})"
-
-    @staticmethod
-    def render_vectorizable_math(op: str, dtype: DType, operand: str) -> str:
-        """SQRT and EXP2 without calls to the driver's math library (see the module docstring)."""
-        if op == "SQRT":
-            return f"__builtin_sqrt({operand})" if dtype == dtypes.float64 else f"__builtin_sqrtf({operand})"
-        return f"lg_exp2({operand})" if dtype == dtypes.float64 else f"lg_exp2f({operand})"
 
     def render_bitcast(self, source: DType, target: DType, operand: str) -> str:
         if source.is_bool or target.is_bool:  # one byte either way; OpenCL has no as_bool
@@ -288,10 +248,6 @@ class OpenCLRenderer(CStyleRenderer):
         if target == dtypes.float16:
             return f"lg_half_from_bits(as_ushort({operand}))"
         return f"as_{self.type_name(target)}({operand})"
-
-    def render_accumulate(self, op: str, dtype: DType, accumulator: str, value: str, width: int = 1) -> str:
-        # A float16 accumulator stays a float until the loop ends, as numpy sums float16.
-        return self.template(op, dtype).format(accumulator, value, f="", ctype=self.type_name(dtype))
 
     def render_store(self, param: str, dtype: DType, index: str, value: str) -> str:
         if dtype == dtypes.float16:

@@ -33,7 +33,7 @@ def test_every_computing_op_has_a_numpy_reference(name):
     assert callable(OPS[name].ref), f"{name} has no numpy reference"
 
 
-@pytest.mark.parametrize("renderer", RENDERERS, ids=lambda r: r.dialect)
+@pytest.mark.parametrize("renderer", RENDERERS, ids=lambda r: r.dialects[0])
 @pytest.mark.parametrize("name", sorted(ELEMENTWISE))
 def test_every_elementwise_op_renders_on_every_renderer(renderer, name):
     opdef = OPS[name]
@@ -44,12 +44,38 @@ def test_every_elementwise_op_renders_on_every_renderer(renderer, name):
         assert f"x{i}" in text
 
 
-@pytest.mark.parametrize("renderer", RENDERERS, ids=lambda r: r.dialect)
+@pytest.mark.parametrize("renderer", RENDERERS, ids=lambda r: r.dialects[0])
 @pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.kind == REDUCE))
 def test_every_reduce_renders_its_accumulation(renderer, name):
     for dtype in (dtypes.float32, dtypes.int32, dtypes.bool):
         text = renderer.render_accumulate(name, dtype, "acc", "value")
         assert "acc" in text and "value" in text
+
+
+KNOWN_DIALECTS = {"c", "cpu", "gnu", "c99", "opencl", "cuda"}
+
+
+def test_every_dialect_the_table_names_is_one_a_renderer_reads():
+    """A misspelt dialect key would be a rendering no renderer ever uses."""
+    read = {dialect for renderer in RENDERERS + [CRenderer(standalone=True)] for dialect in renderer.dialects}
+    assert read == KNOWN_DIALECTS
+    for name, op in OPS.items():
+        assert set(op.render) | set(op.vector) <= KNOWN_DIALECTS, name
+        assert not op.render or "c" in op.render, f"{name} has no C-family default"
+
+
+@pytest.mark.parametrize("renderer", [CRenderer(), OpenCLRenderer(4)], ids=lambda r: r.dialects[0])
+def test_the_ops_a_renderer_computes_on_vectors_are_the_tables_and_render_on_vectors(renderer):
+    """`vector_ops` comes from the op table's vector entries; each renders on vectors of 4 lanes
+    (a vector of masks, too, where C compares)."""
+    vector_ops = {name for name, op in OPS.items() if set(op.vector) & set(renderer.dialects)}
+    assert renderer.vector_ops == vector_ops and {"ADD", "MUL", "MAX", "SUM"} <= vector_ops
+    for name in sorted(vector_ops):
+        arity = 2 if OPS[name].kind == REDUCE else OPS[name].arity
+        src_dtypes = [dtypes.bool, dtypes.float32, dtypes.float32] if name == "WHERE" else [dtypes.float32] * arity
+        dtype = OPS[name].out_dtype(src_dtypes, None) if OPS[name].out_dtype else dtypes.float32
+        text = renderer.render_vector_op(name, src_dtypes, dtype, [f"x{i}" for i in range(arity)], 4)
+        assert all(f"x{i}" in text for i in range(arity)), (name, text)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.kind == REDUCE))
