@@ -207,12 +207,13 @@ class _Emitter:
         else:
             expr, width = self.vector_expression(node, names, lanes)
         key = (node.dtype, width, expr)
-        if key not in seen:
-            seen[key] = Var(self.namer.next())
-            statements.append(Statement(seen[key], node.dtype, expr, width=width))
+        name = seen.get(key)
+        if name is None:
+            name = seen[key] = Var(self.namer.next())
+            statements.append(Statement(name, node.dtype, expr, width=width))
             if width > 1:
-                self.widths[seen[key]] = width
-        names[node] = seen[key]
+                self.widths[name] = width
+        names[node] = name
 
     def emit_take(self, node: KernelNode, names: dict, seen: dict, statements: list[Statement], lanes: list) -> None:
         """An indexed load: the index value checked against [0, n), then the source's statements

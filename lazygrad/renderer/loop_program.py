@@ -12,7 +12,8 @@ Here, below both, so that a renderer reads it without importing codegen.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import operator
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -22,20 +23,36 @@ from lazygrad.shape.symbolic import Condition, Lin
 # ---- values: expression trees, frozen so that equal ones hash alike -------------------------------
 
 
-@dataclass(frozen=True)
+def value(cls):
+    """A frozen dataclass compared by its fields, whose hash is computed once: linearize hashes every
+    value it names, and a value's hash hashes its operands."""
+    cls = dataclass(frozen=True)(cls)
+    compared = operator.attrgetter(*(item.name for item in fields(cls) if item.compare))
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(compared(self))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+    cls.__hash__ = __hash__
+    return cls
+
+
+@value
 class Var:
     """A variable the program declared earlier (a statement's value or an accumulator)."""
     name: str
 
 
-@dataclass(frozen=True)
+@value
 class Element:
     """array[index]: an element of a buffer (a parameter) or of an accumulator array."""
     array: str
     index: Lin
 
 
-@dataclass(frozen=True)
+@value
 class Const:
     """A constant; equal to another of its dtype with the same bits there (0 and False agree, 0.0
     and -0.0 differ)."""
@@ -47,7 +64,7 @@ class Const:
         object.__setattr__(self, "bits", np.array(self.value, dtype=self.dtype.np).tobytes())
 
 
-@dataclass(frozen=True)
+@value
 class Load:
     """param[index] where `valid` holds, else 0. `splat`: one value read for every lane of a vector
     copy (a renderer may broadcast it from memory)."""
@@ -58,7 +75,7 @@ class Load:
     splat: bool = False
 
 
-@dataclass(frozen=True)
+@value
 class VectorLoad:
     """`width` consecutive elements from param[index], index a multiple of width."""
     param: str
@@ -67,7 +84,7 @@ class VectorLoad:
     width: int
 
 
-@dataclass(frozen=True)
+@value
 class Masked:
     """value where `valid` holds, else 0 (in every lane of a value of `width` lanes)."""
     value: "Expr"
@@ -76,13 +93,13 @@ class Masked:
     width: int = 1
 
 
-@dataclass(frozen=True)
+@value
 class Valid:
     """The truth of a condition, as a bool value."""
     condition: Condition
 
 
-@dataclass(frozen=True)
+@value
 class Op:
     """An op of the op table (ops/table.py) on its operands; `width` > 1: on vectors of that many
     lanes, lane by lane."""
@@ -93,14 +110,14 @@ class Op:
     width: int = 1
 
 
-@dataclass(frozen=True)
+@value
 class Vector:
     """A vector of separately computed lanes (a gather)."""
     dtype: DType
     lanes: tuple["Expr", ...]
 
 
-@dataclass(frozen=True)
+@value
 class Lane:
     """One lane of a vector value."""
     value: "Expr"
@@ -108,7 +125,7 @@ class Lane:
     lane: int
 
 
-@dataclass(frozen=True)
+@value
 class Broadcast:
     """A scalar in every lane of a vector of `width` lanes."""
     dtype: DType
@@ -116,7 +133,7 @@ class Broadcast:
     value: "Expr"
 
 
-@dataclass(frozen=True)
+@value
 class Accumulate:
     """accumulator updated with value by a reduce's op (SUM, PROD or MAX_REDUCE)."""
     op: str
@@ -126,7 +143,7 @@ class Accumulate:
     width: int = 1
 
 
-@dataclass(frozen=True)
+@value
 class Fma:
     """left * right + accumulator with one rounding."""
     dtype: DType
@@ -136,7 +153,7 @@ class Fma:
     width: int = 1
 
 
-@dataclass(frozen=True)
+@value
 class ByteDot:
     """The accumulator's int32 lanes plus, per lane, the dot product of the 4 uint8 from
     `activations` (the same for every lane) with that lane's 4 int8 from `weights` (lane-major):
@@ -147,7 +164,7 @@ class ByteDot:
     width: int
 
 
-@dataclass(frozen=True)
+@value
 class InRange:
     """0 <= value < size, as a bool."""
     value: "Expr"
