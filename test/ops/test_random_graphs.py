@@ -4,7 +4,9 @@ Hypothesis draws 1-3 float32 inputs (up to 4 dims, sizes 1..5) and a sequence of
 elementwise unary and binary (with broadcasting, reusing earlier results so graphs branch and
 join), reductions over random axes, movement ops (reshape, permute, expand, pad, shrink, flip,
 slicing and integer indexing), and realizing an intermediate result. NPY interprets the graph
-with numpy, so any difference points at fusion, views/index math or rendering. NaN and inf may
+with numpy, so any difference points at fusion, views/index math or rendering. The same graphs
+also run as loop programs (codegen/interpret.py, each kernel linearized for a dialect and run with
+numpy), which leaves the compilers and the dialects' syntax out of the comparison. NaN and inf may
 appear (log, sqrt, exp); their positions must agree. A second kind of graph has one long axis
 (4097 to 2^18) of positive values, summed or averaged over it: staged sums must stay within 1e-5
 of numpy's. `-m fuzz` (in .ci/run) draws many more of both.
@@ -18,6 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lazygrad import Tensor, dtypes
+from lazygrad.codegen.interpret import run_kernel_programs
+from lazygrad.codegen.linearize import linearize
+from lazygrad.renderer.c import CRenderer
+from lazygrad.renderer.cuda import CUDARenderer
+from lazygrad.renderer.opencl import OpenCLRenderer
+from lazygrad.schedule.fuse import create_schedule
 from ops_helpers import tensor
 
 MAX_NUMEL = 1500  # keeps kernels small and fast
@@ -224,6 +232,25 @@ def test_random_graph_many_outputs_realized_together(compiled_device, data):
     Tensor.realize(first.compiled, second.compiled, third.compiled)
     for pair in (first, second, third):
         compare(pair, steps + [pair.label])
+
+
+LOOP_PROGRAM_RENDERERS = {"c-avx512": lambda: CRenderer(16, 32), "c-avx2": lambda: CRenderer(8, 16),
+                          "opencl": lambda: OpenCLRenderer(16), "cuda": lambda: CUDARenderer()}
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), dialect=st.sampled_from(sorted(LOOP_PROGRAM_RENDERERS)), optimize=st.booleans())
+def test_random_graph_as_loop_programs(data, dialect, optimize):
+    """A random graph scheduled for CPU, each kernel's loop program for `dialect` run by
+    codegen/interpret.py, against NPY."""
+    result, steps = data.draw(random_graph("CPU"))
+    renderer, arrays = LOOP_PROGRAM_RENDERERS[dialect](), {}
+    node = result.compiled.lazydata
+    run_kernel_programs(create_schedule([node]), lambda kernel: linearize(kernel, renderer, optimize=optimize), arrays)
+    actual = arrays[id(node)].reshape(result.shape) if id(node) in arrays else result.compiled.numpy()  # (realized)
+    np.testing.assert_allclose(actual, result.reference.numpy(), rtol=1e-4, atol=1e-5, equal_nan=True,
+                               err_msg=f"{dialect}, graph:\n  " + "\n  ".join(steps))
 
 
 # Long axes: sums long enough to run in stages (lazy.ACCUMULATION_LIMIT), of positive values so the
