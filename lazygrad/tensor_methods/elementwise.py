@@ -384,10 +384,18 @@ class ElementwiseMethods:
         return self._with_zero_gradient(value)
 
     def clamp(self, min=None, max=None) -> "Tensor":
-        """min, then max, as PyTorch (so min > max gives max everywhere). At a bound x itself is
-        kept, so the gradient there is 1, as in PyTorch (maximum would give it half)."""
+        """min, then max, as PyTorch (so min > max gives max everywhere), with PyTorch's gradients
+        (its minimum-norm subgradients since 2.14): at a number bound x's gradient is 0, at a tensor
+        bound x and the bound get half each, as a tie of maximum or minimum does."""
+        from lazygrad.tensor import Tensor
         if min is None and max is None:
             raise ValueError("clamp: at least one of min and max must be given")
+        if Tensor.grad_enabled and any(isinstance(value, Tensor) and value.requires_grad for value in (self, min, max)):
+            result = self
+            for bound, below in ((min, True), (max, False)):
+                if bound is not None:
+                    result = result._clamped_with_gradient(bound, below)
+            return result
         numbers = (int, float, np.generic)
         if isinstance(min, numbers) and isinstance(max, numbers) and min <= max:
             # numbers in order: both selects test x itself, not one the other's result; gcc vectorized
@@ -406,6 +414,17 @@ class ElementwiseMethods:
         return result
 
     clip = clamp
+
+    def _clamped_with_gradient(self, bound, below: bool) -> "Tensor":
+        """One side of clamp where a gradient is wanted: the bound past it, x inside; at a tie with a
+        number bound, the bound (gradient 0); with a tensor bound, the mean of x and the bound (their
+        value; gradient half each)."""
+        from lazygrad.tensor import Tensor
+        x, limit = self._operands(bound, "clamp")
+        if not isinstance(bound, Tensor):
+            return ((x <= limit) if below else (x >= limit)).where(limit, x)
+        tie = (x == limit).where(x * 0.5 + limit * 0.5, x)
+        return ((x < limit) if below else (x > limit)).where(limit, tie)
 
     def isnan(self) -> "Tensor":
         from lazygrad.tensor import Tensor
@@ -499,14 +518,11 @@ class ElementwiseMethods:
         return self.hardtanh(0, 6)
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> "Tensor":
-        """clamp(min_val, max_val), but with gradient 0 at the bounds, as PyTorch's hardtanh
-        (and so relu6, hardsigmoid and hardswish) has."""
+        """clamp(min_val, max_val) (gradient 0 at the bounds, as PyTorch's hardtanh, relu6, hardsigmoid
+        and hardswish have)."""
         if min_val > max_val:
             raise ValueError(f"hardtanh: min_val ({min_val}) must not be greater than max_val ({max_val})")
-        if not (self.requires_grad and type(self).grad_enabled):
-            # the values at the bounds are the bounds either way; strict tests are one op each (<= 0 is four)
-            return (self < min_val).where(min_val, (self > max_val).where(max_val, self))
-        return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
+        return self.clamp(min_val, max_val)
 
     def leaky_relu(self, negative_slope: float = 0.01) -> "Tensor":
         x = self._to_float()

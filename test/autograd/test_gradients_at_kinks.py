@@ -1,6 +1,7 @@
 """Gradients where a function has a kink, a tie or a special case (abs and relu at 0, clamp at its
 bounds, maximum on a tie, pow at 0 and 1, ...): PyTorch's values, written out. When torch is
-installed, the same table is checked against it, so the expectations stay PyTorch's.
+installed, the same table is checked against it, so the expectations stay PyTorch's (2.14: clamp's
+minimum-norm subgradients at its bounds, 2.13 passed the whole gradient there).
 """
 import math
 
@@ -20,13 +21,15 @@ CASES = {
     "relu": (lambda F, x: F.relu(x), [[-1.0, 0.0, 1.0]], [[0, 0, 1]]),
     "sign": (lambda F, x: x.sign(), [[-1.0, 0.0, 1.0]], [[0, 0, 0]]),
     "l1_loss": (lambda F, x: F.l1_loss(x, x.detach() * 0 + 1, reduction="sum"), [[0.0, 1.0, 2.0]], [[-1, 0, 1]]),
-    "clamp": (lambda F, x: x.clamp(-1, 1), [[-2.0, -1.0, 0.0, 1.0, 2.0]], [[0, 1, 1, 1, 0]]),
-    "clamp_min": (lambda F, x: x.clamp(min=-1), [[-2.0, -1.0, 0.0]], [[0, 1, 1]]),
-    "clamp_max": (lambda F, x: x.clamp(max=1), [[0.0, 1.0, 2.0]], [[1, 1, 0]]),
+    "clamp": (lambda F, x: x.clamp(-1, 1), [[-2.0, -1.0, 0.0, 1.0, 2.0]], [[0, 0, 1, 0, 0]]),
+    "clamp_min": (lambda F, x: x.clamp(min=-1), [[-2.0, -1.0, 0.0]], [[0, 0, 1]]),
+    "clamp_max": (lambda F, x: x.clamp(max=1), [[0.0, 1.0, 2.0]], [[1, 0, 0]]),
     "clamp_min_above_max": (lambda F, x: x.clamp(1, -1), [[-2.0, 0.0, 2.0]], [[0, 0, 0]]),
     "clamp_tensor_bounds": (lambda F, x, low, high: x.clamp(low, high),
                             [[0.0, 1.0, -1.0, 2.0], [0.0] * 4, [1.0] * 4],
-                            [[1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]),
+                            [[0.5, 0.5, 0, 0], [0.5, 0, 1, 0], [0, 0.5, 0, 1]]),
+    "clamp_tensor_min": (lambda F, x, low: x.clamp(min=low), [[-2.0, -1.0, 0.0], [-1.0] * 3],
+                         [[0, 0.5, 1], [1, 0.5, 0]]),
     "hardtanh": (lambda F, x: F.hardtanh(x), [[-2.0, -1.0, 0.0, 1.0, 2.0]], [[0, 0, 1, 0, 0]]),
     "relu6": (lambda F, x: F.relu6(x), [[-1.0, 0.0, 3.0, 6.0, 7.0]], [[0, 0, 1, 0, 0]]),
     "hardsigmoid": (lambda F, x: F.hardsigmoid(x), [[-4.0, -3.0, 0.0, 3.0, 4.0]], [[0, 0, 1 / 6, 0, 0]]),
@@ -107,3 +110,15 @@ def test_abs_of_negative_zero_is_positive_zero(device):
     result = Tensor(np.array([-0.0, 0.0, -2.0, np.nan]), device=device).abs().numpy()
     np.testing.assert_array_equal(result, [0.0, 0.0, 2.0, np.nan])
     assert not np.signbit(result[:2]).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_clamp_under_autograd_computes_the_values_it_computes_without(device):
+    """clamp takes other selects where a gradient is wanted (its ties); the values stay numpy's."""
+    x = np.array([-np.inf, -2.0, -1.0, 0.5, 1.0, 3.0, np.inf, np.nan])
+    for low, high in ((-1.0, 1.0), (np.full(8, -1.0), np.full(8, 1.0)), (np.full(8, -1.0), None), (None, 1.0)):
+        def bound(value):
+            return Tensor(value, device=device, requires_grad=True) if isinstance(value, np.ndarray) else value
+        result = Tensor(x, device=device, requires_grad=True).clamp(bound(low), bound(high))
+        expected = np.clip(x, -np.inf if low is None else low, np.inf if high is None else high)
+        np.testing.assert_array_equal(result.numpy(), expected)
