@@ -41,6 +41,7 @@ from lazygrad.devices import get_device
 from lazygrad.devices.compile_pool import submit_compile
 from lazygrad.diskcache import cache_get, cache_key, cache_put
 from lazygrad.knobs import knobs
+from lazygrad.ops import Ops
 from lazygrad.shape.symbolic import Lin, var
 
 MAX_ROUNDS = 6
@@ -75,7 +76,7 @@ def _buffer_sizes(kernel: Kernel) -> list[int]:
     """Elements each buffer parameter needs: one past the largest index any access can form."""
     sizes = [1] * len(kernel.buffer_dtypes)
     for node in kernel.ast.walk():
-        if node.op not in ("LOAD", "STORE"):
+        if node.op not in (Ops.LOAD, Ops.STORE):
             continue
         number, tracker = node.arg
         probe = [var(f"p{axis}", 0, size - 1) if size > 1 else Lin.of(0) for axis, size in enumerate(tracker.shape)]

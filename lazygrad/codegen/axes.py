@@ -7,17 +7,18 @@ index expressions stay as short as before.
 from __future__ import annotations
 
 from lazygrad.codegen.kernel import Kernel, KernelNode
+from lazygrad.ops import Ops
 from lazygrad.shape.view import ShapeTracker
 
 
 def _trackers(ast: KernelNode) -> set[ShapeTracker]:
     found = set()
     for node in ast.walk():
-        if node.op in ("LOAD", "STORE"):
+        if node.op in (Ops.LOAD, Ops.STORE):
             found.add(node.arg[1])
-        elif node.op == "CONST" and node.arg[1] is not None:
+        elif node.op is Ops.CONST and node.arg[1] is not None:
             found.add(node.arg[1])
-        elif node.op == "VALID":
+        elif node.op is Ops.VALID:
             found.add(node.arg)
     return found
 
@@ -28,11 +29,11 @@ def _reshape_ast(ast: KernelNode, mapping: dict[ShapeTracker, ShapeTracker]) -> 
     for node in ast.walk():
         srcs = tuple(rebuilt[src] for src in node.srcs)
         arg = node.arg
-        if node.op in ("LOAD", "STORE"):
+        if node.op in (Ops.LOAD, Ops.STORE):
             arg = (arg[0], mapping[arg[1]])
-        elif node.op == "CONST" and arg[1] is not None:
+        elif node.op is Ops.CONST and arg[1] is not None:
             arg = (arg[0], mapping[arg[1]])
-        elif node.op == "VALID":
+        elif node.op is Ops.VALID:
             arg = mapping[arg]
         rebuilt[node] = KernelNode.make(node.op, node.dtype, srcs, arg)
     return rebuilt[ast]
@@ -95,7 +96,7 @@ def full_reduce_in_stored_order(kernel: Kernel) -> Kernel:
     shape = kernel.full_shape
     if not kernel.reduce_axes or any(size > 1 and axis not in kernel.reduce_axes for axis, size in enumerate(shape)):
         return kernel
-    loads = [node for node in kernel.ast.walk() if node.op == "LOAD" and node.arg[1].shape == shape]
+    loads = [node for node in kernel.ast.walk() if node.op is Ops.LOAD and node.arg[1].shape == shape]
     if not loads or len(loads[0].arg[1].views) != 1:
         return kernel
     strides = loads[0].arg[1].views[0].strides

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from lazygrad.dtype import dtypes
-from lazygrad.ops import OPS, reduce_identity
+from lazygrad.ops import OpDef, Ops, reduce_identity
 from lazygrad.renderer.loop_program import (
     Accumulate,
     Broadcast,
@@ -187,21 +187,20 @@ class _Interpreter:
         return self.evaluate(expr.accumulator) + (left[..., None, :] * right).sum(-1, dtype=np.int32)
 
 
-def _op(op: str, dtype, operands: list):
+def _op(op: OpDef, dtype, operands: list):
     """An op of the table by its numpy reference, in the program's dtype."""
-    definition = OPS[op]
-    if op in ("CAST", "BITCAST"):
-        return definition.ref(np.asarray(operands[0]), dtype)
-    result = definition.ref(*(np.asarray(operand) for operand in operands))
+    if op.converts:
+        return op.ref(np.asarray(operands[0]), dtype)
+    result = op.ref(*(np.asarray(operand) for operand in operands))
     return np.asarray(result).astype(dtype.np, copy=False)
 
 
-def _accumulate(op: str, accumulator, value):
+def _accumulate(op: OpDef, accumulator, value):
     """A reduce's step (ops/table.py's templates): a max keeps a NaN it meets."""
     value = np.asarray(value).astype(accumulator.dtype)
-    if op == "SUM":
+    if op is Ops.SUM:
         return accumulator + value
-    if op == "PROD":
+    if op is Ops.PROD:
         return accumulator * value
     if accumulator.dtype == np.bool_:
         return accumulator | value

@@ -6,7 +6,7 @@ kernel knows nothing about LazyBuffers: its buffers are numbered parameters, the
 how it is indexed. A kernel has several outputs only when it has no reduce: sibling elementwise
 kernels merged by the scheduler, each output stored at the same position of the iteration space.
 
-Node ops:
+Node ops are the op table's records (`Ops.LOAD`, `Ops.ADD`; ops/table.py), compared by identity:
   LOAD   arg=(buffer number, ShapeTracker)       a value read from an input buffer
   CONST  arg=(value, ShapeTracker or None)      a constant; the tracker carries a pad mask, if any
   VALID  arg=ShapeTracker                        True where the tracker's mask admits the position
@@ -26,7 +26,7 @@ import weakref
 from dataclasses import dataclass
 
 from lazygrad.dtype import DType
-from lazygrad.ops import OPS, REDUCE
+from lazygrad.ops import KERNEL, REDUCE, OpDef, Ops
 
 _INTERNED: "weakref.WeakValueDictionary[tuple, KernelNode]" = weakref.WeakValueDictionary()
 
@@ -35,16 +35,17 @@ _INTERNED: "weakref.WeakValueDictionary[tuple, KernelNode]" = weakref.WeakValueD
 class KernelNode:
     """One AST node. Nodes are interned (`KernelNode.make`), so equal nodes are the same object:
     comparing and hashing are O(1) even for ASTs whose shared subtrees would make a structural
-    comparison exponential."""
-    op: str
+    comparison exponential. `op` is the op's record (`Ops.ADD`), never its name."""
+    op: OpDef
     dtype: DType | None  # None only for SINK
     srcs: tuple["KernelNode", ...] = ()
     arg: object = None
 
     @staticmethod
-    def make(op: str, dtype: DType, srcs: tuple["KernelNode", ...] = (), arg: object = None) -> "KernelNode":
+    def make(op: OpDef, dtype: DType, srcs: tuple["KernelNode", ...] = (), arg: object = None) -> "KernelNode":
+        assert isinstance(op, OpDef), f"a kernel node's op is an OpDef (Ops.{op}), not {op!r}"
         # repr tells -0.0 from 0.0 (equal as floats) and lets NaN constants match each other
-        key = (op, dtype, srcs, (repr(arg[0]), arg[1]) if op == "CONST" else arg)
+        key = (op, dtype, srcs, (repr(arg[0]), arg[1]) if op is Ops.CONST else arg)
         node = _INTERNED.get(key)
         if node is None:
             node = KernelNode(op, dtype, srcs, arg)
@@ -56,7 +57,7 @@ class KernelNode:
 
     @property
     def is_reduce(self) -> bool:
-        return self.op in OPS and OPS[self.op].kind == REDUCE
+        return self.op.kind == REDUCE
 
     def walk(self) -> list["KernelNode"]:
         """Every node once, sources before users."""
@@ -74,13 +75,13 @@ class KernelNode:
 
 
 def _describe_arg(node: KernelNode) -> str:
-    if node.op in ("LOAD", "STORE"):
+    if node.op in (Ops.LOAD, Ops.STORE):
         number, tracker = node.arg
         return f"data{number} " + " -> ".join(_describe_view(view) for view in tracker.views)
-    if node.op == "CONST":
+    if node.op is Ops.CONST:
         value, tracker = node.arg
         return repr(value) + ("" if tracker is None else " masked " + _describe_view(tracker.views[-1]))
-    if node.op == "VALID":
+    if node.op is Ops.VALID:
         return _describe_view(node.arg.views[-1])
     return "" if node.arg is None else repr(node.arg)
 
@@ -149,7 +150,7 @@ class Kernel:
         for reduce_node in reduce_nodes:
             inside.update(reduce_node.srcs[0].walk())
         for node in self.ast.walk():
-            if node.op in OPS and OPS[node.op].kind != REDUCE and node.op not in ("CAST", "BITCAST"):
+            if node.op.kind not in (REDUCE, KERNEL) and not node.op.converts:
                 total += full_size if node in inside else output_size
             elif node.is_reduce:
                 total += full_size

@@ -37,6 +37,7 @@ from lazygrad.codegen.opts import (
     load_strides,
 )
 from lazygrad.dtype import DType, dtypes
+from lazygrad.ops import Ops
 from lazygrad.renderer.loop_program import (
     Accumulate,
     Accumulator,
@@ -117,7 +118,7 @@ def choose_inner_axes(kernel: Kernel) -> tuple[Kernel, list[int]]:
 def _sources(node: KernelNode) -> tuple[KernelNode, ...]:
     """The sources emitted before a node: all of them, except a TAKE's source, which its own
     emission evaluates at the taken position (`_Emitter.emit_take`)."""
-    return node.srcs[1:] if node.op == "TAKE" else node.srcs
+    return node.srcs[1:] if node.op is Ops.TAKE else node.srcs
 
 
 def _walk_above(roots: list[KernelNode], stops: set[KernelNode]) -> list[KernelNode]:
@@ -149,11 +150,11 @@ def _fused_multiply_add(reduce_node: KernelNode, tiled: bool) -> bool:
     """Whether a tiled float SUM of products accumulates with fma (one rounding per step, as BLAS
     does); elementwise a*b+c keeps its two roundings everywhere."""
     source = reduce_node.srcs[0]
-    return (tiled and reduce_node.op == "SUM" and source.op == "MUL" and source.dtype in (dtypes.float32, dtypes.float64)
+    return (tiled and reduce_node.op is Ops.SUM and source.op is Ops.MUL and source.dtype in (dtypes.float32, dtypes.float64)
             and all(src.dtype == source.dtype for src in source.srcs))
 
 
-LEAF_OPS = ("LOAD", "CONST", "VALID")
+LEAF_OPS = (Ops.LOAD, Ops.CONST, Ops.VALID)
 
 
 def _access(indexer, tracker: ShapeTracker) -> tuple[Lin, Condition | bool]:
@@ -199,7 +200,7 @@ class _Emitter:
     def emit(self, node: KernelNode, names: dict, seen: dict, statements: list[Statement], lanes: list) -> None:
         """Name `node`'s value in one copy of the body; `lanes` holds the indexer of each position
         the copy covers (one, except in vector copies)."""
-        if node.op == "TAKE":
+        if node.op is Ops.TAKE:
             self.emit_take(node, names, seen, statements, lanes)
             return
         if len(lanes) == 1:
@@ -229,27 +230,27 @@ class _Emitter:
         inside = Var(self.namer.next())
         statements.append(Statement(inside, dtypes.bool, InRange(names[index], size)))
         position = Var(self.namer.next())
-        as_int64 = Op("CAST", (index.dtype,), dtypes.int64, (names[index],))
-        statements.append(Statement(position, dtypes.int64, Op("WHERE", (dtypes.bool, dtypes.int64, dtypes.int64),
+        as_int64 = Op(Ops.CAST, (index.dtype,), dtypes.int64, (names[index],))
+        statements.append(Statement(position, dtypes.int64, Op(Ops.WHERE, (dtypes.bool, dtypes.int64, dtypes.int64),
                                                                 dtypes.int64, (inside, as_int64, Const(0, dtypes.int64)))))
         taken = var(position.name, 0, size - 1)
         source_names: dict = {}
         for source_node in _walk_above([source], set()):
             self.emit(source_node, source_names, seen, statements, [lambda tracker: indexer(tracker, taken)])
-        expr = Op("WHERE", (dtypes.bool, node.dtype, node.dtype), node.dtype, (inside, source_names[source], zero))
+        expr = Op(Ops.WHERE, (dtypes.bool, node.dtype, node.dtype), node.dtype, (inside, source_names[source], zero))
         names[node] = Var(self.namer.next())
         statements.append(Statement(names[node], node.dtype, expr))
 
     def scalar_expression(self, node: KernelNode, operands: list, indexer):
-        if node.op == "LOAD":
+        if node.op is Ops.LOAD:
             return self.load(node, *_access(indexer, node.arg[1]))
-        if node.op == "CONST":
+        if node.op is Ops.CONST:
             expr = Const(node.arg[0], node.dtype)
             if node.arg[1] is not None:
                 _, valid = _access(indexer, node.arg[1])
                 expr = expr if valid is True else Masked(expr, node.dtype, valid) if valid is not False else Const(0, node.dtype)
             return expr
-        if node.op == "VALID":
+        if node.op is Ops.VALID:
             _, valid = _access(indexer, node.arg)
             return Const(valid, node.dtype) if isinstance(valid, bool) else Valid(valid)
         return Op(node.op, tuple(src.dtype for src in node.srcs), node.dtype, tuple(operands))
@@ -267,10 +268,10 @@ class _Emitter:
         if node.op in LEAF_OPS:
             values = [self.scalar_expression(node, [], indexer) for indexer in lanes]
             if all(value == values[0] for value in values):
-                if node.op == "LOAD":  # read once, broadcast where a vector needs it
+                if node.op is Ops.LOAD:  # read once, broadcast where a vector needs it
                     return self.load(node, *_access(lanes[0], node.arg[1]), splat=True), 1
                 return values[0], 1
-            validity = _vector_access_validity(node.arg[1], lanes) if node.op == "LOAD" else None
+            validity = _vector_access_validity(node.arg[1], lanes) if node.op is Ops.LOAD else None
             if validity is not None:
                 index, _ = _access(lanes[0], node.arg[1])
                 load = VectorLoad(self.params[node.arg[0]][0], node.dtype, index, width)
@@ -454,7 +455,7 @@ def _has_select_only_load(ast: KernelNode) -> bool:
     for node in nodes:
         for position, source in enumerate(node.srcs):
             uses.setdefault(source, []).append((node, position))
-    return any(node.op == "LOAD" and node in uses and all(user.op == "WHERE" and position > 0
+    return any(node.op is Ops.LOAD and node in uses and all(user.op is Ops.WHERE and position > 0
                                                            for user, position in uses[node])
                for node in nodes)
 
@@ -469,7 +470,7 @@ def vector_dtype(kernel: Kernel, renderer, skip: frozenset = frozenset()) -> DTy
     Nodes in `skip` (a byte dot product's, which the renderer reads from memory itself) do not count."""
     operations = getattr(renderer, "vector_ops", frozenset())
     lanewise = getattr(renderer, "lanewise_ops", False)
-    nodes = [node for node in kernel.ast.walk() if node.op not in ("SINK", "STORE") and node not in skip]
+    nodes = [node for node in kernel.ast.walk() if node.op not in (Ops.SINK, Ops.STORE) and node not in skip]
     # masks (comparisons, and the selects they steer) may be vectors too where the renderer says so
     masks = {node for node in nodes if node.dtype == dtypes.bool and (lanewise or node.op in operations)}
     kinds = {node.dtype for node in nodes if node not in masks}

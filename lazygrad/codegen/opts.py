@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from lazygrad.codegen.axes import move_dim, split_dim
 from lazygrad.codegen.kernel import Kernel, KernelNode
 from lazygrad.dtype import dtypes
-from lazygrad.ops import ELEMENTWISE, OPS
+from lazygrad.ops import Ops
 from lazygrad.shape.symbolic import Lin, render_condition, var
 
 OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "PANEL", "LOCAL", "GROUP", "THREADS")
@@ -237,7 +237,7 @@ def _probe(shape: tuple[int, ...]) -> list[Lin]:
     return [var(f"p{axis}", 0, size - 1) if size > 1 else Lin.of(0) for axis, size in enumerate(shape)]
 
 
-def load_strides(kernel: Kernel, nodes, ops=("LOAD",)) -> list[dict[int, int | None]]:
+def load_strides(kernel: Kernel, nodes, ops=(Ops.LOAD,)) -> list[dict[int, int | None]]:
     """For each load (or other memory access of `ops`) over the full shape: how far its memory index
     moves per step along each axis (0 where the load does not move, so its value is reused along that
     axis; None where the step varies, as through a reshape of a padded window)."""
@@ -314,7 +314,7 @@ def _accumulators_fit(renderer, reserved: int = 0):
 
 def _has_masked_load(source: KernelNode) -> bool:
     """Whether some load reads through padding (a view with a mask: each element is tested)."""
-    return any(node.op == "LOAD" and any(view.mask is not None for view in node.arg[1].views)
+    return any(node.op is Ops.LOAD and any(view.mask is not None for view in node.arg[1].views)
                for node in source.walk())
 
 
@@ -458,7 +458,7 @@ def pool_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     loop over an array of accumulators loads and stores each one at every step. ResNet-18's pool
     (64 channels, 112x112 -> 56x56), one thread, kernel alone: 0.45 -> 0.28 ms."""
     reduces = [node for node in kernel.ast.walk() if node.is_reduce]
-    if len(reduces) != 1 or reduces[0].op != "MAX_REDUCE" or len(kernel.reduce_axes) < 2:
+    if len(reduces) != 1 or reduces[0].op is not Ops.MAX_REDUCE or len(kernel.reduce_axes) < 2:
         return []
     globals_ = [axis for axis, size in enumerate(kernel.full_shape) if axis not in kernel.reduce_axes and size > 1]
     strides = load_strides(kernel, reduces[0].srcs[0].walk())
@@ -608,8 +608,8 @@ def contiguous_run(kernel: Kernel, access: KernelNode, axis: int, step: int = 1)
 
 def _memory_accesses(kernel: Kernel) -> tuple[list[KernelNode], list[dict[int, int | None]]]:
     """The loads and stores over a kernel's full shape, and each one's steps (`load_strides`)."""
-    accesses = [node for node in kernel.ast.walk() if node.op in ("LOAD", "STORE") and node.arg[1].shape == kernel.full_shape]
-    return accesses, load_strides(kernel, accesses, ops=("LOAD", "STORE"))
+    accesses = [node for node in kernel.ast.walk() if node.op in (Ops.LOAD, Ops.STORE) and node.arg[1].shape == kernel.full_shape]
+    return accesses, load_strides(kernel, accesses, ops=(Ops.LOAD, Ops.STORE))
 
 
 def transposed_read_panel(kernel: Kernel) -> list[Opt]:
@@ -651,14 +651,14 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     one thread, jitted, 501/497 -> 480/477 ms."""
     shape = kernel.full_shape
     accesses, strides = _memory_accesses(kernel)
-    stored = [axis for access, steps in zip(accesses, strides) if access.op == "STORE"
+    stored = [axis for access, steps in zip(accesses, strides) if access.op is Ops.STORE
               for axis, step in steps.items() if step == 1]
     if not stored:
         return []
     candidates = []
     for access, steps in zip(accesses, strides):
         across = sorted((step, axis) for axis, step in steps.items() if step in READ_STEPS and axis < stored[0])
-        if access.op != "LOAD" or not across or steps.get(stored[0]) in (0, 1) or shape[across[0][1]] < 8:
+        if access.op is not Ops.LOAD or not across or steps.get(stored[0]) in (0, 1) or shape[across[0][1]] < 8:
             continue
         candidates.append((across[0][1], [axis for _, axis in across], access, steps))
     # the read that walks an outer axis first: it gathers across the most loops of the stored order
@@ -696,8 +696,8 @@ def source_order_panel(kernel: Kernel) -> list[Opt]:
     PANEL; 12544 rows of 128 into 16 panels of 8 (6.4 MB), 1.4 against 4.7 ms."""
     shape = kernel.full_shape
     accesses, strides = _memory_accesses(kernel)
-    loads = [steps for access, steps in zip(accesses, strides) if access.op == "LOAD"]
-    stores = [(access, steps) for access, steps in zip(accesses, strides) if access.op == "STORE"]
+    loads = [steps for access, steps in zip(accesses, strides) if access.op is Ops.LOAD]
+    stores = [(access, steps) for access, steps in zip(accesses, strides) if access.op is Ops.STORE]
     last = len(shape) - 1
     if len(stores) != 1 or not loads or any(steps.get(last) != 1 for steps in loads + [stores[0][1]]):
         return []
@@ -717,7 +717,7 @@ def _cheap(node: KernelNode) -> bool:
     """Cheap enough to copy many times over in an unrolled body: a load, a constant, a bounds test
     or an elementwise op of cost 1 (ops/table.py). A body with exp2, log2, sin or a division keeps
     its plain loop, which the C compiler vectorizes whole."""
-    return node.op in ("LOAD", "CONST", "VALID") or (node.op in ELEMENTWISE and OPS[node.op].cost == 1)
+    return node.op in (Ops.LOAD, Ops.CONST, Ops.VALID) or (node.op.is_elementwise and node.op.cost == 1)
 
 
 def row_reduce_tile(kernel: Kernel) -> list[Opt]:
@@ -782,7 +782,7 @@ def transposed_reduce_tile(kernel: Kernel) -> list[Opt]:
     outputs where every load walks them contiguously and other outputs keep the threads busy."""
     if math.prod(kernel.full_shape[axis] for axis in kernel.reduce_axes) < TRANSPOSED_REDUCE_MIN_STEPS:
         return []
-    strides = load_strides(kernel, [node for node in kernel.ast.walk() if node.op == "LOAD"])
+    strides = load_strides(kernel, [node for node in kernel.ast.walk() if node.op is Ops.LOAD])
     globals_ = [axis for axis, size in enumerate(kernel.full_shape) if axis not in kernel.reduce_axes and size > 1]
     one_reduce = sum(node.is_reduce for node in kernel.ast.walk()) == 1
     for load in strides:
@@ -816,7 +816,7 @@ def strided_spread_tile(kernel: Kernel) -> list[Opt]:
     axis_of = {f"p{axis}": axis for axis in range(len(shape))}
     strides: dict[int, int] = {}
     for node in kernel.ast.walk():
-        if node.op != "LOAD":
+        if node.op is not Ops.LOAD:
             continue
         for expr, _, _ in node.arg[1].index_and_valid(probe)[1]:
             for atom in expr.terms:
@@ -832,10 +832,10 @@ def _byte_dot_operands(kernel: Kernel) -> tuple[KernelNode, KernelNode, KernelNo
     """(the reduce, the uint8 load, the int8 load) of a kernel whose one reduce is an int32 sum of
     uint8 by int8 products (each operand a load cast to int32): lazygrad.quantize's products."""
     reduces = [node for node in kernel.ast.walk() if node.is_reduce]
-    if len(reduces) != 1 or reduces[0].op != "SUM" or reduces[0].dtype != dtypes.int32:
+    if len(reduces) != 1 or reduces[0].op is not Ops.SUM or reduces[0].dtype != dtypes.int32:
         return None
     product = reduces[0].srcs[0]
-    if product.op != "MUL" or any(src.op != "CAST" or src.srcs[0].op != "LOAD" for src in product.srcs):
+    if product.op is not Ops.MUL or any(src.op is not Ops.CAST or src.srcs[0].op is not Ops.LOAD for src in product.srcs):
         return None
     weights, activations = sorted((src.srcs[0] for src in product.srcs), key=lambda load: load.dtype.name)
     if (weights.dtype, activations.dtype) != (dtypes.int8, dtypes.uint8):

@@ -36,12 +36,16 @@ from lazygrad.dtype import DType, dtypes
 
 UNARY, BINARY, TERNARY, REDUCE, MOVEMENT, SOURCE = "unary", "binary", "ternary", "reduce", "movement", "source"
 GATHER = "gather"  # TAKE: a load whose position along the last axis comes from another tensor
+KERNEL = "kernel"  # LOAD, VALID, STORE, SINK: the kernel AST's own (codegen/kernel.py), not the lazy graph's
 NOT_DIFFERENTIABLE = "not differentiable"
 LN2 = math.log(2)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class OpDef:
+    """One op. The kernel AST, the loop program and the renderers hold these objects (`Ops.ADD`),
+    one per op, so comparing them is identity; the lazy graph still names its ops by string
+    (`OPS[name]` is the record)."""
     name: str
     kind: str
     arity: int
@@ -66,6 +70,18 @@ class OpDef:
 
     def __repr__(self) -> str:
         return self.name
+
+    __str__ = __repr__
+
+    def __reduce__(self):  # pickled by name: the unpickled op is this process's one record
+        return (_op_named, (self.name,))
+
+    def __lt__(self, other: "OpDef") -> bool:
+        return self.name < other.name
+
+    @property
+    def is_elementwise(self) -> bool:
+        return self.kind in (UNARY, BINARY, TERNARY)
 
 
 def _bool_out(dtypes_in, arg) -> DType:
@@ -316,10 +332,26 @@ _DEFS = [
 
 OPS: dict[str, OpDef] = {op.name: op for op in _DEFS}
 ELEMENTWISE = {name for name, op in OPS.items() if op.kind in (UNARY, BINARY, TERNARY)}
+# the kernel AST's own nodes (codegen/kernel.py describes their args)
+KERNEL_OPS: dict[str, OpDef] = {name: OpDef(name, KERNEL, arity) for name, arity in
+                                (("LOAD", 0), ("VALID", 0), ("STORE", 1), ("SINK", -1))}
 
 
-def reduce_identity(op_name: str, dtype) -> object:
-    """The value a reduce starts from (and returns for an empty input)."""
+class Ops:
+    """Every op as an attribute, `Ops.ADD`: what the kernel AST, codegen and the renderers compare."""
+
+
+for _op in [*_DEFS, *KERNEL_OPS.values()]:
+    setattr(Ops, _op.name, _op)
+
+
+def _op_named(name: str) -> OpDef:
+    return OPS.get(name) or KERNEL_OPS[name]
+
+
+def reduce_identity(op: "str | OpDef", dtype) -> object:
+    """The value a reduce (its name or its OpDef) starts from (and returns for an empty input)."""
+    op_name = op.name if isinstance(op, OpDef) else op
     np_dtype = np.dtype(dtype.np_type) if isinstance(dtype, DType) else np.dtype(dtype)
     if op_name == "SUM":
         return np_dtype.type(0)

@@ -29,8 +29,8 @@ import functools
 import math
 
 from lazygrad.dtype import dtypes
+from lazygrad.ops import OpDef
 from lazygrad.renderer import narrow_floats
-from lazygrad.ops import OPS
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once, exp2_helper, pick, taylor_steps
 from lazygrad.renderer.loop_program import Element, LoopProgram
 
@@ -278,7 +278,7 @@ class CRenderer(CStyleRenderer):
     def render_broadcast(self, dtype, width: int, value: str) -> str:
         return self.render_vector(dtype, [value] * width)
 
-    def render_vector_op(self, op: str, src_dtypes, dtype, operands: list[str], width: int) -> str:
+    def render_vector_op(self, op: OpDef, src_dtypes, dtype, operands: list[str], width: int) -> str:
         assert dtype in VECTOR_DTYPES or dtype == dtypes.bool, f"{op} on {dtype.name} vectors is not rendered"
         return super().render_vector_op(op, src_dtypes, dtype, operands, width)
 
@@ -308,7 +308,7 @@ class CRenderer(CStyleRenderer):
     def simd_reduction(accumulator) -> str | None:
         """The OpenMP reduction operator that lets the compiler vectorize this accumulator's loop (the
         op table's `simd_reduction`), or None."""
-        operators = OPS[accumulator.op].simd_reduction
+        operators = accumulator.op.simd_reduction
         return pick(operators, accumulator.dtype) if operators is not None else None
 
     @staticmethod

@@ -20,7 +20,7 @@ import re
 import numpy as np
 
 from lazygrad.dtype import STORAGE_FLOATS, STORAGE_INTS, DType, dtypes
-from lazygrad.ops import OPS, reduce_identity
+from lazygrad.ops import OPS, OpDef, Ops, reduce_identity
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.loop_program import (
     Accumulate,
@@ -144,10 +144,10 @@ class CStyleRenderer(FloorSyntax):
     group_barrier = ""
 
     @functools.cached_property
-    def vector_ops(self) -> frozenset[str]:
+    def vector_ops(self) -> frozenset[OpDef]:
         """Ops linearize may apply to vectors (besides loads and constants), those the op table gives a
         vector entry in one of this renderer's dialects; see vector_width."""
-        return frozenset(name for name, op in OPS.items() if any(dialect in op.vector for dialect in self.dialects))
+        return frozenset(op for op in OPS.values() if any(dialect in op.vector for dialect in self.dialects))
 
     def type_name(self, dtype: DType) -> str:
         return self.type_names.get(dtype, dtype.c_name)
@@ -267,21 +267,21 @@ class CStyleRenderer(FloorSyntax):
             return zero
         return f"(({valid}) ? {value} : {zero})"
 
-    def template(self, op: str, operand_dtype: DType) -> str:
+    def template(self, op: OpDef, operand_dtype: DType) -> str:
         """The op's scalar template for an operand of `operand_dtype`, from the first of this
         renderer's dialects that has one."""
-        render = OPS[op].render
+        render = op.render
         for dialect in self.dialects:
             template = pick(render[dialect], operand_dtype) if dialect in render else None
             if template is not None:
                 return template
         raise TypeError(f"{op} is not defined for {operand_dtype.name}")
 
-    def vector_template(self, op: str, operand_dtype: DType) -> str:
+    def vector_template(self, op: OpDef, operand_dtype: DType) -> str:
         """The op's template on vectors (`vector_ops`): its vector entry in this renderer's first
         dialect that has one, or the scalar template where that says LANEWISE or has no entry for
         the operand's dtype."""
-        vector = OPS[op].vector
+        vector = op.vector
         dialect = next(dialect for dialect in self.dialects if dialect in vector)
         template = pick(vector[dialect], operand_dtype) if vector[dialect] is not None else None
         return template if template is not None else self.template(op, operand_dtype)
@@ -320,17 +320,16 @@ class CStyleRenderer(FloorSyntax):
             return f"{name}({operand})"
         return None
 
-    def render_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
+    def render_op(self, op: OpDef, src_dtypes: list[DType], dtype: DType, operands: list[str]) -> str:
         """An op from its template; a conversion (CAST, BITCAST) from the dialect's render_cast or
         render_bitcast. A dialect keeping float16 in float registers rounds every result float32
         may not hold exactly as a float16."""
-        definition = OPS[op]
         operand_dtype = src_dtypes[-1] if src_dtypes else dtype
-        if definition.converts:
-            text = getattr(self, f"render_{op.lower()}")(src_dtypes[0], dtype, operands[0])
+        if op.converts:
+            text = getattr(self, f"render_{op.name.lower()}")(src_dtypes[0], dtype, operands[0])
         else:
             text = self.fill(self.template(op, operand_dtype), operands, operand_dtype, dtype)
-        if self.float16_in_registers_as_float and dtype == dtypes.float16 and not definition.exact_in_half:
+        if self.float16_in_registers_as_float and dtype == dtypes.float16 and not op.exact_in_half:
             return f"lg_half({text})"
         return text
 
@@ -345,17 +344,17 @@ class CStyleRenderer(FloorSyntax):
             # the 2 threads here: its count of maxima per window 3.9 -> 2.6 ms, `(float)(b)` 13;
             # its spread back to the input 29.7 -> 11.3 ms, the select's branches mispredicted)
             return f"(({self.type_name(dtype)})(int)({operand}))"
-        return self.fill(self.template("CAST", src_dtype), [operand], src_dtype, dtype)
+        return self.fill(self.template(Ops.CAST, src_dtype), [operand], src_dtype, dtype)
 
     def render_bitcast(self, src_dtype: DType, dtype: DType, operand: str) -> str:
-        return self.fill(self.template("BITCAST", src_dtype), [operand], src_dtype, dtype)
+        return self.fill(self.template(Ops.BITCAST, src_dtype), [operand], src_dtype, dtype)
 
-    def render_vector_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str], width: int) -> str:
+    def render_vector_op(self, op: OpDef, src_dtypes: list[DType], dtype: DType, operands: list[str], width: int) -> str:
         """An op of `vector_ops` on vectors of `width` lanes (scalar operands already broadcast)."""
         operand_dtype = src_dtypes[-1] if src_dtypes else dtype
         return self.fill(self.vector_template(op, operand_dtype), operands, operand_dtype, dtype, width)
 
-    def render_accumulate(self, op: str, dtype: DType, accumulator: str, value: str, width: int = 1) -> str:
+    def render_accumulate(self, op: OpDef, dtype: DType, accumulator: str, value: str, width: int = 1) -> str:
         """accumulator updated with value by the reduce's op (`width` lanes of a vector copy)."""
         template = self.vector_template(op, dtype) if width > 1 else self.template(op, dtype)
         return self.fill(template, [accumulator, value], dtype, dtype, width)
@@ -364,7 +363,7 @@ class CStyleRenderer(FloorSyntax):
         """left * right + accumulator with one rounding (the dialect's fma)."""
         return f"fma({left}, {right}, {accumulator})"
 
-    def render_identity(self, op: str, dtype: DType) -> str:
+    def render_identity(self, op: OpDef, dtype: DType) -> str:
         return self.render_const(reduce_identity(op, dtype), dtype)
 
     def render_store(self, param: str, dtype: DType, index: str, value: str) -> str:

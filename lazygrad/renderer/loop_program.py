@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from lazygrad.dtype import DType
+from lazygrad.ops import OpDef
 from lazygrad.shape.symbolic import Condition, Lin
 
 # ---- values: expression trees, frozen so that equal ones hash alike -------------------------------
@@ -103,7 +104,7 @@ class Valid:
 class Op:
     """An op of the op table (ops/table.py) on its operands; `width` > 1: on vectors of that many
     lanes, lane by lane."""
-    op: str
+    op: OpDef
     src_dtypes: tuple[DType, ...]
     dtype: DType
     operands: tuple["Expr", ...]
@@ -136,7 +137,7 @@ class Broadcast:
 @value
 class Accumulate:
     """accumulator updated with value by a reduce's op (SUM, PROD or MAX_REDUCE)."""
-    op: str
+    op: OpDef
     dtype: DType
     accumulator: "Expr"
     value: "Expr"
@@ -204,7 +205,7 @@ class Store:
 @dataclass
 class Accumulator:
     name: str
-    op: str                      # SUM, PROD or MAX_REDUCE
+    op: OpDef                    # Ops.SUM, Ops.PROD or Ops.MAX_REDUCE
     dtype: DType
     width: int = 1               # lanes of a vector accumulator; 1 for a scalar
 

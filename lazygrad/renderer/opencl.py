@@ -68,6 +68,7 @@ import math
 import numpy as np
 
 from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
+from lazygrad.ops import OpDef, Ops
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once, exp2_helper
 from lazygrad.renderer.loop_program import Loop, LoopProgram
@@ -204,7 +205,7 @@ class OpenCLRenderer(CStyleRenderer):
     def render_broadcast(self, dtype: DType, width: int, value: str) -> str:
         return f"(({self.value_type_name(dtype, width)})({value}))"
 
-    def render_vector_op(self, op: str, src_dtypes: list[DType], dtype: DType, operands: list[str], width: int) -> str:
+    def render_vector_op(self, op: OpDef, src_dtypes: list[DType], dtype: DType, operands: list[str], width: int) -> str:
         assert dtype == dtypes.float32, f"{op} on {dtype.name} vectors is not rendered"
         return super().render_vector_op(op, src_dtypes, dtype, operands, width)
 
@@ -231,7 +232,7 @@ class OpenCLRenderer(CStyleRenderer):
             return self.render_storage_cast(src_dtype, dtype, operand)
         if dtype == dtypes.float16:
             return f"lg_half_from_double({operand})" if src_dtype == dtypes.float64 else f"lg_half((float)({operand}))"
-        return self.fill(self.template("CAST", src_dtype), [operand], src_dtype, dtype)
+        return self.fill(self.template(Ops.CAST, src_dtype), [operand], src_dtype, dtype)
 
     def render_fma(self, dtype: DType, left: str, right: str, accumulator: str) -> str:
         """The compiler's fused multiply-add (one rounding, as OpenCL's `fma`), not a library call

@@ -48,7 +48,7 @@ from lazygrad.codegen.opts import matmul_tile
 from lazygrad.dependency_order import dependency_order
 from lazygrad.dtype import STORAGE_FLOATS, dtypes
 from lazygrad.lazy import LazyBuffer
-from lazygrad.ops import ELEMENTWISE, GATHER, MOVEMENT, OPS, REDUCE
+from lazygrad.ops import ELEMENTWISE, GATHER, MOVEMENT, OPS, REDUCE, Ops
 from lazygrad.ops.table import EXPENSIVE
 from lazygrad.shape.view import ShapeTracker
 
@@ -399,8 +399,8 @@ class _KernelBuilder:
             pending = (("RESHAPE", out_shape),) if root.shape != out_shape else ()
             value = self.node(value_node, pending, top=top)
             store_view = ShapeTracker.from_shape(root.shape).reshape(out_shape)
-            stores.append(KernelNode.make("STORE", root.dtype, (value,), (number, store_view)))
-        ast = KernelNode.make("SINK", None, tuple(stores))
+            stores.append(KernelNode.make(Ops.STORE, root.dtype, (value,), (number, store_view)))
+        ast = KernelNode.make(Ops.SINK, None, tuple(stores))
         dtypes = tuple(root.dtype for root in self.roots) + tuple(buffer.dtype for buffer in self.inputs)
         return Kernel(ast, tuple(full_shape), tuple(axes), dtypes), self.inputs
 
@@ -484,30 +484,30 @@ class _KernelBuilder:
             tracker = _view(node.shape, pending)
             if guarded:
                 tracker = tracker.without_broadcast_mask()
-            return KernelNode.make("LOAD", node.dtype, (), (number, tracker))
+            return KernelNode.make(Ops.LOAD, node.dtype, (), (number, tracker))
         if node.op == "CONST":
             tracker = _view(node.shape, pending)
             if guarded:
                 tracker = tracker.without_broadcast_mask()
             has_mask = any(view.mask is not None for view in tracker.views)
-            return KernelNode.make("CONST", node.dtype, (), (node.arg, tracker if has_mask else None))
+            return KernelNode.make(Ops.CONST, node.dtype, (), (node.arg, tracker if has_mask else None))
         kind = OPS[node.op].kind
         if node.op == "PAD":
             source, inner = sources[0]
             if inner[-1][0] != GUARDED:
                 return values[0]
-            valid = KernelNode.make("VALID", dtypes.bool, (), _view(source.shape, inner[:-1]))
-            zero = KernelNode.make("CONST", node.dtype, (), (node.dtype.np_type(0).item(), None))
-            return KernelNode.make("WHERE", node.dtype, (valid, values[0], zero))
+            valid = KernelNode.make(Ops.VALID, dtypes.bool, (), _view(source.shape, inner[:-1]))
+            zero = KernelNode.make(Ops.CONST, node.dtype, (), (node.dtype.np_type(0).item(), None))
+            return KernelNode.make(Ops.WHERE, node.dtype, (valid, values[0], zero))
         if kind == MOVEMENT:
             return values[0]
         if kind == REDUCE:
             assert node is self.reduce and all(op == "RESHAPE" for op, _ in pending), "fusion plan broken"
-            return KernelNode.make(node.op, node.dtype, tuple(values), node.arg)
+            return KernelNode.make(OPS[node.op], node.dtype, tuple(values), node.arg)
         if kind == GATHER:  # stored, so at the top of its kernel: the source's views keep its last axis
             assert top and not pending, "fusion plan broken"
-            return KernelNode.make(node.op, node.dtype, tuple(values), node.srcs[0].shape[-1])
-        return KernelNode.make(node.op, node.dtype, tuple(values), node.arg)
+            return KernelNode.make(OPS[node.op], node.dtype, tuple(values), node.srcs[0].shape[-1])
+        return KernelNode.make(OPS[node.op], node.dtype, tuple(values), node.arg)
 
 
 _SCHEDULES: dict[tuple, list[tuple]] = {}  # graph structure -> items as positions in its walk
@@ -651,7 +651,7 @@ def _reads_only_per_position(reader: ScheduleItem, source: ScheduleItem) -> bool
         stored = source.kernel.stores[number].arg[1]
         views[id(output)] = (stored, stored.expand(kernel.full_shape))
     for node in kernel.ast.walk():
-        if node.op == "LOAD":
+        if node.op is Ops.LOAD:
             loaded = reader.inputs[node.arg[0] - len(reader.outputs)]
             if id(loaded) in views and node.arg[1] not in views[id(loaded)]:
                 return False
@@ -663,10 +663,10 @@ def _renumbered(ast: KernelNode, numbers: dict[int, int], replacements: dict[int
     `replacements` replaced by that value."""
     rebuilt: dict[KernelNode, KernelNode] = {}
     for node in ast.walk():
-        if node.op == "LOAD" and node.arg[0] in replacements:
+        if node.op is Ops.LOAD and node.arg[0] in replacements:
             rebuilt[node] = replacements[node.arg[0]]
             continue
-        arg = (numbers[node.arg[0]], node.arg[1]) if node.op in ("LOAD", "STORE") else node.arg
+        arg = (numbers[node.arg[0]], node.arg[1]) if node.op in (Ops.LOAD, Ops.STORE) else node.arg
         rebuilt[node] = KernelNode.make(node.op, node.dtype, tuple(rebuilt[src] for src in node.srcs), arg)
     return rebuilt[ast]
 
@@ -713,7 +713,7 @@ def _chained(source: ScheduleItem, reader: ScheduleItem) -> ScheduleItem:
         else:
             replacements[number] = stored_value[id(node)]
     reader_store = _renumbered(reader.kernel.stores[0], reader_numbers, replacements)
-    ast = KernelNode.make("SINK", None, tuple(source_stores) + (reader_store,))
+    ast = KernelNode.make(Ops.SINK, None, tuple(source_stores) + (reader_store,))
     dtypes = tuple(node.dtype for node in outputs + inputs)
     kernel = Kernel(ast, reader.kernel.full_shape, reader.kernel.reduce_axes, dtypes)
     return ScheduleItem(kernel, outputs, inputs)
@@ -844,7 +844,7 @@ def _buffer_accesses(item: ScheduleItem) -> tuple[set[int], set[int]]:
     store_view = item.kernel.stores[0].arg[1]
     shifted = set()
     for node in item.kernel.ast.walk():
-        if node.op == "LOAD" and node.arg[1] != store_view:
+        if node.op is Ops.LOAD and node.arg[1] != store_view:
             source = item.inputs[node.arg[0] - 1]
             if source.realized:
                 shifted.add(id(source.buffer))
@@ -912,7 +912,7 @@ def _can_write_in_place(item: ScheduleItem, number: int) -> bool:
         return False
     store_view = item.kernel.stores[number].arg[1]
     for node in item.kernel.ast.walk():
-        if node.op == "LOAD" and item.inputs[node.arg[0] - len(item.outputs)].buffer is target.buffer:
+        if node.op is Ops.LOAD and item.inputs[node.arg[0] - len(item.outputs)].buffer is target.buffer:
             if item.kernel.reduce_axes or node.arg[1] != store_view:
                 return False
     return True

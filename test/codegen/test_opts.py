@@ -11,6 +11,7 @@ import lazygrad.codegen.linearize as linearize_module
 import lazygrad.tensor_methods.linalg as linalg
 from lazygrad import Tensor, dtypes, no_grad
 from lazygrad.nn import functional as F
+from lazygrad.ops import Ops
 from lazygrad.codegen.axes import merge_dims
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
@@ -169,7 +170,7 @@ def test_conv2d_of_a_large_padded_input_copies_it_and_tiles_32_by_8():
     w = Tensor(np.ones((32, 16, 3, 3), np.float32))
     kernel, kernel_count = last_kernel_of(x.conv2d(w, padding=1))
     assert kernel_count == 2
-    loads = [node for node in kernel.ast.walk() if node.op == "LOAD"]
+    loads = [node for node in kernel.ast.walk() if node.op is Ops.LOAD]
     assert all(view.mask is None for load in loads for view in load.arg[1].views)
     assert heuristic_opts(kernel, CRenderer()) == [Opt("UPCAST", 3, 32), Opt("UPCAST", 1, 8)]
 
@@ -859,7 +860,7 @@ def test_an_expensive_left_operand_is_stored_before_it_is_packed():
     5x slower than storing it first). 97 rows fill no whole tile, so x is packed."""
     x, w = Tensor(np.ones((97, 384), np.float32)), Tensor(np.ones((384, 384), np.float32))
     items = [item for item in create_schedule([(x.gelu() @ w).lazydata]) if item.kernel is not None]
-    with_exp = [item.kernel for item in items if any(node.op == "EXP2" for node in item.kernel.ast.walk())]
+    with_exp = [item.kernel for item in items if any(node.op is Ops.EXP2 for node in item.kernel.ast.walk())]
     assert len(items) == 5 and len(with_exp) == 1 and with_exp[0].full_shape == (97, 384)  # and the cut
 
 

@@ -160,7 +160,7 @@ def test_every_elementwise_op_renders(renderer, name: str):
     for dtype in _operand_dtypes(name):
         src_dtypes = [dtype] * OPS[name].arity
         out_dtype = OPS[name].out_dtype(src_dtypes, None) if OPS[name].out_dtype else dtype
-        text = renderer.render_op(name, src_dtypes, out_dtype, [f"x{number}" for number in range(OPS[name].arity)])
+        text = renderer.render_op(OPS[name], src_dtypes, out_dtype, [f"x{number}" for number in range(OPS[name].arity)])
         assert "x0" in text and "{" not in text
 
 
@@ -168,7 +168,7 @@ def test_every_elementwise_op_renders(renderer, name: str):
 @pytest.mark.parametrize("name", sorted(name for name, op in OPS.items() if op.kind == REDUCE))
 def test_every_reduce_renders_its_accumulation(renderer, name: str):
     for dtype in (dtypes.float16, dtypes.float32, dtypes.int32):
-        text = renderer.render_accumulate(name, dtype, "acc", "value")
+        text = renderer.render_accumulate(OPS[name], dtype, "acc", "value")
         assert "acc" in text and "value" in text
 
 

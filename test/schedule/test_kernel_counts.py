@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Tensor, stats
+from lazygrad.ops import Ops
 from lazygrad.schedule.fuse import create_schedule
 
 
@@ -424,7 +425,7 @@ def test_a_convolution_with_channels_in_the_middle_reads_a_channels_last_input_f
     out = hidden.conv2d(Tensor(w2))
     reduces = [item.kernel for item in create_schedule([out.lazydata]) if item.kernel is not None and item.kernel.reduce_axes]
     last = reduces[-1]
-    loads = [node for node in last.ast.walk() if node.op == "LOAD"]
+    loads = [node for node in last.ast.walk() if node.op is Ops.LOAD]
     assert all(node.arg[1].views[-1].strides[-1] in (0, 1) or node.arg[1].shape[-1] == 1 for node in loads)
     expected = np.einsum("oc,nchw->nohw", w2[:, :, 0, 0], np.maximum(np.einsum("oc,nchw->nohw", w1[:, :, 0, 0], a), 0))
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)

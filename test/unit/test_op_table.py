@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from lazygrad.dtype import dtypes
-from lazygrad.ops import OPS, ELEMENTWISE, GATHER, REDUCE, reduce_identity
+from lazygrad.ops import OPS, ELEMENTWISE, GATHER, REDUCE, Ops, reduce_identity
 from lazygrad.ops.table import NOT_DIFFERENTIABLE
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
@@ -39,7 +39,7 @@ def test_every_elementwise_op_renders_on_every_renderer(renderer, name):
     opdef = OPS[name]
     dtype = dtypes.int32 if name in ("AND", "OR", "XOR", "SHL", "SHR") else dtypes.float32
     src_dtypes = [dtypes.bool, dtype, dtype] if name == "WHERE" else [dtype] * opdef.arity
-    text = renderer.render_op(name, src_dtypes, dtype, [f"x{i}" for i in range(opdef.arity)])
+    text = renderer.render_op(opdef, src_dtypes, dtype, [f"x{i}" for i in range(opdef.arity)])
     for i in range(opdef.arity):
         assert f"x{i}" in text
 
@@ -48,7 +48,7 @@ def test_every_elementwise_op_renders_on_every_renderer(renderer, name):
 @pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.kind == REDUCE))
 def test_every_reduce_renders_its_accumulation(renderer, name):
     for dtype in (dtypes.float32, dtypes.int32, dtypes.bool):
-        text = renderer.render_accumulate(name, dtype, "acc", "value")
+        text = renderer.render_accumulate(OPS[name], dtype, "acc", "value")
         assert "acc" in text and "value" in text
 
 
@@ -68,14 +68,14 @@ def test_every_dialect_the_table_names_is_one_a_renderer_reads():
 def test_the_ops_a_renderer_computes_on_vectors_are_the_tables_and_render_on_vectors(renderer):
     """`vector_ops` comes from the op table's vector entries; each renders on vectors of 4 lanes
     (a vector of masks, too, where C compares)."""
-    vector_ops = {name for name, op in OPS.items() if set(op.vector) & set(renderer.dialects)}
-    assert renderer.vector_ops == vector_ops and {"ADD", "MUL", "MAX", "SUM"} <= vector_ops
-    for name in sorted(vector_ops):
-        arity = 2 if OPS[name].kind == REDUCE else OPS[name].arity
-        src_dtypes = [dtypes.bool, dtypes.float32, dtypes.float32] if name == "WHERE" else [dtypes.float32] * arity
-        dtype = OPS[name].out_dtype(src_dtypes, None) if OPS[name].out_dtype else dtypes.float32
-        text = renderer.render_vector_op(name, src_dtypes, dtype, [f"x{i}" for i in range(arity)], 4)
-        assert all(f"x{i}" in text for i in range(arity)), (name, text)
+    vector_ops = {op for op in OPS.values() if set(op.vector) & set(renderer.dialects)}
+    assert renderer.vector_ops == vector_ops and {Ops.ADD, Ops.MUL, Ops.MAX, Ops.SUM} <= vector_ops
+    for op in sorted(vector_ops):
+        arity = 2 if op.kind == REDUCE else op.arity
+        src_dtypes = [dtypes.bool, dtypes.float32, dtypes.float32] if op is Ops.WHERE else [dtypes.float32] * arity
+        dtype = op.out_dtype(src_dtypes, None) if op.out_dtype else dtypes.float32
+        text = renderer.render_vector_op(op, src_dtypes, dtype, [f"x{i}" for i in range(arity)], 4)
+        assert all(f"x{i}" in text for i in range(arity)), (op, text)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.kind == REDUCE))
@@ -98,12 +98,12 @@ def test_the_scheduler_and_opts_read_one_cost_per_op(name):
 
     source = SimpleNamespace(dtype=dtypes.float32)
     lazy = SimpleNamespace(op=name, dtype=dtypes.float32, srcs=(source,) * OPS[name].arity)  # what _op_cost reads
-    assert _cheap(KernelNode(name, dtypes.float32, ())) == (_op_cost(lazy) == 1)
+    assert _cheap(KernelNode(OPS[name], dtypes.float32, ())) == (_op_cost(lazy) == 1)
 
 
 def test_a_float16_result_is_rounded_by_the_gpu_dialects_unless_the_op_is_exact_in_half():
-    inexact = OpenCLRenderer().render_op("ADD", [dtypes.float16, dtypes.float16], dtypes.float16, ["a", "b"])
-    exact = OpenCLRenderer().render_op("MAX", [dtypes.float16, dtypes.float16], dtypes.float16, ["a", "b"])
+    inexact = OpenCLRenderer().render_op(Ops.ADD, [dtypes.float16, dtypes.float16], dtypes.float16, ["a", "b"])
+    exact = OpenCLRenderer().render_op(Ops.MAX, [dtypes.float16, dtypes.float16], dtypes.float16, ["a", "b"])
     assert inexact.startswith("lg_half(") and not exact.startswith("lg_half(")
-    assert CUDARenderer().render_op("ADD", [dtypes.float16] * 2, dtypes.float16, ["a", "b"]).startswith("lg_half(")
-    assert not CUDARenderer().render_op("NEG", [dtypes.float16], dtypes.float16, ["a"]).startswith("lg_half(")
+    assert CUDARenderer().render_op(Ops.ADD, [dtypes.float16] * 2, dtypes.float16, ["a", "b"]).startswith("lg_half(")
+    assert not CUDARenderer().render_op(Ops.NEG, [dtypes.float16], dtypes.float16, ["a"]).startswith("lg_half(")
