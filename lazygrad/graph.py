@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 from lazygrad.lazy import LazyBuffer, walk
+from lazygrad.ops import Ops
 
 
 def to_dot(outputs: list[LazyBuffer]) -> str:
@@ -18,7 +19,7 @@ def to_dot(outputs: list[LazyBuffer]) -> str:
     lines = ["digraph lazygrad {", "  rankdir=BT;", '  node [shape=box, fontname="monospace"];']
     for node in nodes:
         label = f"{node.op}\\n{node.dtype.name}{list(node.shape)}"
-        if node.arg is not None and node.op != "BUFFER":
+        if node.arg is not None and node.op is not Ops.BUFFER:
             label += f"\\n{str(node.arg)[:40]}"
         style = ', style=filled, fillcolor="#dddddd"' if node.realized else ""
         if id(node) in output_ids:

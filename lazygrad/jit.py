@@ -60,6 +60,7 @@ from lazygrad.multi import MultiLazyBuffer, lazy_nodes
 from lazygrad.realize import realize
 from lazygrad.stats import stats
 from lazygrad.tensor import Tensor
+from lazygrad.ops import Ops
 
 _PLAIN_TYPES = (int, float, bool, str, bytes, type(None))
 
@@ -492,7 +493,7 @@ class TinyJit:
             if name != position or kind != "tensor" or not isinstance(value, Tensor):
                 return False
             node = value.lazydata
-            if node.__class__ is not LazyBuffer or node.op != "BUFFER" or node.buffer is None or node.buffer.version != node.version:
+            if node.__class__ is not LazyBuffer or node.op is not Ops.BUFFER or node.buffer is None or node.buffer.version != node.version:
                 return False
             if node.shape != captured[0] or node.dtype is not captured[1] or node.device != captured[2]:
                 return False
@@ -502,7 +503,7 @@ class TinyJit:
     def _realized(inputs: list[Tensor]) -> list[Tensor]:
         pending = []
         for tensor in inputs:
-            if any(node.buffer is None or node.op != "BUFFER" for node in lazy_nodes(tensor.lazydata)):
+            if any(node.buffer is None or node.op is not Ops.BUFFER for node in lazy_nodes(tensor.lazydata)):
                 pending.append(tensor)
         if pending:
             Tensor.realize(*pending)

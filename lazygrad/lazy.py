@@ -26,7 +26,7 @@ import weakref
 import numpy as np
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.ops import ELEMENTWISE, OPS, MOVEMENT, REDUCE
+from lazygrad.ops import MOVEMENT, OpDef, Ops, REDUCE
 from lazygrad.shape.view import ShapeTracker, View
 
 class StaleValueError(RuntimeError):
@@ -67,7 +67,8 @@ class LazyBuffer:
     __slots__ = ("op", "srcs", "arg", "dtype", "shape", "device", "buffer", "version", "_key", "_constant",
                  "__weakref__")
 
-    def __init__(self, op: str, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str):
+    def __init__(self, op: OpDef, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str):
+        assert op.__class__ is OpDef, f"a lazy node's op is an OpDef (Ops.{op}), not {op!r}"
         self.op, self.srcs, self.arg = op, srcs, arg
         self.dtype, self.shape, self.device = dtype, shape, device
         self.buffer = None  # the device Buffer once realized
@@ -76,11 +77,11 @@ class LazyBuffer:
         self._constant = None  # on the top of a broadcast constant: see const()
 
     @staticmethod
-    def create(op: str, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
+    def create(op: OpDef, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
         # sources by id, so the table holds no node alive (an id reused after its node died can only
         # find a dead entry: a live unrealized node keeps its sources alive); repr tells -0.0 from 0.0
         # (equal as floats) and lets NaN constants match each other; fuse.walk_with_structure reads key[2:]
-        key = (op, tuple(map(id, srcs)), repr(arg) if op == "CONST" else arg, dtype, shape, device)
+        key = (op, tuple(map(id, srcs)), repr(arg) if op is Ops.CONST else arg, dtype, shape, device)
         try:
             reference = _CONSED.get(key)
         except TypeError:  # an unhashable arg is a bug in the caller
@@ -98,7 +99,7 @@ class LazyBuffer:
 
     @staticmethod
     def from_buffer(buffer, shape: tuple[int, ...]) -> "LazyBuffer":
-        node = LazyBuffer("BUFFER", (), None, buffer.dtype, tuple(shape), buffer.device)
+        node = LazyBuffer(Ops.BUFFER, (), None, buffer.dtype, tuple(shape), buffer.device)
         node.buffer = buffer
         node.version = buffer.version
         return node
@@ -122,7 +123,7 @@ class LazyBuffer:
             converted = dtype.np_type(value).item()
         except (OverflowError, ValueError):  # out-of-range integers wrap, as a C cast does
             converted = np.array(value).astype(dtype.np).item()
-        scalar = LazyBuffer.create("CONST", (), converted, dtype, (), device)
+        scalar = LazyBuffer.create(Ops.CONST, (), converted, dtype, (), device)
         node, chain = scalar, (scalar,)
         if shape:
             reshaped = scalar.reshape((1,) * len(shape))
@@ -170,7 +171,7 @@ class LazyBuffer:
 
     # ---- elementwise and reduce ----------------------------------------------------------------
 
-    def alu(self, op: str, *others: "LazyBuffer", arg=None) -> "LazyBuffer":
+    def alu(self, op: OpDef, *others: "LazyBuffer", arg=None) -> "LazyBuffer":
         srcs = (self,) + others
         order = _common_stored_order(srcs)
         if order is not None:  # computed in the order its operands are stored, then viewed as asked
@@ -178,13 +179,13 @@ class LazyBuffer:
             return _elementwise(op, tuple(_in_order(source, order) for source in srcs), arg).permute(inverse)
         return _elementwise(op, srcs, arg)
 
-    def reduce(self, op: str, axes: tuple[int, ...]) -> "LazyBuffer":
-        assert OPS[op].kind == REDUCE
+    def reduce(self, op: OpDef, axes: tuple[int, ...]) -> "LazyBuffer":
+        assert op.kind == REDUCE
         axes = tuple(sorted(axis for axis in set(axes) if self.shape[axis] != 1))
         if not axes:
             return self
         new_shape = tuple(1 if axis in axes else size for axis, size in enumerate(self.shape))
-        if op == "SUM" and self.dtype.is_float and not (self.op == "MUL" and self.srcs[0] is not self.srcs[1]):
+        if op is Ops.SUM and self.dtype.is_float and not (self.op is Ops.MUL and self.srcs[0] is not self.srcs[1]):
             split = accumulation_split(self.shape, axes)
             if split is not None:
                 return self._sum_in_two_stages(axes, *split).reshape(new_shape)
@@ -200,73 +201,73 @@ class LazyBuffer:
             wide = wide.pad(tuple((0, size - length if other == axis else 0) for other, length in enumerate(self.shape)))
         pieces = wide.reshape(self.shape[:axis] + (parts, size // parts) + self.shape[axis + 1:])
         first = tuple(other + (other > axis) for other in axes if other != axis) + (axis + 1,)
-        return pieces.reduce("SUM", first).reduce("SUM", (axis,)).cast(self.dtype)
+        return pieces.reduce(Ops.SUM, first).reduce(Ops.SUM, (axis,)).cast(self.dtype)
 
     def take(self, index: "LazyBuffer") -> "LazyBuffer":
         """TAKE: this node, of shape index.shape + (n,), read along its last axis at `index`."""
         assert self.shape[:-1] == index.shape and index.dtype.is_int, "TAKE: index shape or dtype"
-        return LazyBuffer.create("TAKE", (self, index), None, self.dtype, index.shape, self.device)
+        return LazyBuffer.create(Ops.TAKE, (self, index), None, self.dtype, index.shape, self.device)
 
     def cast(self, dtype: DType, bitcast: bool = False) -> "LazyBuffer":
         if dtype == self.dtype:
             return self
-        return self.alu("BITCAST" if bitcast else "CAST", arg=dtype)
+        return self.alu(Ops.BITCAST if bitcast else Ops.CAST, arg=dtype)
 
     # ---- movement: views, never copies --------------------------------------------------------
 
-    def _movement(self, op: str, arg, new_shape: tuple[int, ...]) -> "LazyBuffer":
-        assert OPS[op].kind == MOVEMENT
+    def _movement(self, op: OpDef, arg, new_shape: tuple[int, ...]) -> "LazyBuffer":
+        assert op.kind == MOVEMENT
         return LazyBuffer.create(op, (self,), arg, self.dtype, new_shape, self.device)
 
     def reshape(self, shape: tuple[int, ...]) -> "LazyBuffer":
         shape = tuple(shape)
         if shape == self.shape:
             return self
-        return self._movement("RESHAPE", shape, shape)
+        return self._movement(Ops.RESHAPE, shape, shape)
 
     def permute(self, order: tuple[int, ...]) -> "LazyBuffer":
         order = tuple(order)
         if order == tuple(range(len(order))):
             return self
-        if self.op == "PERMUTE" and not self.realized:  # one permute of the source (none if they cancel)
+        if self.op is Ops.PERMUTE and not self.realized:  # one permute of the source (none if they cancel)
             return self.srcs[0].permute(tuple(self.arg[axis] for axis in order))
-        return self._movement("PERMUTE", order, tuple(self.shape[axis] for axis in order))
+        return self._movement(Ops.PERMUTE, order, tuple(self.shape[axis] for axis in order))
 
     def expand(self, shape: tuple[int, ...]) -> "LazyBuffer":
         shape = tuple(shape)
         if shape == self.shape:
             return self
-        return self._movement("EXPAND", shape, shape)
+        return self._movement(Ops.EXPAND, shape, shape)
 
     def pad(self, padding: tuple[tuple[int, int], ...]) -> "LazyBuffer":
         padding = tuple((int(lo), int(hi)) for lo, hi in padding)
         if all(lo == 0 and hi == 0 for lo, hi in padding):
             return self
         shape = tuple(size + lo + hi for size, (lo, hi) in zip(self.shape, padding))
-        return self._movement("PAD", padding, shape)
+        return self._movement(Ops.PAD, padding, shape)
 
     def shrink(self, bounds: tuple[tuple[int, int], ...]) -> "LazyBuffer":
         bounds = tuple((int(start), int(end)) for start, end in bounds)
         if all(start == 0 and end == size for (start, end), size in zip(bounds, self.shape)):
             return self
-        return self._movement("SHRINK", bounds, tuple(end - start for start, end in bounds))
+        return self._movement(Ops.SHRINK, bounds, tuple(end - start for start, end in bounds))
 
     def flip(self, axes: tuple[int, ...]) -> "LazyBuffer":
         axes = tuple(sorted(axis for axis in set(axes) if self.shape[axis] > 1))
         if not axes:
             return self
-        return self._movement("FLIP", axes, self.shape)
+        return self._movement(Ops.FLIP, axes, self.shape)
 
     # ---- sources and sinks --------------------------------------------------------------------
 
     def contiguous(self) -> "LazyBuffer":
-        return LazyBuffer.create("CONTIGUOUS", (self,), None, self.dtype, self.shape, self.device)
+        return LazyBuffer.create(Ops.CONTIGUOUS, (self,), None, self.dtype, self.shape, self.device)
 
     def assign(self, value: "LazyBuffer") -> "LazyBuffer":
         """`value` (same shape, dtype and device) stored into this node's buffer when it is realized
         and the engine finds the write safe, else into a new buffer; the result replaces this node."""
         assert (value.shape, value.dtype, value.device) == (self.shape, self.dtype, self.device)
-        node = LazyBuffer.create("ASSIGN", (value, self), None, self.dtype, self.shape, self.device)
+        node = LazyBuffer.create(Ops.ASSIGN, (value, self), None, self.dtype, self.shape, self.device)
         PENDING_ASSIGNS.add(node)
         return node
 
@@ -277,11 +278,11 @@ class LazyBuffer:
         if type(device) is tuple:
             from lazygrad.multi import MultiLazyBuffer
             return MultiLazyBuffer.shard(self, device, None)
-        return LazyBuffer.create("COPY", (self,), None, self.dtype, self.shape, device)
+        return LazyBuffer.create(Ops.COPY, (self,), None, self.dtype, self.shape, device)
 
 
-def _elementwise(op: str, srcs: tuple, arg) -> LazyBuffer:
-    opdef = OPS[op]
+def _elementwise(op: OpDef, srcs: tuple, arg) -> LazyBuffer:
+    opdef = op
     dtype = opdef.out_dtype([s.dtype for s in srcs], arg) if opdef.out_dtype else srcs[-1].dtype
     return LazyBuffer.create(op, srcs, arg, dtype, srcs[0].shape, srcs[0].device)
 
@@ -296,10 +297,10 @@ def _stored_order(node: LazyBuffer) -> tuple[LazyBuffer, tuple[int, ...]] | tupl
     constant, a broadcast). A prefix is a matmul's result without the rows its panels padded
     (linalg `_panel_product`; ResNet-18's 1x1 downsampling at batch 1)."""
     chain, base = [], node
-    while base.op in ("RESHAPE", "PERMUTE", "SHRINK") and base.buffer is None:
+    while base.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK) and base.buffer is None:
         chain.append((base.op, base.arg))
         base = base.srcs[0]
-    if base.buffer is not None or (base.op not in ELEMENTWISE and OPS[base.op].kind != REDUCE):
+    if base.buffer is not None or (not base.op.is_elementwise and base.op.kind != REDUCE):
         return None
     order = _view_order(base.shape, tuple(chain)) if chain else tuple(range(len(base.shape)))
     return _UNORDERED if order is None else (base, order)

@@ -31,9 +31,10 @@ import math
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.lazy import LazyBuffer
+from lazygrad.ops import OpDef, Ops
 
 # how an all-reduce combines the partial results of each reduce
-_COMBINE = {"SUM": "ADD", "PROD": "MUL", "MAX_REDUCE": "MAX"}
+_COMBINE = {Ops.SUM: Ops.ADD, Ops.PROD: Ops.MUL, Ops.MAX_REDUCE: Ops.MAX}
 
 
 def split_bounds(size: int, parts: int) -> tuple[tuple[int, int], ...]:
@@ -123,7 +124,7 @@ class MultiLazyBuffer:
                 result = placed
             else:
                 inside = LazyBuffer.const(True, dtypes.bool, lb.shape, device).pad(padding)
-                result = inside.alu("WHERE", placed, result)
+                result = inside.alu(Ops.WHERE, placed, result)
         return LazyBuffer.const(0, self.dtype, self.shape, device) if result is None else result
 
     def replicated(self) -> "MultiLazyBuffer":
@@ -143,7 +144,7 @@ class MultiLazyBuffer:
 
     # ---- elementwise and reduce ---------------------------------------------------------------
 
-    def alu(self, op: str, *others: "MultiLazyBuffer", arg=None) -> "MultiLazyBuffer":
+    def alu(self, op: OpDef, *others: "MultiLazyBuffer", arg=None) -> "MultiLazyBuffer":
         sources = (self,) + others
         split = next((source for source in sources if source.axis is not None), self)
         shards = [source.split_like(split.axis, split.bounds) for source in sources]
@@ -151,9 +152,9 @@ class MultiLazyBuffer:
         return MultiLazyBuffer(lbs, split.axis, split.bounds)
 
     def cast(self, dtype: DType, bitcast: bool = False) -> "MultiLazyBuffer":
-        return self if dtype == self.dtype else self.alu("BITCAST" if bitcast else "CAST", arg=dtype)
+        return self if dtype == self.dtype else self.alu(Ops.BITCAST if bitcast else Ops.CAST, arg=dtype)
 
-    def reduce(self, op: str, axes: tuple[int, ...]) -> "MultiLazyBuffer":
+    def reduce(self, op: OpDef, axes: tuple[int, ...]) -> "MultiLazyBuffer":
         partial = self._each("reduce", op, axes)
         if self.axis is None or self.axis not in axes:
             return MultiLazyBuffer(partial, self.axis, self.bounds)

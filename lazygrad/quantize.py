@@ -34,6 +34,7 @@ from lazygrad.nn.layers import Conv2d, Linear
 from lazygrad.nn.module import Module
 from lazygrad.nn.state import get_state_dict, named_children
 from lazygrad.tensor import Tensor, no_grad
+from lazygrad.ops import Ops
 
 INT8_LIMIT = 127  # symmetric: -128 is never used, so negating a quantized value stays in range
 
@@ -60,7 +61,7 @@ def quantize_tensor(x: Tensor, scale: Tensor | None = None) -> tuple[Tensor, Ten
 def _shift_offset(weight_rows: Tensor) -> Tensor:
     """128 times each output's weight sum (over all but the first axis): what shifting the input to
     uint8 adds to its dot products."""
-    return (weight_rows.cast(dtypes.int32).reshape(weight_rows.shape[0], -1)._reduce("SUM", -1, False, "quantize")
+    return (weight_rows.cast(dtypes.int32).reshape(weight_rows.shape[0], -1)._reduce(Ops.SUM, -1, False, "quantize")
             * 128).realize()
 
 

@@ -36,6 +36,7 @@ from lazygrad.renderer.cuda import CUDARenderer
 from lazygrad.renderer.opencl import OpenCLRenderer
 from lazygrad.schedule.fuse import ScheduleItem, create_schedule, memoized_schedule, walk_with_structure
 from lazygrad.stats import stats
+from lazygrad.ops import Ops
 
 _RENDERERS: dict[str, object] = {}  # device name -> the renderer of its dialect
 
@@ -373,7 +374,7 @@ def _run_schedule(device_name: str, outputs: list[LazyBuffer], schedule: list[Sc
 
 def _realize_copy_sources(nodes: list[LazyBuffer]) -> bool:
     """A copy reads a buffer on another device: realize that buffer there first. True if it did."""
-    sources = [node.srcs[0] for node in nodes if node.op == "COPY" and not node.realized and not node.srcs[0].realized]
+    sources = [node.srcs[0] for node in nodes if node.op is Ops.COPY and not node.realized and not node.srcs[0].realized]
     if sources:
         realize(sources)
     return bool(sources)

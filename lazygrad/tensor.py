@@ -20,7 +20,7 @@ from lazygrad.devices import canonical_device, get_device
 from lazygrad.dtype import STORAGE_FLOATS, STORAGE_WIDE, DType, dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
 from lazygrad.multi import MultiLazyBuffer
-from lazygrad.ops import OPS, GATHER, REDUCE, UNARY, BINARY, TERNARY
+from lazygrad.ops import BINARY, GATHER, OpDef, Ops, REDUCE, TERNARY, UNARY
 from lazygrad.realize import realize, record_host_buffer
 from lazygrad.tensor_methods.creation import CreationMethods, manual_seed  # noqa: F401 (lazygrad.manual_seed)
 from lazygrad.tensor_methods.elementwise import ElementwiseMethods
@@ -117,9 +117,9 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         record_host_buffer(buffer)
         return LazyBuffer.from_buffer(buffer, array.shape)
 
-    def _apply(self, op: str, *others: "Tensor", arg=None) -> "Tensor":
+    def _apply(self, op: OpDef, *others: "Tensor", arg=None) -> "Tensor":
         """Apply one primitive of the op table, recording it for backward when a source needs grads."""
-        kind = OPS[op].kind
+        kind = op.kind
         if kind in (UNARY, BINARY, TERNARY):
             stored_only = self.lazydata.dtype in STORAGE_WIDE
             sources = []  # a loop, not a list comprehension (a function call): this runs for every op
@@ -127,7 +127,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
                 source = other.lazydata
                 sources.append(source)
                 stored_only = stored_only or source.dtype in STORAGE_WIDE
-            if stored_only and op != "CAST" and op != "BITCAST":
+            if stored_only and op is not Ops.CAST and op is not Ops.BITCAST:
                 return self._storage_op(op, others, arg)
             lazy = self.lazydata.alu(op, *sources, arg=arg)
         elif kind == REDUCE:
@@ -136,12 +136,12 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             lazy = self.lazydata.reduce(op, arg)
         elif kind == GATHER:
             lazy = self.lazydata.take(others[0].lazydata)
-        elif op == "CONTIGUOUS":
+        elif op is Ops.CONTIGUOUS:
             lazy = self.lazydata.contiguous()
-        elif op == "COPY":
+        elif op is Ops.COPY:
             lazy = self.lazydata.copy_to(arg)
         else:
-            lazy = getattr(self.lazydata, op.lower())(arg)
+            lazy = getattr(self.lazydata, op.name.lower())(arg)
         out = Tensor(lazy)
         # only floating point results carry gradients (comparisons, casts to int, argmax do not), as in PyTorch
         needs_grad = self.requires_grad
@@ -152,7 +152,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             out._ctx = (op, (self,) + others, arg)
         return out
 
-    def _storage_op(self, op: str, others: tuple["Tensor", ...], arg) -> "Tensor":
+    def _storage_op(self, op: OpDef, others: tuple["Tensor", ...], arg) -> "Tensor":
         """An op on operands of a stored-only dtype (`dtype.STORAGE_WIDE`): a storage float (bfloat16,
         the float8s, float4) as PyTorch computes it, in float32, its float result rounded to that dtype
         once (a sum or a matmul accumulates in float32 and rounds at the end); a 4-bit integer in
@@ -197,7 +197,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         out = Tensor(self.lazydata)
         if Tensor.grad_enabled and any(source.requires_grad for source in sources):
             out.requires_grad = True
-            out._ctx = ("CUSTOM", tuple(sources), rule)
+            out._ctx = (None, tuple(sources), rule)  # no op: the rule is its own
         return out
 
     def _backward_order(self) -> list["Tensor"]:
@@ -240,7 +240,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
                 if grad is None:
                     continue
                 op, sources, arg = tensor._ctx
-                rule = arg if op == "CUSTOM" else OPS[op].grad
+                rule = arg if op is None else op.grad
                 if not callable(rule):
                     raise RuntimeError(f"backward: {op} is not differentiable")
                 source_grads = rule(grad, tensor.detach(), [source.detach() for source in sources], arg)
@@ -308,9 +308,9 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         for tensor in tensors:
             node = tensor.lazydata
             if node.__class__ is not LazyBuffer:
-                shards = [LazyBuffer.from_buffer(lb.buffer, lb.shape) if lb.op != "BUFFER" else lb for lb in node.lbs]
+                shards = [LazyBuffer.from_buffer(lb.buffer, lb.shape) if lb.op is not Ops.BUFFER else lb for lb in node.lbs]
                 tensor.lazydata = MultiLazyBuffer(shards, node.axis, node.bounds)
-            elif node.op != "BUFFER":  # keep only the buffer, not the graph that made it
+            elif node.op is not Ops.BUFFER:  # keep only the buffer, not the graph that made it
                 tensor.lazydata = LazyBuffer.from_buffer(node.buffer, node.shape)
         return self
 
@@ -399,7 +399,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
                 dtype = arg
         result = self if dtype is None else self.cast(dtype)
         if device is not None:
-            result = result._apply("COPY", arg=canonical_device(device))
+            result = result._apply(Ops.COPY, arg=canonical_device(device))
         return result
 
     def shard(self, devices, axis: int | None = None) -> "Tensor":
@@ -421,7 +421,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         out = Tensor(MultiLazyBuffer.shard(node, devices, axis))
         if self.requires_grad and Tensor.grad_enabled:  # its gradient is gathered back, as a copy's
             out.requires_grad = True
-            out._ctx = ("COPY", (self,), devices)
+            out._ctx = (Ops.COPY, (self,), devices)
         return out
 
     def shard_(self, devices, axis: int | None = None) -> "Tensor":
@@ -463,14 +463,14 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             return self
         if (dtype in STORAGE_FLOATS or self.dtype in STORAGE_FLOATS) and dtypes.float32 not in (dtype, self.dtype):
             # storage floats convert to and from float32 only (PyTorch too rounds a double to float first)
-            return self._apply("CAST", arg=dtypes.float32).cast(dtype)
-        return self._apply("CAST", arg=dtype)
+            return self._apply(Ops.CAST, arg=dtypes.float32).cast(dtype)
+        return self._apply(Ops.CAST, arg=dtype)
 
     def bitcast(self, dtype) -> "Tensor":
         dtype = dtypes.from_any(dtype)
         if dtype.itemsize != self.dtype.itemsize:
             raise TypeError(f"bitcast: {self.dtype.name} and {dtype.name} differ in size")
-        return self if dtype == self.dtype else self._apply("BITCAST", arg=dtype)
+        return self if dtype == self.dtype else self._apply(Ops.BITCAST, arg=dtype)
 
     def float(self) -> "Tensor":
         return self.cast(dtypes.float32)
@@ -526,11 +526,11 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
     def _broadcast_to(self, shape: tuple[int, ...]) -> "Tensor":
         if self.shape == shape:
             return self
-        padded = self if len(shape) == self.ndim else self._apply("RESHAPE", arg=(1,) * (len(shape) - self.ndim) + self.shape)
-        return padded._apply("EXPAND", arg=shape)
+        padded = self if len(shape) == self.ndim else self._apply(Ops.RESHAPE, arg=(1,) * (len(shape) - self.ndim) + self.shape)
+        return padded._apply(Ops.EXPAND, arg=shape)
 
-    def _binary(self, op: str, other, reverse: bool = False, name: str = "") -> "Tensor":
-        x, y = self._operands(other, name or op.lower(), reverse)
+    def _binary(self, op: OpDef, other, reverse: bool = False, name: str = "") -> "Tensor":
+        x, y = self._operands(other, name or op.name.lower(), reverse)
         return x._apply(op, y)
 
     # ---- Python operators (the named methods live in tensor_methods/) --------------------------
@@ -557,10 +557,10 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
 
     # ---- comparisons and bitwise operators ----------------------------------------------------
 
-    def __lt__(self, other): return self._binary("CMPLT", other, name="lt")
-    def __gt__(self, other): return self._binary("CMPLT", other, reverse=True, name="gt")
-    def __ne__(self, other): return self._binary("CMPNE", other, name="ne")
-    def __eq__(self, other): return self._binary("CMPNE", other, name="eq").logical_not()
+    def __lt__(self, other): return self._binary(Ops.CMPLT, other, name="lt")
+    def __gt__(self, other): return self._binary(Ops.CMPLT, other, reverse=True, name="gt")
+    def __ne__(self, other): return self._binary(Ops.CMPNE, other, name="ne")
+    def __eq__(self, other): return self._binary(Ops.CMPNE, other, name="eq").logical_not()
     def __le__(self, other): return self._compare_or_equal(other, "le", greater=False)
     def __ge__(self, other): return self._compare_or_equal(other, "ge", greater=True)
 
@@ -581,28 +581,28 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
                     past = np.nextafter(bound, dtype.np_type(-np.inf if greater else np.inf))
                 if abs(past) >= np.finfo(dtype.np).tiny:  # a normal number (or infinity)
                     x = self if dtype is node.dtype else self.cast(dtype)
-                    return x._binary("CMPLT", past.item(), reverse=greater, name=name)
+                    return x._binary(Ops.CMPLT, past.item(), reverse=greater, name=name)
         strict = self > other if greater else self < other
         return strict.logical_or(self == other)
 
-    def _bitwise(self, op: str, other, name: str, reverse: bool = False) -> "Tensor":
+    def _bitwise(self, op: OpDef, other, name: str, reverse: bool = False) -> "Tensor":
         x, y = self._operands(other, name, reverse)
         if x.dtype.is_float:
             raise TypeError(f"{name}: not supported for {x.dtype.name} tensors (bool and integer only)")
         return x._apply(op, y)
 
-    def __and__(self, other): return self._bitwise("AND", other, "bitwise_and")
-    def __or__(self, other): return self._bitwise("OR", other, "bitwise_or")
-    def __xor__(self, other): return self._bitwise("XOR", other, "bitwise_xor")
+    def __and__(self, other): return self._bitwise(Ops.AND, other, "bitwise_and")
+    def __or__(self, other): return self._bitwise(Ops.OR, other, "bitwise_or")
+    def __xor__(self, other): return self._bitwise(Ops.XOR, other, "bitwise_xor")
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
 
-    def __lshift__(self, other): return self._bitwise("SHL", other, "bitwise_left_shift")
-    def __rshift__(self, other): return self._bitwise("SHR", other, "bitwise_right_shift")
-    def __rlshift__(self, other): return self._bitwise("SHL", other, "bitwise_left_shift", reverse=True)
-    def __rrshift__(self, other): return self._bitwise("SHR", other, "bitwise_right_shift", reverse=True)
+    def __lshift__(self, other): return self._bitwise(Ops.SHL, other, "bitwise_left_shift")
+    def __rshift__(self, other): return self._bitwise(Ops.SHR, other, "bitwise_right_shift")
+    def __rlshift__(self, other): return self._bitwise(Ops.SHL, other, "bitwise_left_shift", reverse=True)
+    def __rrshift__(self, other): return self._bitwise(Ops.SHR, other, "bitwise_right_shift", reverse=True)
 
     def __invert__(self) -> "Tensor":
         if self.dtype.is_float:
             raise TypeError(f"bitwise_not: not supported for {self.dtype.name} tensors")
         all_ones = self._const_like(True if self.dtype.is_bool else -1)  # -1 becomes 255 in uint8, as a C cast does
-        return self._apply("XOR", all_ones)
+        return self._apply(Ops.XOR, all_ones)

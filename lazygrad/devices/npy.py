@@ -11,21 +11,21 @@ import numpy as np
 from lazygrad.devices.buffer import Buffer, HostAllocator
 from lazygrad.dtype import DType
 from lazygrad.lazy import LazyBuffer, walk
-from lazygrad.ops import OPS, GATHER, REDUCE, UNARY, BINARY, TERNARY
+from lazygrad.ops import BINARY, GATHER, OpDef, Ops, REDUCE, TERNARY, UNARY
 
 
-def _movement(op: str, value: np.ndarray, arg) -> np.ndarray:
-    if op == "RESHAPE":
+def _movement(op: OpDef, value: np.ndarray, arg) -> np.ndarray:
+    if op is Ops.RESHAPE:
         return value.reshape(arg)
-    if op == "PERMUTE":
+    if op is Ops.PERMUTE:
         return value.transpose(arg)
-    if op == "EXPAND":
+    if op is Ops.EXPAND:
         return np.broadcast_to(value, arg)
-    if op == "PAD":
+    if op is Ops.PAD:
         return np.pad(value, arg)
-    if op == "SHRINK":
+    if op is Ops.SHRINK:
         return value[tuple(slice(start, end) for start, end in arg)]
-    if op == "FLIP":
+    if op is Ops.FLIP:
         return np.flip(value, arg)
     raise AssertionError(f"not a movement op: {op}")
 
@@ -36,14 +36,14 @@ def evaluate(node: LazyBuffer, values: dict[int, np.ndarray]) -> np.ndarray:
         node.check_current()
         return node.buffer.array.reshape(node.shape)
     srcs = [values[id(src)] for src in node.srcs]
-    if node.op == "CONST":
+    if node.op is Ops.CONST:
         return np.full(node.shape, node.arg, dtype=node.dtype.np)
-    if node.op in ("CONTIGUOUS", "COPY", "ASSIGN"):
+    if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
         return np.ascontiguousarray(srcs[0])
-    opdef = OPS[node.op]
+    opdef = node.op
     with np.errstate(all="ignore"):
         if opdef.kind in (UNARY, BINARY, TERNARY):
-            result = opdef.ref(*srcs, node.arg) if node.op in ("CAST", "BITCAST") else opdef.ref(*srcs)
+            result = opdef.ref(*srcs, node.arg) if node.op in (Ops.CAST, Ops.BITCAST) else opdef.ref(*srcs)
         elif opdef.kind == REDUCE:
             result = opdef.ref(srcs[0], node.arg)
         elif opdef.kind == GATHER:
@@ -74,7 +74,7 @@ class NPYDevice:
         for node in outputs:
             if node.realized:
                 continue
-            if node.op == "ASSIGN" and node.srcs[1].realized:
+            if node.op is Ops.ASSIGN and node.srcs[1].realized:
                 in_place.append((node, np.array(values[id(node)])))  # written last: other values may
                 continue                                                # be views of the old contents
             value = values[id(node)]

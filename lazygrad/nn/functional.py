@@ -27,6 +27,7 @@ from lazygrad.nn.spatial import (
 )
 from lazygrad.tensor import Tensor, no_grad
 from lazygrad.tensor_methods.helpers import computes_in_float32
+from lazygrad.ops import Ops
 
 __all__ = [
     "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "byte_dot_conv2d",
@@ -74,7 +75,7 @@ def byte_dot_linear(input: Tensor, weight: Tensor) -> Tensor:
         raise ValueError(f"byte_dot_linear: input of shape {input.shape} does not match weight of shape "
                          f"{weight.shape} (out_features, in_features)")
     products = input.unsqueeze(-2).cast(dtypes.int32) * weight.cast(dtypes.int32)
-    return products._reduce("SUM", -1, False, "byte_dot_linear")
+    return products._reduce(Ops.SUM, -1, False, "byte_dot_linear")
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:

@@ -26,6 +26,7 @@ from lazygrad.multi import first_shard
 from lazygrad.tensor import Tensor, no_grad
 from lazygrad.tensor_methods.helpers import computes_in_float32
 from lazygrad.tensor_methods.linalg import matmul_in_panels, packs_operands
+from lazygrad.ops import Ops
 
 
 # ---- argument checking -------------------------------------------------------------------------
@@ -183,7 +184,7 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
     # output channel's row stayed scalar). A product of two numbers is the same either way round.
     # summed in the operands' dtype: an integer convolution accumulates in its own integers (int32 for
     # lazygrad.quantize's int8 products), where `sum` would widen them to int64
-    summed = (weight * windows)._reduce("SUM", tuple(range(3 + dims, 4 + 2 * dims)), False, "convolution")
+    summed = (weight * windows)._reduce(Ops.SUM, tuple(range(3 + dims, 4 + 2 * dims)), False, "convolution")
     summed = summed._with_gradient((weight, windows), _windowed_product_gradient)
     return summed.reshape((batch, out_channels) + outputs)
 
@@ -300,7 +301,7 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
         left = windows.permute((0,) + spatial + (1,) + kernel_axes)
         left = left.reshape((batch,) + outputs + (1, 1, channels) + kernel)
         # window values first: gcc's SLP packs the tile's fmas only with their operands in this order
-        summed = (left * right)._reduce("SUM", tuple(range(3 + dims, 4 + 2 * dims)), False, "convolution")  # (N, *outputs, O/P, P)
+        summed = (left * right)._reduce(Ops.SUM, tuple(range(3 + dims, 4 + 2 * dims)), False, "convolution")  # (N, *outputs, O/P, P)
         result = summed.reshape((batch,) + outputs + (out_channels,)).permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
     laid_out_weight = weight.reshape((1, 1, out_channels) + (1,) * dims + (channels,) + kernel)
     laid_out_windows = windows.permute((0,) + spatial + (1,) + kernel_axes).unsqueeze(1).unsqueeze(1)
@@ -326,7 +327,7 @@ def _channels_last_padded(x: Tensor, dims: int, strided: bool) -> Tensor:
     than it (144 channels at 56x56: 0.07 + 0.13 -> 0.32 ms), so those keep it."""
     to_last = (0,) + tuple(range(2, 2 + dims)) + (1,)
     node = x.lazydata
-    if strided and isinstance(node, LazyBuffer) and node.op == "PAD" and node.buffer is None:
+    if strided and isinstance(node, LazyBuffer) and node.op is Ops.PAD and node.buffer is None:
         inner = node.srcs[0].permute(to_last)
         if stored_in_order(inner):
             return Tensor(inner.pad(tuple(node.arg[axis] for axis in to_last)))
@@ -359,7 +360,7 @@ def _depthwise_channels_last_product(x: Tensor, weight: Tensor, stride, dilation
         left = windows.permute((0,) + spatial + (1,) + tuple(range(2 + dims, 2 + 2 * dims)))  # (N, *outputs, C, *kernel)
         taps = weight.detach().reshape((channels,) + kernel).permute(tuple(range(1, 1 + dims)) + (0,)).contiguous()
         taps = taps.permute((dims,) + tuple(range(dims)))                                  # (C, *kernel) of a (*kernel, C) copy
-        summed = (taps * left)._reduce("SUM", tuple(range(2 + dims, 2 + 2 * dims)), False, "convolution")  # (N, *outputs, C)
+        summed = (taps * left)._reduce(Ops.SUM, tuple(range(2 + dims, 2 + 2 * dims)), False, "convolution")  # (N, *outputs, C)
         result = summed.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
     if not (Tensor.grad_enabled and (x.requires_grad or weight.requires_grad)):
         return result
@@ -618,7 +619,7 @@ def byte_dot_conv2d(input: Tensor, weight: Tensor, stride=1, padding=0, dilation
     packed = packed.reshape(blocks, lanes, quads, 4, *kernel).permute(0, 4, 5, 2, 1, 3).contiguous()
     weights = packed.permute(0, 4, 1, 2, 3, 5)  # (K/16, 16, kh, kw, C/4, 4)
     products = windows.cast(dtypes.int32) * weights.cast(dtypes.int32)  # (N, OH, OW, K/16, 16, kh, kw, C/4, 4)
-    sums = products._reduce("SUM", (-4, -3, -2, -1), False, name).reshape(batch, rows, columns, blocks * lanes)
+    sums = products._reduce(Ops.SUM, (-4, -3, -2, -1), False, name).reshape(batch, rows, columns, blocks * lanes)
     return sums[..., :out_channels].permute(0, 3, 1, 2)
 
 

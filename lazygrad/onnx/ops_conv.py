@@ -18,6 +18,7 @@ from lazygrad.nn import functional as F
 from lazygrad.nn.spatial import pool_windows
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
+from lazygrad.ops import Ops
 
 CONVOLUTIONS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -203,7 +204,7 @@ def integer_convolution(ctx, x, x_zero_point, w, w_zero_point, kernel_shape=None
         if x_zero_point is None:
             return F.byte_dot_conv2d(x, w, strides, pairs, dilations)
         sums = F.byte_dot_conv2d(x, w, strides, pairs, dilations, padding_value=x_zero_point)
-        weight_sums = w.cast(dtypes.int32)._reduce("SUM", (1, 2, 3), False, "ConvInteger").reshape(-1, 1, 1)
+        weight_sums = w.cast(dtypes.int32)._reduce(Ops.SUM, (1, 2, 3), False, "ConvInteger").reshape(-1, 1, 1)
         return sums - x_zero_point.reshape(()).cast(dtypes.int32) * weight_sums
     x = x.cast(dtypes.int32) - (0 if x_zero_point is None else x_zero_point.cast(dtypes.int32))
     shift = 0 if w_zero_point is None else w_zero_point.cast(dtypes.int32).reshape(-1, *([1] * (w.ndim - 1)))

@@ -9,6 +9,7 @@ from lazygrad.dtype import dtypes
 from lazygrad.nn import functional as F
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
+from lazygrad.ops import Ops
 
 
 @onnx_op("MatMul")
@@ -29,7 +30,7 @@ def integer_matmul(ctx, x, x_zero_point, y, y_zero_point) -> Tensor:
         sums = F.byte_dot_linear(x, y.T.contiguous())
         if x_zero_point is None:
             return sums
-        column_sums = y.cast(dtypes.int32)._reduce("SUM", 0, False, "MatMulInteger")
+        column_sums = y.cast(dtypes.int32)._reduce(Ops.SUM, 0, False, "MatMulInteger")
         return sums - x_zero_point.reshape(()).cast(dtypes.int32) * column_sums
     x = x.cast(dtypes.int32) - (0 if x_zero_point is None else x_zero_point.cast(dtypes.int32))
     y = y.cast(dtypes.int32) - (0 if y_zero_point is None else y_zero_point.cast(dtypes.int32))

@@ -1,5 +1,5 @@
-"""The op vocabulary: every primitive lazygrad computes with, each defined once in `OPS` (by name) and
-reachable as an object, `Ops.ADD`, which is what the kernel AST and everything below it hold."""
+"""The op vocabulary: every primitive lazygrad computes with, each defined once in `OPS` (by name); the
+lazy graph, the kernel AST and everything below them hold the records themselves, `Ops.ADD`."""
 from lazygrad.ops.table import (OPS, OpDef, Ops, ELEMENTWISE, UNARY, BINARY, TERNARY, REDUCE, MOVEMENT,
                                 SOURCE, GATHER, KERNEL, reduce_identity)
 

@@ -43,9 +43,8 @@ LN2 = math.log(2)
 
 @dataclass(frozen=True, eq=False)
 class OpDef:
-    """One op. The kernel AST, the loop program and the renderers hold these objects (`Ops.ADD`),
-    one per op, so comparing them is identity; the lazy graph still names its ops by string
-    (`OPS[name]` is the record)."""
+    """One op. The lazy graph, the kernel AST, the loop program and the renderers hold these objects
+    (`Ops.ADD`), one per op, so comparing them is identity; `OPS[name]` finds one by its name."""
     name: str
     kind: str
     arity: int
@@ -67,6 +66,10 @@ class OpDef:
     #                                        (a GPU dialect computing in float32 need not round it)
     ulps: int = 0                          # how many units in the last place a device's float result
     #                                        may be from `ref` (test/ops/test_primitives.py); 0: bit for bit
+    is_elementwise: bool = field(init=False)  # unary, binary or ternary (a field: the scheduler asks often)
+
+    def __post_init__(self):
+        object.__setattr__(self, "is_elementwise", self.kind in (UNARY, BINARY, TERNARY))
 
     def __repr__(self) -> str:
         return self.name
@@ -78,10 +81,6 @@ class OpDef:
 
     def __lt__(self, other: "OpDef") -> bool:
         return self.name < other.name
-
-    @property
-    def is_elementwise(self) -> bool:
-        return self.kind in (UNARY, BINARY, TERNARY)
 
 
 def _bool_out(dtypes_in, arg) -> DType:
@@ -301,7 +300,7 @@ _DEFS = [
           grad=_prod_grad,
           render={"c": "({0}*{1})"}, vector={"opencl": LANEWISE}, simd_reduction="*"),
     OpDef("MAX_REDUCE", REDUCE, 1,
-          ref=lambda x, axes: np.max(x, axis=axes, keepdims=True, initial=reduce_identity("MAX_REDUCE", x.dtype)),
+          ref=lambda x, axes: np.max(x, axis=axes, keepdims=True, initial=reduce_identity(Ops.MAX_REDUCE, x.dtype)),
           grad=_reduce_max_grad, render={"c": {"float": "(({1}>{0} || {1}!={1}) ? {1} : {0})",
                                                 "int": "({1}>{0} ? {1} : {0})", "bool": "({0}|{1})"},
                                           "cpu": {"float32": "lg_maxf({1}, {0})", "float64": "lg_max({1}, {0})"}},
@@ -349,13 +348,12 @@ def _op_named(name: str) -> OpDef:
     return OPS.get(name) or KERNEL_OPS[name]
 
 
-def reduce_identity(op: "str | OpDef", dtype) -> object:
-    """The value a reduce (its name or its OpDef) starts from (and returns for an empty input)."""
-    op_name = op.name if isinstance(op, OpDef) else op
+def reduce_identity(op: OpDef, dtype) -> object:
+    """The value a reduce starts from (and returns for an empty input)."""
     np_dtype = np.dtype(dtype.np_type) if isinstance(dtype, DType) else np.dtype(dtype)
-    if op_name == "SUM":
+    if op is Ops.SUM:
         return np_dtype.type(0)
-    if op_name == "PROD":
+    if op is Ops.PROD:
         return np_dtype.type(1)
     if np_dtype.kind == "f":
         return np_dtype.type(-np.inf)

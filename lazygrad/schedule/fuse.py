@@ -48,7 +48,7 @@ from lazygrad.codegen.opts import matmul_tile
 from lazygrad.dependency_order import dependency_order
 from lazygrad.dtype import STORAGE_FLOATS, dtypes
 from lazygrad.lazy import LazyBuffer
-from lazygrad.ops import ELEMENTWISE, GATHER, MOVEMENT, OPS, REDUCE, Ops
+from lazygrad.ops import GATHER, MOVEMENT, REDUCE, Ops
 from lazygrad.ops.table import EXPENSIVE
 from lazygrad.shape.view import ShapeTracker
 
@@ -100,20 +100,20 @@ def _op_cost(node: LazyBuffer) -> int:
     64-bit integer to a float that of an expensive op, since AVX2 has no vector instruction for it
     (each lane is converted alone: BERT's attention mask, recomputed for every score, made its
     softmax 6x slower)."""
-    if node.op == "CAST" and node.dtype.is_float and node.srcs[0].dtype == dtypes.int64:
+    if node.op is Ops.CAST and node.dtype.is_float and node.srcs[0].dtype == dtypes.int64:
         return EXPENSIVE
-    return OPS[node.op].cost
+    return node.op.cost
 
 
 def _is_reduce(node: LazyBuffer) -> bool:
-    return OPS[node.op].kind == REDUCE
+    return node.op.kind == REDUCE
 
 
 _SHARED = -1  # a node's reader when the kernels of two or more roots compute it
 
 
 def _is_product(reduce: LazyBuffer) -> bool:
-    return reduce.op == "SUM" and reduce.srcs[0].op == "MUL"
+    return reduce.op is Ops.SUM and reduce.srcs[0].op is Ops.MUL
 
 
 class _FusionPlan:
@@ -134,9 +134,9 @@ class _FusionPlan:
         for node in nodes:
             if node.realized:
                 continue
-            if node.op in ("CONTIGUOUS", "COPY", "ASSIGN", "TAKE"):
+            if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.TAKE):
                 self.materialized.add(id(node))
-            if node.op == "COPY" and not node.srcs[0].realized:
+            if node.op is Ops.COPY and not node.srcs[0].realized:
                 self.materialized.add(id(node.srcs[0]))
         self.nodes = nodes
         self.cheap: set[int] = set()  # values found cheap to recompute (they stay so: stores only add leaves)
@@ -162,7 +162,7 @@ class _FusionPlan:
                 if buffer_limit is not None and buffers >= buffer_limit:
                     return True
                 continue
-            if current.op in ELEMENTWISE:
+            if current.op.is_elementwise:
                 cost += _op_cost(current)
                 if cost > limit:
                     return True
@@ -187,15 +187,15 @@ class _FusionPlan:
         stack, seen, expensive = [node], set(), False
         while stack:
             current = stack.pop()
-            if id(current) in seen or current.realized or current.op == "CONST":
+            if id(current) in seen or current.realized or current.op is Ops.CONST:
                 continue
             seen.add(id(current))
             # a parameter's function is a few ops: a longer walk means computed values below, and
             # stopping keeps each sweep linear in the nodes
             if len(seen) > PARAMETER_VALUE_MAX_NODES or (current is not node and id(current) in self.materialized) \
-                    or (current.op not in ELEMENTWISE and OPS[current.op].kind != MOVEMENT):
+                    or (not current.op.is_elementwise and current.op.kind != MOVEMENT):
                 return False
-            expensive = expensive or OPS[current.op].cost > 1
+            expensive = expensive or current.op.cost > 1
             stack.extend(current.srcs)
         return expensive
 
@@ -245,10 +245,10 @@ class _FusionPlan:
         reads: dict[int, set[int]] = {}  # id(node) -> the buffers its kernel reads to compute it
         stored_any = False
         for node in self.nodes:  # sources first
-            if node.realized or node.op in ("CONST", "COPY"):
+            if node.realized or node.op in (Ops.CONST, Ops.COPY):
                 continue
-            sources = [src for src in (node.srcs[:1] if node.op in ("CONTIGUOUS", "ASSIGN") else node.srcs)
-                       if src.op != "CONST" or src.realized]
+            sources = [src for src in (node.srcs[:1] if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN) else node.srcs)
+                       if src.op is not Ops.CONST or src.realized]
             total = self._reads_of(sources, reads)
             while len(total) >= MAX_KERNEL_BUFFERS:
                 widest = max((src for src in sources if not self.is_leaf(src)), key=lambda src: len(reads[id(src)]))
@@ -299,9 +299,9 @@ class _FusionPlan:
     def _start_kernel(self, root: LazyBuffer) -> None:
         """Pass a stored node's own kernel down to its sources: from the stored value (CONTIGUOUS,
         ASSIGN), from below its reduce, or from the node itself."""
-        if root.op == "COPY":
+        if root.op is Ops.COPY:
             return
-        if root.op in ("CONTIGUOUS", "ASSIGN"):
+        if root.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
             self._reach(root.srcs[0], id(root), (True, False, False, False))
             return
         if _is_reduce(root):
@@ -311,7 +311,7 @@ class _FusionPlan:
 
     def _reach(self, node: LazyBuffer, reader: int, path: tuple) -> None:
         """Record that `reader`'s kernel computes `node` along `path` (nothing for a leaf)."""
-        if node.realized or node.op == "CONST" or id(node) in self.materialized:
+        if node.realized or node.op is Ops.CONST or id(node) in self.materialized:
             return
         known = self.readers.get(id(node))
         if known is None:
@@ -327,13 +327,13 @@ class _FusionPlan:
         """The paths on from a node computed in the kernel to its sources."""
         if _is_reduce(node):  # the kernel's one reduce: its source runs in the reduce loop
             return [(node.srcs[0], (False, True, False, _is_product(node)))]
-        if node.op == "TAKE":  # (it starts its kernel) a reduce below it is stored, not fused
+        if node.op is Ops.TAKE:  # (it starts its kernel) a reduce below it is stored, not fused
             return [(src, (False,) + path[1:]) for src in node.srcs for path in paths]
-        if OPS[node.op].kind == MOVEMENT:
-            return [(node.srcs[0], (reshapes_only and node.op == "RESHAPE", under_reduce,
-                                    through_expand or node.op == "EXPAND", under_product))
+        if node.op.kind == MOVEMENT:
+            return [(node.srcs[0], (reshapes_only and node.op is Ops.RESHAPE, under_reduce,
+                                    through_expand or node.op is Ops.EXPAND, under_product))
                     for reshapes_only, under_reduce, through_expand, under_product in paths]
-        if node.op == "CAST" and node.dtype in STORAGE_FLOATS:
+        if node.op is Ops.CAST and node.dtype in STORAGE_FLOATS:
             # a reduce below is stored in float32 and converted by a kernel of its own: a register
             # tile writes its sums as float vectors, which a conversion per element would break up
             # (a bfloat16 matmul of 1024 ran 16x slower than float32's in one kernel)
@@ -348,7 +348,7 @@ class _FusionPlan:
                                         for reshapes_only, under_reduce, _, _ in paths):
                 return True
             return self.reduce_of_root.setdefault(reader, node) is not node
-        if node.op in ELEMENTWISE:
+        if node.op.is_elementwise:
             if any(under_reduce and through_expand for _, under_reduce, through_expand, _ in paths):
                 if self.worth_storing(node):
                     return True
@@ -357,7 +357,7 @@ class _FusionPlan:
                     and (self.worth_storing_parameter_value(node) or self.worth_storing_broadcast(node)):
                 return True
             return reader == _SHARED and self.worth_storing_shared(node)
-        if node.op == "PAD":
+        if node.op is Ops.PAD:
             return any(under_reduce and through_expand and under_product for _, under_reduce, through_expand,
                        under_product in paths) and self.worth_storing_padded(node)
         return False
@@ -395,8 +395,8 @@ class _KernelBuilder:
             full_shape, axes, out_shape = first.shape, (), first.shape
         stores = []
         for number, root in enumerate(self.roots):
-            value_node, top = (root.srcs[0], False) if root.op in ("CONTIGUOUS", "ASSIGN") else (root, True)
-            pending = (("RESHAPE", out_shape),) if root.shape != out_shape else ()
+            value_node, top = (root.srcs[0], False) if root.op in (Ops.CONTIGUOUS, Ops.ASSIGN) else (root, True)
+            pending = ((Ops.RESHAPE, out_shape),) if root.shape != out_shape else ()
             value = self.node(value_node, pending, top=top)
             store_view = ShapeTracker.from_shape(root.shape).reshape(out_shape)
             stores.append(KernelNode.make(Ops.STORE, root.dtype, (value,), (number, store_view)))
@@ -415,13 +415,13 @@ class _KernelBuilder:
             if (id(node), pending) in seen:
                 continue
             seen.add((id(node), pending))
-            if self.plan.is_leaf(node) or node.op == "CONST":
+            if self.plan.is_leaf(node) or node.op is Ops.CONST:
                 tracker = _view(node.shape, pending)
                 if tracker.without_broadcast_mask() != tracker:
                     return True
-            elif OPS[node.op].kind == MOVEMENT:
+            elif node.op.kind == MOVEMENT:
                 stack.append((node.srcs[0], pending + ((node.op, node.arg),)))
-            elif not OPS[node.op].keeps_zero:
+            elif not node.op.keeps_zero:
                 return True
             else:
                 stack.extend((src, pending) for src in node.srcs)
@@ -434,17 +434,17 @@ class _KernelBuilder:
         does not move along, so a per-channel value is loaded once per channel instead of tested per
         element (MobileNetV2's padded BatchNorm outputs). Loads that could leave their buffer keep
         theirs."""
-        inner = pending + (("PAD", node.arg),)
+        inner = pending + ((Ops.PAD, node.arg),)
         if self._needs_guard(node.srcs[0], inner):
             inner += ((GUARDED, None),)
         return node.srcs[0], inner
 
     def _sources(self, node: LazyBuffer, pending: tuple, top: bool) -> list[tuple[LazyBuffer, tuple]]:
         """The (source, pending views) pairs whose ASTs make this node's, in the order `_make` reads them."""
-        if (not top and self.plan.is_leaf(node)) or node.op == "CONST":
+        if (not top and self.plan.is_leaf(node)) or node.op is Ops.CONST:
             return []
-        kind = OPS[node.op].kind
-        if node.op == "PAD":
+        kind = node.op.kind
+        if node.op is Ops.PAD:
             return [self._padded_source(node, pending)]
         if kind == MOVEMENT:
             return [(node.srcs[0], pending + ((node.op, node.arg),))]
@@ -485,14 +485,14 @@ class _KernelBuilder:
             if guarded:
                 tracker = tracker.without_broadcast_mask()
             return KernelNode.make(Ops.LOAD, node.dtype, (), (number, tracker))
-        if node.op == "CONST":
+        if node.op is Ops.CONST:
             tracker = _view(node.shape, pending)
             if guarded:
                 tracker = tracker.without_broadcast_mask()
             has_mask = any(view.mask is not None for view in tracker.views)
             return KernelNode.make(Ops.CONST, node.dtype, (), (node.arg, tracker if has_mask else None))
-        kind = OPS[node.op].kind
-        if node.op == "PAD":
+        kind = node.op.kind
+        if node.op is Ops.PAD:
             source, inner = sources[0]
             if inner[-1][0] != GUARDED:
                 return values[0]
@@ -502,12 +502,12 @@ class _KernelBuilder:
         if kind == MOVEMENT:
             return values[0]
         if kind == REDUCE:
-            assert node is self.reduce and all(op == "RESHAPE" for op, _ in pending), "fusion plan broken"
-            return KernelNode.make(OPS[node.op], node.dtype, tuple(values), node.arg)
+            assert node is self.reduce and all(op is Ops.RESHAPE for op, _ in pending), "fusion plan broken"
+            return KernelNode.make(node.op, node.dtype, tuple(values), node.arg)
         if kind == GATHER:  # stored, so at the top of its kernel: the source's views keep its last axis
             assert top and not pending, "fusion plan broken"
-            return KernelNode.make(OPS[node.op], node.dtype, tuple(values), node.srcs[0].shape[-1])
-        return KernelNode.make(OPS[node.op], node.dtype, tuple(values), node.arg)
+            return KernelNode.make(node.op, node.dtype, tuple(values), node.srcs[0].shape[-1])
+        return KernelNode.make(node.op, node.dtype, tuple(values), node.arg)
 
 
 _SCHEDULES: dict[tuple, list[tuple]] = {}  # graph structure -> items as positions in its walk
@@ -623,7 +623,7 @@ def _plan_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> list[S
     plan = _FusionPlan(outputs, nodes)
     items = []
     for root in plan.roots():
-        if root.op == "COPY":
+        if root.op is Ops.COPY:
             items.append(ScheduleItem(None, [root], [root.srcs[0]]))
             continue
         kernel, inputs = _KernelBuilder([root], plan).build()
@@ -632,7 +632,7 @@ def _plan_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> list[S
     written: set[int] = set()
     for item in items:
         for number, output in enumerate(item.outputs):
-            if output.op == "ASSIGN" and _can_write_in_place(item, number) and id(output.srcs[1].buffer) not in written:
+            if output.op is Ops.ASSIGN and _can_write_in_place(item, number) and id(output.srcs[1].buffer) not in written:
                 item.in_place[number] = True
                 written.add(id(output.srcs[1].buffer))
     return _order(items)
@@ -840,7 +840,7 @@ def _buffer_accesses(item: ScheduleItem) -> tuple[set[int], set[int]]:
     """(the realized buffers a one-output kernel's ASSIGN overwrites, the realized buffers it reads
     through another view than its store's)."""
     output = item.outputs[0]
-    targets = {id(output.srcs[1].buffer)} if output.op == "ASSIGN" and output.srcs[1].realized else set()
+    targets = {id(output.srcs[1].buffer)} if output.op is Ops.ASSIGN and output.srcs[1].realized else set()
     store_view = item.kernel.stores[0].arg[1]
     shifted = set()
     for node in item.kernel.ast.walk():

@@ -224,9 +224,9 @@ class ShapeTracker:
         """See View.without_broadcast_mask; a stack of views keeps its masks."""
         return self if len(self.views) > 1 else ShapeTracker((self.views[0].without_broadcast_mask(),))
 
-    def apply(self, op: str, arg) -> "ShapeTracker":
-        """Apply a movement op by its op-table name."""
-        return getattr(self, op.lower())(arg)
+    def apply(self, op, arg) -> "ShapeTracker":
+        """Apply a movement op (its op-table record, or name)."""
+        return getattr(self, str(op).lower())(arg)
 
     def index_and_valid(self, indices: list[Lin]) -> tuple[Lin, list[tuple[Lin, int, int]]]:
         """The memory offset for per-dim indices, and the conditions under which it is valid. The

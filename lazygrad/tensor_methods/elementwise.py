@@ -14,6 +14,7 @@ import numpy as np
 from lazygrad.dtype import dtypes, least_float, result_type, scalar_dtype
 from lazygrad.lazy import LazyBuffer
 from lazygrad.tensor_methods.helpers import _check_scalar_fits, broadcast_shapes, computes_in_float32
+from lazygrad.ops import OpDef, Ops
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -59,22 +60,22 @@ class ElementwiseMethods:
     # ---- arithmetic ---------------------------------------------------------------------------
 
     def add(self, other, reverse=False):
-        return self._binary("ADD", other, reverse, "add")
+        return self._binary(Ops.ADD, other, reverse, "add")
 
     def mul(self, other, reverse=False):
-        return self._binary("MUL", other, reverse, "mul")
+        return self._binary(Ops.MUL, other, reverse, "mul")
 
     def sub(self, other, reverse=False):
         x, y = self._operands(other, "sub", reverse)
         if x.dtype == dtypes.bool:
             raise TypeError("sub: subtracting bool tensors is not supported; use logical_xor or cast first")
-        return x._apply("ADD", y._apply("NEG"))
+        return x._apply(Ops.ADD, y._apply(Ops.NEG))
 
     def div(self, other, reverse=False):
         """True division: integer inputs give the default float dtype (a number meets the tensor in
         that dtype, so int8_tensor / 1000 is 0.001, not 1 / 1000 in int8)."""
         x, y = self._float_operands(other, "div", reverse)
-        return x._apply("DIV", y)
+        return x._apply(Ops.DIV, y)
 
     def _float_operands(self, other, name: str, reverse=False) -> tuple["Tensor", "Tensor"]:
         """Both operands of a float-valued binary op (div, atan2, ...) in one float dtype and shape:
@@ -89,10 +90,10 @@ class ElementwiseMethods:
         x, y = self._operands(other, "floordiv", reverse)
         if x.dtype.is_bool:
             raise TypeError("floordiv: not supported for bool tensors")
-        remainder = x._apply("MOD", y)
+        remainder = x._apply(Ops.MOD, y)
         off_by_one = (remainder != 0).logical_and((remainder < 0) != (y < 0))
         if not x.dtype.is_float:
-            return x._apply("DIV", y) - off_by_one.cast(x.dtype)
+            return x._apply(Ops.DIV, y) - off_by_one.cast(x.dtype)
         # floor(x / y) computed from the exact remainder, so 2.0 // 0.1 is 19 as in numpy, not 20
         quotient = (x - remainder) / y
         quotient = off_by_one.where(quotient - 1, quotient)
@@ -108,7 +109,7 @@ class ElementwiseMethods:
         x, y = self._operands(other, "remainder", reverse)
         if x.dtype.is_bool:
             raise TypeError("remainder: not supported for bool tensors")
-        remainder = x._apply("MOD", y)
+        remainder = x._apply(Ops.MOD, y)
         wrong_sign = (remainder != 0).logical_and((remainder < 0) != (y < 0))
         return wrong_sign.where(remainder + y, remainder)
 
@@ -175,7 +176,7 @@ class ElementwiseMethods:
         return negative.where(special, result)
 
     def maximum(self, other):
-        return self._binary("MAX", other, name="maximum")
+        return self._binary(Ops.MAX, other, name="maximum")
 
     def minimum(self, other):
         x, y = self._operands(other, "minimum")
@@ -196,19 +197,19 @@ class ElementwiseMethods:
 
     def logical_not(self) -> "Tensor":
         from lazygrad.tensor import Tensor
-        return self.bool()._apply("XOR", Tensor.full(self.shape, True, dtypes.bool, self.device))
+        return self.bool()._apply(Ops.XOR, Tensor.full(self.shape, True, dtypes.bool, self.device))
 
     def logical_and(self, other) -> "Tensor":
         from lazygrad.tensor import Tensor
-        return self.bool()._bitwise("AND", other.bool() if isinstance(other, Tensor) else bool(other), "logical_and")
+        return self.bool()._bitwise(Ops.AND, other.bool() if isinstance(other, Tensor) else bool(other), "logical_and")
 
     def logical_or(self, other) -> "Tensor":
         from lazygrad.tensor import Tensor
-        return self.bool()._bitwise("OR", other.bool() if isinstance(other, Tensor) else bool(other), "logical_or")
+        return self.bool()._bitwise(Ops.OR, other.bool() if isinstance(other, Tensor) else bool(other), "logical_or")
 
     def logical_xor(self, other) -> "Tensor":
         from lazygrad.tensor import Tensor
-        return self.bool()._bitwise("XOR", other.bool() if isinstance(other, Tensor) else bool(other), "logical_xor")
+        return self.bool()._bitwise(Ops.XOR, other.bool() if isinstance(other, Tensor) else bool(other), "logical_xor")
 
     def where(self, if_true, if_false) -> "Tensor":
         """`self ? if_true : if_false` elementwise (self is the condition), broadcasting all three."""
@@ -225,23 +226,23 @@ class ElementwiseMethods:
         x, y = if_true._operands(if_false, "where", selects=True)
         shape = broadcast_shapes("where", condition.shape, x.shape)
         condition, x, y = condition._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
-        return condition._apply("WHERE", x, y)
+        return condition._apply(Ops.WHERE, x, y)
 
     # ---- elementwise functions ----------------------------------------------------------------
 
-    def _unary_float(self, op: str) -> "Tensor":
+    def _unary_float(self, op: OpDef) -> "Tensor":
         return self._to_float()._apply(op)
 
     def neg(self) -> "Tensor":
         if self.dtype.is_bool:
             raise TypeError("neg: negating a bool tensor is not supported; use logical_not()")
-        return self._apply("NEG")
+        return self._apply(Ops.NEG)
 
-    def exp2(self): return self._unary_float("EXP2")
-    def log2(self): return self._unary_float("LOG2")
-    def sqrt(self): return self._unary_float("SQRT")
-    def sin(self): return self._unary_float("SIN")
-    def reciprocal(self): return self._unary_float("RECIP")
+    def exp2(self): return self._unary_float(Ops.EXP2)
+    def log2(self): return self._unary_float(Ops.LOG2)
+    def sqrt(self): return self._unary_float(Ops.SQRT)
+    def sin(self): return self._unary_float(Ops.SIN)
+    def reciprocal(self): return self._unary_float(Ops.RECIP)
 
     @computes_in_float32
     def exp(self): return self._in_float32(lambda x: (x * (1 / math.log(2))).exp2())
@@ -460,7 +461,7 @@ class ElementwiseMethods:
 
     def clone(self) -> "Tensor":
         """A copy in new memory (when realized), differentiable like the original."""
-        return self._apply("CONTIGUOUS")
+        return self._apply(Ops.CONTIGUOUS)
 
     # ---- more accurate compositions: expm1, log1p, erf ----------------------------------------
     # Each uses a short series where the plain formula loses digits and the plain formula elsewhere;

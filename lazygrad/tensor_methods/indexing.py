@@ -14,6 +14,7 @@ import numpy as np
 from lazygrad.dtype import dtypes
 from lazygrad.realize import record_data_dependent_shape
 from lazygrad.tensor_methods.helpers import _extreme_value, _normalize_axis, _zero_of, broadcast_shapes
+from lazygrad.ops import Ops
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -292,7 +293,7 @@ class IndexingMethods:
         """self[..., index[...]] along the last axis, of the given shape: TAKE, an indexed load, 0 for
         an index outside [0, n). self's leading dims and index broadcast to `shape` first."""
         source = self._broadcast_to(tuple(shape) + (self.shape[-1],))
-        return source._apply("TAKE", index._broadcast_to(tuple(shape)))
+        return source._apply(Ops.TAKE, index._broadcast_to(tuple(shape)))
 
     def scatter(self, dim: int, index: "Tensor", src, reduce: str | None = None) -> "Tensor":
         """A copy of self with self[index[i][j]][j] = src[i][j] for dim=0 (torch.scatter, not in place);
@@ -304,9 +305,9 @@ class IndexingMethods:
             return self._scatter_as_vector(index, src, lambda x, i, v: x.scatter(0, i, v, reduce))
         hit, values, padding = self._spread(dim, index, src, "scatter")
         if reduce == "multiply":
-            factor = hit.where(values, values._const_like(1))._reduce("PROD", -1, False, "scatter")
+            factor = hit.where(values, values._const_like(1))._reduce(Ops.PROD, -1, False, "scatter")
             return self * factor.pad(padding, value=1)
-        total = hit.where(values, _zero_of(self.dtype))._reduce("SUM", -1, False, "scatter").pad(padding)
+        total = hit.where(values, _zero_of(self.dtype))._reduce(Ops.SUM, -1, False, "scatter").pad(padding)
         if reduce == "add":
             return self + total
         written = hit.any(-1).pad(padding)
@@ -330,9 +331,9 @@ class IndexingMethods:
                 combined = self.maximum(combined) if reduce == "amax" else self.minimum(combined)
             return written.where(combined, self)
         if reduce == "prod":
-            combined = hit.where(values, values._const_like(1))._reduce("PROD", -1, False, "scatter_reduce").pad(padding, value=1)
+            combined = hit.where(values, values._const_like(1))._reduce(Ops.PROD, -1, False, "scatter_reduce").pad(padding, value=1)
             return written.where(combined * self if include_self else combined, self)
-        combined = hit.where(values, _zero_of(self.dtype))._reduce("SUM", -1, False, "scatter_reduce").pad(padding)
+        combined = hit.where(values, _zero_of(self.dtype))._reduce(Ops.SUM, -1, False, "scatter_reduce").pad(padding)
         if include_self:
             combined = combined + self
         if reduce == "sum":

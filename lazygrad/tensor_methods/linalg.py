@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from lazygrad.devices import device_kind, lead_device
 from lazygrad.dtype import result_type
 from lazygrad.multi import first_shard
-from lazygrad.ops import ELEMENTWISE, MOVEMENT, OPS
+from lazygrad.ops import MOVEMENT, Ops
 from lazygrad.tensor_methods.helpers import broadcast_shapes, computes_in_float32
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
@@ -144,7 +144,7 @@ class LinalgMethods:
                 w = w.contiguous()
             left = x.cast(dtype).reshape(x.shape[:-2] + (m, 1, k))
             right = w.cast(dtype).transpose(-1, -2).reshape(w.shape[:-2] + (1, n, k))
-            result = (left * right)._reduce("SUM", -1, False, "matmul")
+            result = (left * right)._reduce(Ops.SUM, -1, False, "matmul")
         if x.ndim == 2 and w.ndim == 2:
             result = result._with_gradient(sources, _matmul_gradient)
         if x_vector:
@@ -213,7 +213,7 @@ class LinalgMethods:
             if other is not None:
                 result = result * _align_labels(other, other_labels, order)
             if len(kept) < len(order):
-                result = result._reduce("SUM", tuple(range(len(kept), len(order))), False, "einsum")
+                result = result._reduce(Ops.SUM, tuple(range(len(kept), len(order))), False, "einsum")
             labels = kept
         return result.permute([labels.index(label) for label in output]) if labels else result
 
@@ -279,7 +279,7 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
         w = (w if w.lazydata.realized else w.contiguous()).pad(((0, 0),) * (w.ndim - 1) + ((0, columns - n),))
     right_panels = w.reshape(w.shape[:-2] + (k, columns // width, width)).transpose(-3, -2).contiguous()
     right = right_panels.transpose(-1, -2).reshape(w.shape[:-2] + (1, 1, columns // width, width, k))
-    result = (left * right)._reduce("SUM", -1, False, "matmul")  # (..., m / rows, rows, n / width, width)
+    result = (left * right)._reduce(Ops.SUM, -1, False, "matmul")  # (..., m / rows, rows, n / width, width)
     result = result.reshape(result.shape[:-4] + (padded, columns))
     return result if (padded, columns) == (m, n) else result[..., :m, :n]
 
@@ -287,7 +287,7 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
 def _stored_by_rows(x: "Tensor") -> "Tensor":
     """x itself where it reads a stored buffer row by row (through reshapes only), else x stored."""
     node = first_shard(x.lazydata)
-    while node.op == "RESHAPE" and not node.realized:
+    while node.op is Ops.RESHAPE and not node.realized:
         node = node.srcs[0]
     return x if node.realized else x.contiguous()
 
@@ -314,14 +314,14 @@ def _has_expensive_op(node) -> bool:
     stack, seen, size = [node], set(), node.numel()
     while stack:
         current = stack.pop()
-        if id(current) in seen or current.realized or current.op == "CONST":
+        if id(current) in seen or current.realized or current.op is Ops.CONST:
             continue
         seen.add(id(current))
         if len(seen) > EXPENSIVE_WALK_NODES:
             return False
-        if OPS[current.op].cost > 1 and current.numel() >= size:
+        if current.op.cost > 1 and current.numel() >= size:
             return True
-        if current.op in ELEMENTWISE or OPS[current.op].kind == MOVEMENT:
+        if current.op.is_elementwise or current.op.kind == MOVEMENT:
             stack.extend(current.srcs)
     return False
 
@@ -340,13 +340,13 @@ def _walks_k_contiguously(tensor) -> bool:
     """Whether tensor is a permuted view whose second-last dim is its source's last (contiguous) one:
     `w.T`, and attention's keys `k.transpose(1, 2).transpose(-1, -2)`, one permute (0, 2, 3, 1)."""
     node = first_shard(tensor.lazydata)
-    return node.op == "PERMUTE" and tensor.ndim >= 2 and node.arg[-2] == tensor.ndim - 1
+    return node.op is Ops.PERMUTE and tensor.ndim >= 2 and node.arg[-2] == tensor.ndim - 1
 
 
 def _is_transposed_view(tensor) -> bool:
     """Whether tensor is its source with the last two dims swapped (`w.T`, `w.transpose(-1, -2)`)."""
     node = first_shard(tensor.lazydata)
-    if node.op != "PERMUTE" or tensor.ndim < 2:
+    if node.op is not Ops.PERMUTE or tensor.ndim < 2:
         return False
     order = node.arg
     return order[-2:] == (tensor.ndim - 1, tensor.ndim - 2) and order[:-2] == tuple(range(tensor.ndim - 2))

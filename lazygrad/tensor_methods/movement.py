@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from lazygrad.dtype import dtypes, result_type
 from lazygrad.tensor_methods.helpers import _int_argument, _normalize_axis, _pick_axis, _shape_argument
+from lazygrad.ops import Ops
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -84,7 +85,7 @@ class MovementMethods:
         if math.prod(shape) != self.numel():
             raise ValueError(f"{function}: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
                              f"into shape {shape}")
-        return self if shape == self.shape else self._apply("RESHAPE", arg=shape)
+        return self if shape == self.shape else self._apply(Ops.RESHAPE, arg=shape)
 
     def reshape_as(self, other: "Tensor") -> "Tensor":
         return self._reshaped((_shape_of(other, "reshape_as"),), "reshape_as")
@@ -97,7 +98,7 @@ class MovementMethods:
         normalized = tuple(_normalize_axis(axis, self.ndim, "permute") for axis in order)
         if sorted(normalized) != list(range(self.ndim)):
             raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dims of shape {self.shape}")
-        return self._apply("PERMUTE", arg=normalized)
+        return self._apply(Ops.PERMUTE, arg=normalized)
 
     def transpose(self, dim0: int = -2, dim1: int = -1) -> "Tensor":
         if self.ndim < 2 and dim0 in (-2, 0) and dim1 in (-1, 0):
@@ -214,10 +215,10 @@ class MovementMethods:
         if any(lo < 0 or hi < 0 for lo, hi in pairs):  # negative padding crops
             result = result.shrink(tuple((-min(lo, 0), size + min(hi, 0)) for (lo, hi), size in zip(pairs, self.shape)))
             pairs = [(max(lo, 0), max(hi, 0)) for lo, hi in pairs]
-        padded = result._apply("PAD", arg=tuple(pairs))
+        padded = result._apply(Ops.PAD, arg=tuple(pairs))
         if value == 0:
             return padded
-        inside = Tensor.full(result.shape, True, dtypes.bool, self.device)._apply("PAD", arg=tuple(pairs))
+        inside = Tensor.full(result.shape, True, dtypes.bool, self.device)._apply(Ops.PAD, arg=tuple(pairs))
         return inside.where(padded, self._filled(padded.shape, value, "pad"))
 
     def _padding_pairs(self, padding) -> list[tuple[int, int]]:
@@ -267,14 +268,14 @@ class MovementMethods:
         for (start, end), size in zip(bounds, self.shape):
             if not 0 <= start <= end <= size:
                 raise ValueError(f"shrink: bounds {bounds} do not fit shape {self.shape}")
-        return self._apply("SHRINK", arg=bounds)
+        return self._apply(Ops.SHRINK, arg=bounds)
 
     def flip(self, *axis) -> "Tensor":
         axis = tuple(axis[0]) if len(axis) == 1 and isinstance(axis[0], (tuple, list)) else tuple(axis)
-        return self._apply("FLIP", arg=tuple(_normalize_axis(a, self.ndim, "flip") for a in axis))
+        return self._apply(Ops.FLIP, arg=tuple(_normalize_axis(a, self.ndim, "flip") for a in axis))
 
     def contiguous(self) -> "Tensor":
-        return self._apply("CONTIGUOUS")
+        return self._apply(Ops.CONTIGUOUS)
 
     def squeeze(self, dim=None) -> "Tensor":
         if dim is None:

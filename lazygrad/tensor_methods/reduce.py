@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.tensor_methods.helpers import _normalize_axis, _pick_axis, computes_in_float32
+from lazygrad.ops import OpDef, Ops
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -51,7 +52,7 @@ class ReduceMethods:
             raise ValueError(f"{op}: axis {axis} repeats a dimension")
         return normalized
 
-    def _reduce(self, op: str, axis, keepdim: bool, name: str) -> "Tensor":
+    def _reduce(self, op: OpDef, axis, keepdim: bool, name: str) -> "Tensor":
         axes = self._reduce_axes(axis, name)
         if self.ndim == 0:
             return self
@@ -64,13 +65,13 @@ class ReduceMethods:
         axis = dim if dim is not None else axis
         source = self.cast(dtype) if dtype is not None else (
             self.cast(_integer_total(self.dtype)) if not self.dtype.is_float else self)
-        return source._reduce("SUM", axis, keepdim, "sum")
+        return source._reduce(Ops.SUM, axis, keepdim, "sum")
 
     def prod(self, axis=None, keepdim: bool = False, dtype=None, *, dim=None) -> "Tensor":
         axis = dim if dim is not None else axis
         source = self.cast(dtype) if dtype is not None else (
             self.cast(_integer_total(self.dtype)) if not self.dtype.is_float else self)
-        return source._reduce("PROD", axis, keepdim, "prod")
+        return source._reduce(Ops.PROD, axis, keepdim, "prod")
 
     def _check_not_empty(self, axis, name: str) -> None:
         axes = self._reduce_axes(axis, name)
@@ -127,7 +128,7 @@ class ReduceMethods:
 
     def _largest(self, axis, keepdim: bool, name: str) -> "Tensor":
         self._check_not_empty(axis, name)
-        return self._reduce("MAX_REDUCE", axis, keepdim, name)
+        return self._reduce(Ops.MAX_REDUCE, axis, keepdim, name)
 
     def _smallest(self, axis, keepdim: bool, name: str) -> "Tensor":
         self._check_not_empty(axis, name)
@@ -167,7 +168,7 @@ class ReduceMethods:
         return self.var(axis, unbiased, keepdim, correction=correction, dim=dim).sqrt()
 
     def any(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
-        return self.bool()._reduce("MAX_REDUCE", _pick_axis(axis, dim, "any"), keepdim, "any")
+        return self.bool()._reduce(Ops.MAX_REDUCE, _pick_axis(axis, dim, "any"), keepdim, "any")
 
     def all(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
         return self.logical_not().any(_pick_axis(axis, dim, "all"), keepdim).logical_not()
@@ -204,7 +205,7 @@ class ReduceMethods:
         # the largest of (size - index) over the maxima is the first maximum
         countdown = Tensor.arange(size, 0, -1, device=self.device).reshape(
             tuple(size if d == axis else 1 for d in range(self.ndim)))
-        return size - is_max.where(countdown, 0)._reduce("MAX_REDUCE", axis, keepdim, name)
+        return size - is_max.where(countdown, 0)._reduce(Ops.MAX_REDUCE, axis, keepdim, name)
 
     @computes_in_float32
     def logsumexp(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
@@ -257,7 +258,7 @@ class ReduceMethods:
         rows = repeated[..., :n * (length + 1)].reshape(batch + (n, length + 1))
         return rows[..., :n]
 
-    def _cumulative(self, op: str, axis, pad_value, name: str) -> "Tensor":
+    def _cumulative(self, op: OpDef, axis, pad_value, name: str) -> "Tensor":
         """A running reduce along axis: one reduce over a windowed view, so one kernel, no loop."""
         axis = _normalize_axis(axis, self.ndim, name)
         if self.ndim == 0 or self.numel() == 0 or self.shape[axis] == 1:
@@ -269,9 +270,9 @@ class ReduceMethods:
 
     def cumsum(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
         source = self.cast(dtype if dtype is not None else self.dtype if self.dtype.is_float else _integer_total(self.dtype))
-        return source._cumulative("SUM", _pick_axis(axis, dim, "cumsum", 0), 0, "cumsum")
+        return source._cumulative(Ops.SUM, _pick_axis(axis, dim, "cumsum", 0), 0, "cumsum")
 
     def cumprod(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
         """Running product; its gradient at a zero is the product of the others, as in PyTorch."""
         source = self.cast(dtype if dtype is not None else self.dtype if self.dtype.is_float else _integer_total(self.dtype))
-        return source._cumulative("PROD", _pick_axis(axis, dim, "cumprod", 0), 1, "cumprod")
+        return source._cumulative(Ops.PROD, _pick_axis(axis, dim, "cumprod", 0), 1, "cumprod")

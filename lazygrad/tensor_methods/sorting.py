@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from lazygrad.dtype import dtypes
 from lazygrad.tensor_methods.helpers import _extreme_value, _normalize_axis, _pick_axis
 from lazygrad.tensor_methods.reduce import ValuesIndices
+from lazygrad.ops import Ops
 
 if TYPE_CHECKING:  # only for annotations: tensor.py imports this module
     from lazygrad.tensor import Tensor
@@ -146,7 +147,7 @@ class SortingMethods:
         if not largest:  # the order reversed: a running max of it is the running min
             key = -key if key.dtype.is_float else ~key
         lowest = _extreme_value(key.dtype, False)
-        running = key._cumulative("MAX_REDUCE", -1, lowest, name)
+        running = key._cumulative(Ops.MAX_REDUCE, -1, lowest, name)
         # row i of the windows holds the elements up to i, right-aligned: column k is element i + k - (size - 1)
         windows = key._sliding_windows(lowest)
         steps = Tensor.arange(size, device=self.device)

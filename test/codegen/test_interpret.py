@@ -13,6 +13,7 @@ from lazygrad.codegen.interpret import run_kernel_programs, run_program
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.opts import Opt
 from lazygrad.nn import functional as F
+from lazygrad.ops import Ops
 from lazygrad.renderer.c import CRenderer
 from lazygrad.renderer.cuda import CUDARenderer
 from lazygrad.renderer.loop_program import Const, Fma, Load, Var
@@ -85,7 +86,7 @@ def _byte_dots(device):
     w = Tensor(values((2, 8, 16, 4), np.int8, 4, -127, 128), device=device)
     rows = x.reshape(2, 6, 1, 1, 8, 4).cast(dtypes.int32)
     weights = w.permute(0, 2, 1, 3).cast(dtypes.int32)
-    return (rows * weights)._reduce("SUM", (-2, -1), False, "dot")
+    return (rows * weights)._reduce(Ops.SUM, (-2, -1), False, "dot")
 
 
 GRAPHS = dict(_graphs())

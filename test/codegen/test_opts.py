@@ -365,14 +365,14 @@ def test_a_uint8_by_int8_dot_product_keeps_plain_loops_for_the_compiler():
     left = rng.integers(0, 256, (8, 64)).astype(np.uint8)
     right = rng.integers(-127, 128, (16, 64)).astype(np.int8)
     product = (Tensor(left).cast(dtypes.int32).unsqueeze(-2) * Tensor(right).cast(dtypes.int32))
-    dots = product._reduce("SUM", -1, False, "dot")
+    dots = product._reduce(Ops.SUM, -1, False, "dot")
     kernel = kernel_of(dots)
     assert heuristic_opts(kernel, CRenderer(16, 32)) == []
     source = CRenderer(16, 32).render_program(linearize(kernel, CRenderer(16, 32)))
     assert "omp simd" not in source
     np.testing.assert_array_equal(dots.numpy(), left.astype(np.int64) @ right.astype(np.int64).T)
     signed = (Tensor(left.astype(np.int8) // 2).cast(dtypes.int32).unsqueeze(-2) * Tensor(right).cast(dtypes.int32))
-    assert heuristic_opts(kernel_of(signed._reduce("SUM", -1, False, "dot")), CRenderer(16, 32)) != []
+    assert heuristic_opts(kernel_of(signed._reduce(Ops.SUM, -1, False, "dot")), CRenderer(16, 32)) != []
 
 
 def test_a_reduce_to_one_value_walks_its_input_in_stored_order():
@@ -402,7 +402,7 @@ def test_uint8_by_int8_sums_laid_out_in_lanes_of_four_get_the_byte_dot_tile():
     w = rng.integers(-127, 128, (2, 8, 16, 4)).astype(np.int8)        # (channel blocks, channels/4, 16, 4)
     rows = Tensor(x).reshape(2, 6, 1, 1, 8, 4).cast(dtypes.int32)
     weights = Tensor(w).permute(0, 2, 1, 3).cast(dtypes.int32)      # (blocks, 16, channels/4, 4)
-    sums = (rows * weights)._reduce("SUM", (-2, -1), False, "dot")    # (2, 6, 2, 16)
+    sums = (rows * weights)._reduce(Ops.SUM, (-2, -1), False, "dot")    # (2, 6, 2, 16)
     kernel = merge_dims(kernel_of(sums))
     vnni = CRenderer(16, 32, byte_dot_lanes=16)
     opts = heuristic_opts(kernel, vnni)

@@ -15,6 +15,7 @@ from lazygrad import Tensor, dtypes
 import lazygrad.nn as nn
 from lazygrad.nn.state import (_read_data, get_parameters, get_state_dict, load_state_dict, safe_load,
                                safe_load_metadata, safe_save)
+from lazygrad.ops import Ops
 
 rng = np.random.default_rng(0)
 
@@ -299,7 +300,7 @@ def test_safe_load_with_mmap_reads_no_tensor_before_it_is_used_on_every_device(t
         if device in ("CPU", "NPY"):
             assert isinstance(tensor.lazydata.buffer.array.base, np.memmap)
         else:
-            assert tensor.lazydata.op == "COPY" and not tensor.lazydata.realized
+            assert tensor.lazydata.op is Ops.COPY and not tensor.lazydata.realized
         np.testing.assert_array_equal(tensor.numpy(), array)
 
 

@@ -61,7 +61,7 @@ def test_every_primitive_matches_its_numpy_reference(device, name, dtype):
     with np.errstate(all="ignore"):
         expected = OPS[name].ref(*arrays)
     tensors = [Tensor(array, device=device) for array in arrays]
-    actual = Tensor(tensors[0].lazydata.alu(name, *[tensor.lazydata for tensor in tensors[1:]])).numpy()
+    actual = Tensor(tensors[0].lazydata.alu(OPS[name], *[tensor.lazydata for tensor in tensors[1:]])).numpy()
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
     if expected.dtype.kind == "f":
         with np.errstate(invalid="ignore"):  # inf - inf, and the spacing of inf and NaN

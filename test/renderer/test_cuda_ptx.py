@@ -61,7 +61,7 @@ def _elementwise_graphs():
             operands = [tensor((4, 6), dtype.np).lazydata for _ in range(OPS[name].arity)]
             if name == "WHERE":
                 operands[0] = tensor((4, 6), np.bool_).lazydata
-            yield f"{name}-{dtype.name}", Tensor(operands[0].alu(name, *operands[1:]))
+            yield f"{name}-{dtype.name}", Tensor(operands[0].alu(OPS[name], *operands[1:]))
 
 
 def _cast_graphs():

@@ -360,7 +360,7 @@ def test_elementwise_ops_on_a_transposed_reduce_compute_in_its_stored_order():
     summed = x.sum(0).T.reshape(1, 5, 6)                       # stored (6, 5), viewed (1, 5, 6)
     activated = (summed * scale + 1).relu()
     node = activated.lazydata
-    assert node.op == "PERMUTE" and node.srcs[0].op not in ("PERMUTE", "RESHAPE")
+    assert node.op is Ops.PERMUTE and node.srcs[0].op not in (Ops.PERMUTE, Ops.RESHAPE)
     # stored once (it is read by two reduces), in the reduce's kernel
     count, value = kernels_for(lambda: activated.sum(2) + activated.amax(2))
     expected = np.maximum(a.sum(0).T[None] * b + 1, 0)
@@ -368,7 +368,7 @@ def test_elementwise_ops_on_a_transposed_reduce_compute_in_its_stored_order():
     assert count == 2
     # operands computed in different orders: the op computes in the logical one
     mixed = x.sum(0).T + x.permute(0, 2, 1).amax(0)
-    assert mixed.lazydata.op != "PERMUTE"
+    assert mixed.lazydata.op is not Ops.PERMUTE
     np.testing.assert_allclose(mixed.numpy(), a.sum(0).T + a.max(0).T, rtol=1e-5)
 
 
@@ -385,13 +385,13 @@ def test_elementwise_ops_on_a_prefix_of_a_transposed_reduce_compute_in_its_store
     other = Tensor(b).sum(0).reshape(1, 7, 5).permute(0, 2, 1)  # stored (7, 5) too
     scaled = prefix * Tensor(np.float32(3))                     # the prefix alone: a batch norm of it
     added = (scaled + other).relu()
-    assert scaled.lazydata.op == "PERMUTE" and added.lazydata.op == "PERMUTE"
+    assert scaled.lazydata.op is Ops.PERMUTE and added.lazydata.op is Ops.PERMUTE
     count, value = kernels_for(lambda: added.sum(2))
     expected = np.maximum(a.sum(0)[:7] * 3 + b.sum(0), 0).T[None]
     np.testing.assert_allclose(value, expected.sum(2), rtol=1e-5, atol=1e-5)
     assert count == 3
     columns = padded[:, :4].T + 1                               # not a prefix of the storage
-    assert columns.lazydata.op != "PERMUTE"
+    assert columns.lazydata.op is not Ops.PERMUTE
     np.testing.assert_allclose(columns.numpy(), a.sum(0)[:, :4].T + 1, rtol=1e-5)
 
 
@@ -478,10 +478,10 @@ def test_relu_stores_its_output_when_a_gradient_will_read_it():
     a, w = rng.standard_normal((2, 8, 6, 6)).astype(np.float32), rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
     x, weight = Tensor(a, requires_grad=True), Tensor(w)
     hidden = x.conv2d(weight).relu()
-    assert hidden.lazydata.op == "CONTIGUOUS"
+    assert hidden.lazydata.op is Ops.CONTIGUOUS
     pooled = hidden.max_pool2d(2)
     with no_grad():
-        assert Tensor(a).conv2d(weight).relu().lazydata.op != "CONTIGUOUS"
+        assert Tensor(a).conv2d(weight).relu().lazydata.op is not Ops.CONTIGUOUS
     pooled.sum().backward()
     product = np.einsum("oc,nchw->nohw", w[:, :, 0, 0], a)
     blocks = product.reshape(2, 16, 3, 2, 3, 2)

@@ -6,6 +6,7 @@ import numpy as np
 
 from lazygrad import Tensor, stats
 from lazygrad.lazy import LazyBuffer
+from lazygrad.ops import Ops
 
 
 def test_building_ops_runs_nothing():
@@ -27,7 +28,7 @@ def test_permutes_of_a_permute_are_one_permute_or_none():
     x = Tensor(np.zeros((2, 3, 4), np.float32))
     assert x.T.T.lazydata is x.lazydata
     twice = x.permute(1, 2, 0).permute(1, 2, 0)
-    assert twice.lazydata.op == "PERMUTE" and twice.lazydata.srcs[0] is x.lazydata and twice.shape == (4, 2, 3)
+    assert twice.lazydata.op is Ops.PERMUTE and twice.lazydata.srcs[0] is x.lazydata and twice.shape == (4, 2, 3)
 
 
 def test_a_realized_tensor_keeps_its_buffer_and_drops_its_graph():
@@ -39,7 +40,7 @@ def test_a_realized_tensor_keeps_its_buffer_and_drops_its_graph():
     y.realize()
     gc.collect()
     assert watcher() is None
-    assert y.lazydata.op == "BUFFER" and y.lazydata.srcs == ()
+    assert y.lazydata.op is Ops.BUFFER and y.lazydata.srcs == ()
     np.testing.assert_array_equal(y.numpy(), [3, 3, 3])
 
 
@@ -51,11 +52,11 @@ def test_realize_returns_the_tensor_so_calls_chain():
 
 def test_constants_take_no_memory_until_used():
     full = Tensor.full((1000, 1000), 3.0)
-    assert full.lazydata.op == "EXPAND"
+    assert full.lazydata.op is Ops.EXPAND
     node = full.lazydata
     while node.srcs:
         node = node.srcs[0]
-    assert node.op == "CONST" and node.shape == ()
+    assert node.op is Ops.CONST and node.shape == ()
 
 
 def test_movement_ops_are_nodes_not_copies():
@@ -63,5 +64,5 @@ def test_movement_ops_are_nodes_not_copies():
     stats.reset()
     view = x.T.reshape(6)[::2].flip(0)
     assert stats.kernels == 0
-    assert isinstance(view.lazydata, LazyBuffer) and view.lazydata.op in ("FLIP", "RESHAPE", "SHRINK")
+    assert isinstance(view.lazydata, LazyBuffer) and view.lazydata.op in (Ops.FLIP, Ops.RESHAPE, Ops.SHRINK)
     np.testing.assert_array_equal(view.numpy(), np.arange(6).reshape(2, 3).T.reshape(6)[::2][::-1])

@@ -81,7 +81,7 @@ def test_the_ops_a_renderer_computes_on_vectors_are_the_tables_and_render_on_vec
 @pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.kind == REDUCE))
 def test_reduce_identity_is_neutral(name):
     values = np.array([3, -2, 5], dtype=np.int32)
-    identity = reduce_identity(name, dtypes.int32)
+    identity = reduce_identity(OPS[name], dtypes.int32)
     reference = OPS[name].ref
     with_identity = reference(np.append(values, identity), (0,))
     np.testing.assert_array_equal(with_identity, reference(values, (0,)))
@@ -97,7 +97,7 @@ def test_the_scheduler_and_opts_read_one_cost_per_op(name):
     from lazygrad.schedule.fuse import _op_cost
 
     source = SimpleNamespace(dtype=dtypes.float32)
-    lazy = SimpleNamespace(op=name, dtype=dtypes.float32, srcs=(source,) * OPS[name].arity)  # what _op_cost reads
+    lazy = SimpleNamespace(op=OPS[name], dtype=dtypes.float32, srcs=(source,) * OPS[name].arity)  # what _op_cost reads
     assert _cheap(KernelNode(OPS[name], dtypes.float32, ())) == (_op_cost(lazy) == 1)
 
 
