@@ -51,7 +51,7 @@ def describe_kernel(kernel: Kernel) -> str:
         numbers[node] = len(numbers)
         dtype = "-" if node.dtype is None else node.dtype.name
         sources = ",".join(str(numbers[src]) for src in node.srcs)
-        lines.append(f"{node.op} {dtype} ({sources}) {node.arg!r}")
+        lines.append(f"{node.op.name} {dtype} ({sources}) {node.arg!r}")
     dtypes = ",".join(dtype.name for dtype in kernel.buffer_dtypes)
     return f"{kernel.full_shape} {kernel.reduce_axes} {dtypes}\n" + "\n".join(lines)
 

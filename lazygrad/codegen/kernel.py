@@ -108,7 +108,7 @@ def format_ast(root: KernelNode) -> str:
             continue
         printed.add(node)
         dtype = "" if node.dtype is None else node.dtype.name
-        lines.append(f"{'  ' * depth}{names[node]} {node.op} {dtype} {_describe_arg(node)}".rstrip())
+        lines.append(f"{'  ' * depth}{names[node]} {node.op.name} {dtype} {_describe_arg(node)}".rstrip())
         stack.extend((src, depth + 1) for src in reversed(node.srcs))
     return "\n".join(lines)
 

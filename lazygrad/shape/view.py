@@ -225,8 +225,8 @@ class ShapeTracker:
         return self if len(self.views) > 1 else ShapeTracker((self.views[0].without_broadcast_mask(),))
 
     def apply(self, op, arg) -> "ShapeTracker":
-        """Apply a movement op (its op-table record, or name)."""
-        return getattr(self, str(op).lower())(arg)
+        """Apply a movement op (its op-table record, `Ops.RESHAPE`)."""
+        return getattr(self, op.name.lower())(arg)
 
     def index_and_valid(self, indices: list[Lin]) -> tuple[Lin, list[tuple[Lin, int, int]]]:
         """The memory offset for per-dim indices, and the conditions under which it is valid. The
