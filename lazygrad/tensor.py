@@ -587,7 +587,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
 
     def _bitwise(self, op: OpDef, other, name: str, reverse: bool = False) -> "Tensor":
         x, y = self._operands(other, name, reverse)
-        if x.dtype.is_float:
+        if op.integer_only and x.dtype.is_float:
             raise TypeError(f"{name}: not supported for {x.dtype.name} tensors (bool and integer only)")
         return x._apply(op, y)
 

@@ -26,7 +26,7 @@ import weakref
 from dataclasses import dataclass
 
 from lazygrad.dtype import DType
-from lazygrad.ops import KERNEL, REDUCE, OpDef, Ops
+from lazygrad.ops import REDUCE, OpDef, Ops
 
 _INTERNED: "weakref.WeakValueDictionary[tuple, KernelNode]" = weakref.WeakValueDictionary()
 
@@ -149,9 +149,6 @@ class Kernel:
         inside = set()
         for reduce_node in reduce_nodes:
             inside.update(reduce_node.srcs[0].walk())
-        for node in self.ast.walk():
-            if node.op.kind not in (REDUCE, KERNEL) and not node.op.converts:
-                total += full_size if node in inside else output_size
-            elif node.is_reduce:
-                total += full_size
+        for node in self.ast.walk():  # a reduce runs once per step, other ops once per output or step
+            total += node.op.flops * (full_size if node.is_reduce or node in inside else output_size)
         return total

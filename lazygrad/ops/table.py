@@ -57,6 +57,9 @@ class OpDef:
     simd_reduction: dict | str | None = None  # a reduce's OpenMP reduction operator by its accumulator's
     #                                        dtype (renderer/c.py marks its loop `omp simd reduction`)
     float_only: bool = False               # the Tensor layer casts integer inputs to float first
+    integer_only: bool = False             # bool and integer operands only (bitwise ops); a float is an error
+    flops: int = 1                         # arithmetic ops per application (Kernel.count_flops, DEBUG=2):
+    #                                        0 for conversions, views, sources and the kernel AST's own nodes
     keeps_zero: bool = False               # op(0, ...) == 0, so padding may be pushed through it
     # What computing it once costs beside an add, for the scheduler (a value that costs more than a
     # few adds to recompute is stored, schedule/fuse.py) and for opts (a body copied many times over
@@ -70,6 +73,8 @@ class OpDef:
 
     def __post_init__(self):
         object.__setattr__(self, "is_elementwise", self.kind in (UNARY, BINARY, TERNARY))
+        if self.converts or self.kind in (MOVEMENT, SOURCE, KERNEL):
+            object.__setattr__(self, "flops", 0)
 
     def __repr__(self) -> str:
         return self.name
@@ -198,9 +203,10 @@ def _unary(name, ref, grad, c, float_only=True, keeps_zero=False, cost=1, exact_
 
 
 def _binary(name, ref, grad, c, out_dtype=None, keeps_zero=True, cost=1, exact_in_half=False, dialects=None,
-            vector=None):
+            vector=None, integer_only=False):
     return OpDef(name, BINARY, 2, ref=ref, grad=grad, render={"c": c, **(dialects or {})}, vector=vector or {},
-                 out_dtype=out_dtype, keeps_zero=keeps_zero, cost=cost, exact_in_half=exact_in_half)
+                 out_dtype=out_dtype, keeps_zero=keeps_zero, cost=cost, exact_in_half=exact_in_half,
+                 integer_only=integer_only)
 
 
 # The scalar template on vectors, lane by lane: C's operators on GCC/clang vector types (a comparison
@@ -268,18 +274,18 @@ _DEFS = [
     _binary("CMPLT", np.less, NOT_DIFFERENTIABLE, "({0}<{1})", out_dtype=_bool_out,
             vector={"gnu": {"bool": "(~{0} & {1})"}}),  # masks: true is -1 in every bit
     _binary("CMPNE", np.not_equal, NOT_DIFFERENTIABLE, "({0}!={1})", out_dtype=_bool_out, vector={"gnu": LANEWISE}),
-    _binary("AND", np.bitwise_and, NOT_DIFFERENTIABLE, "({0}&{1})"),
-    _binary("OR", np.bitwise_or, NOT_DIFFERENTIABLE, "({0}|{1})"),
-    _binary("XOR", np.bitwise_xor, NOT_DIFFERENTIABLE, "({0}^{1})", vector={"gnu": LANEWISE}),
+    _binary("AND", np.bitwise_and, NOT_DIFFERENTIABLE, "({0}&{1})", integer_only=True),
+    _binary("OR", np.bitwise_or, NOT_DIFFERENTIABLE, "({0}|{1})", integer_only=True),
+    _binary("XOR", np.bitwise_xor, NOT_DIFFERENTIABLE, "({0}^{1})", vector={"gnu": LANEWISE}, integer_only=True),
     # Shifts by the operand's width or more are undefined in C; numpy gives 0 (or -1 for a
     # negative value shifted right), and so do we. The amount is compared as unsigned (a negative
     # one is then too large too, as in numpy), said with a cast so -Wextra has no mixed-sign
     # comparison to warn about in an exported file (lazygrad.export).
     _binary("SHL", np.left_shift, NOT_DIFFERENTIABLE, "((unsigned long long)({1}) >= sizeof({0})*8 ? 0 : {0}<<{1})",
-            dialects={"opencl": GPU_SHIFTS["SHL"], "cuda": GPU_SHIFTS["SHL"]}),
+            dialects={"opencl": GPU_SHIFTS["SHL"], "cuda": GPU_SHIFTS["SHL"]}, integer_only=True),
     _binary("SHR", np.right_shift, NOT_DIFFERENTIABLE,
             "((unsigned long long)({1}) >= sizeof({0})*8 ? ({0} < 0 ? -1 : 0) : {0}>>{1})",
-            dialects={"opencl": GPU_SHIFTS["SHR"], "cuda": GPU_SHIFTS["SHR"]}),
+            dialects={"opencl": GPU_SHIFTS["SHR"], "cuda": GPU_SHIFTS["SHR"]}, integer_only=True),
     # elementwise, three operands: WHERE(condition, if_true, if_false). The CPU device's float WHERE
     # picks bits by a mask (c.py lg_wheref), which gcc does not turn into a jump on the data.
     OpDef("WHERE", TERNARY, 3, ref=np.where,

@@ -36,7 +36,6 @@ def _why_cuda_cannot_compile() -> str | None:
 UNAVAILABLE = _why_cuda_cannot_compile()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"cannot compile CUDA: {UNAVAILABLE}")
 
-BITWISE_OPS = {"AND", "OR", "XOR", "SHL", "SHR"}
 
 
 def tensor(shape, dtype=np.float32) -> Tensor:
@@ -52,7 +51,7 @@ def _elementwise_graphs():
     for name in sorted(ELEMENTWISE - {"CAST", "BITCAST"}):
         for dtype in (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64,
                       dtypes.float16, dtypes.float32, dtypes.float64):
-            if dtype.is_float and name in BITWISE_OPS:
+            if dtype.is_float and OPS[name].integer_only:
                 continue
             if not dtype.is_float and OPS[name].float_only:
                 continue
