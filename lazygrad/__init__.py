@@ -4,5 +4,6 @@ from lazygrad.dtype import dtypes, finfo, iinfo
 from lazygrad.knobs import Context
 from lazygrad.stats import stats
 from lazygrad.tensor import Tensor, manual_seed, no_grad
+from lazygrad import fft  # noqa: E402  (torch.fft's place: the discrete Fourier transforms)
 
-__all__ = ["Tensor", "dtypes", "finfo", "iinfo", "from_dlpack", "Context", "stats", "manual_seed", "no_grad"]
+__all__ = ["Tensor", "dtypes", "finfo", "iinfo", "from_dlpack", "Context", "stats", "manual_seed", "no_grad", "fft"]

@@ -12,8 +12,9 @@ type); the standard's names and keyword signatures map onto PyTorch-style method
 
 The functions whose result's shape depends on the values (`nonzero`, `unique_*`) realize their
 input first, as PyTorch does. Differences from the standard, each with its reason, are listed in
-docs/tensor.md ("The array API standard"): no complex dtypes yet, `Tensor.size`
-is PyTorch's method rather than the standard's attribute, and arrays cannot be assigned into.
+docs/tensor.md ("The array API standard"): `Tensor.size` is PyTorch's method rather than the
+standard's attribute, and complex arrays carry no gradients. The `fft` extension is in
+lazygrad/fft.py.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from lazygrad.dtype import COMPLEX_PARTS as _COMPLEX_PARTS
 from lazygrad.dtype import DType, dtypes
 from lazygrad.dtype import finfo as _finfo
 from lazygrad.dtype import iinfo as _iinfo
@@ -39,7 +41,9 @@ bool = dtypes.bool  # noqa: A001  (the standard's names)
 int8, int16, int32, int64 = dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64
 uint8, uint16, uint32, uint64 = dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64
 float16, float32, float64 = dtypes.float16, dtypes.float32, dtypes.float64
-DTYPES = {dtype.name: dtype for dtype in (bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64)}
+complex64, complex128 = dtypes.complex64, dtypes.complex128
+DTYPES = {dtype.name: dtype for dtype in (bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64,
+                                          complex64, complex128)}
 
 e, inf, nan, pi = math.e, math.inf, math.nan, math.pi
 newaxis = None
@@ -134,6 +138,12 @@ def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: DType |
 
 def linspace(start, stop, /, num: int, *, dtype: DType | None = None, device: str | None = None,
              endpoint: builtins.bool = True) -> Tensor:
+    if isinstance(start, complex) or isinstance(stop, complex) or (dtype is not None and dtype.is_complex):
+        start, stop = complex(start), complex(stop)  # the real and imaginary parts spaced alike
+        dtype = dtype or complex64
+        parts = [linspace(getattr(start, part), getattr(stop, part), num, dtype=_COMPLEX_PARTS[dtype], device=device,
+                          endpoint=endpoint) for part in ("real", "imag")]
+        return parts[0] + parts[1] * 1j
     if endpoint or num == 0:
         return Tensor.linspace(start, stop, num, dtype=dtype, device=device)
     return Tensor.linspace(start, stop, num + 1, dtype=dtype, device=device)[:num]
@@ -173,6 +183,10 @@ def from_dlpack(x, /, *, device: str | None = None, copy: builtins.bool | None =
 # ---- data types ----------------------------------------------------------------------------------
 
 def astype(x: Tensor, dtype: DType, /, *, copy: builtins.bool = True, device: str | None = None) -> Tensor:
+    """x in `dtype`; a complex array to a real dtype raises, as the standard says (take `real(x)`)."""
+    if x.dtype.is_complex and not dtype.is_complex:
+        raise TypeError(f"astype: casting a {x.dtype.name} array to {dtype.name} is not permitted; take real(x) "
+                        "or abs(x) first")
     if device is not None and device != x.device:
         x = x.to(device)
     if dtype == x.dtype:
@@ -191,8 +205,8 @@ def can_cast(from_, to: DType, /) -> builtins.bool:
     source = from_.dtype if isinstance(from_, Tensor) else from_
     if source.is_bool or to.is_bool:
         return source.is_bool and to.is_bool
-    if source.is_float != to.is_float:
-        return False
+    if source.category > to.category or (source.category < 2) != (to.category < 2):
+        return False  # float to complex, never complex to float
     return _result_type([source, to], [], []) == to
 
 
@@ -205,9 +219,9 @@ def result_type(*arrays_and_dtypes) -> DType:
             kinds.append(item.dtype)
         elif isinstance(item, DType):
             kinds.append(item)
-        elif isinstance(item, (builtins.bool, int, float)):
-            scalars.append(dtypes.bool if isinstance(item, builtins.bool) else
-                           dtypes.default_int if isinstance(item, int) else dtypes.default_float)
+        elif isinstance(item, (builtins.bool, int, float, complex)):
+            scalars.append(dtypes.bool if isinstance(item, builtins.bool) else dtypes.default_int if isinstance(item, int)
+                           else dtypes.default_float if isinstance(item, float) else complex64)
         else:
             raise TypeError(f"result_type: expected arrays, dtypes or Python scalars, got {type(item).__name__}")
     if not kinds:
@@ -234,8 +248,10 @@ class _IntegerInfo:
 
 
 def finfo(type, /) -> _FloatInfo:  # noqa: A002  (the standard's name)
-    """The standard's fields; its `dtype` is the dtype itself (lazygrad.finfo's is the name, as torch's)."""
+    """The standard's fields; its `dtype` is the dtype itself (lazygrad.finfo's is the name, as torch's),
+    a complex dtype's that of its parts."""
     dtype = type.dtype if isinstance(type, Tensor) else type
+    dtype = _COMPLEX_PARTS.get(dtype, dtype)
     limits = _finfo(dtype)
     return _FloatInfo(dtype.itemsize * 8, limits.eps, limits.max, limits.min, limits.smallest_normal, dtype)
 
@@ -252,7 +268,7 @@ _KINDS = {
     "unsigned integer": lambda dtype: dtype.is_int and dtype.is_unsigned,
     "integral": lambda dtype: dtype.is_int,
     "real floating": lambda dtype: dtype.is_float,
-    "complex floating": lambda dtype: False,
+    "complex floating": lambda dtype: dtype.is_complex,
     "numeric": lambda dtype: not dtype.is_bool,
 }
 
@@ -309,7 +325,8 @@ bitwise_left_shift, bitwise_right_shift = _binary("__lshift__"), _binary("__rshi
 
 
 def sign(x: Tensor, /) -> Tensor:
-    """-1, 0 or 1, and NaN for NaN as the standard says (Tensor.sign gives 0 there, as PyTorch does)."""
+    """-1, 0 or 1, and NaN for NaN as the standard says (Tensor.sign gives 0 there, as PyTorch does);
+    x / |x| for a complex x."""
     return x.isnan().where(x, x.sign()) if x.dtype.is_float else x.sign()
 
 
@@ -318,26 +335,23 @@ def positive(x: Tensor, /) -> Tensor:
 
 
 def conj(x: Tensor, /) -> Tensor:
-    """x itself: lazygrad has no complex dtypes, and a real number is its own conjugate."""
-    return x
+    return x.conj()
 
 
 def real(x: Tensor, /) -> Tensor:
-    return x
+    return x.real
+
+
+def imag(x: Tensor, /) -> Tensor:
+    return x.imag
 
 
 def log10(x: Tensor, /) -> Tensor:
-    return x.log2() * math.log10(2)
+    return x.log10() if x.dtype.is_complex else x.log2() * math.log10(2)
 
 
 def hypot(x1: Tensor, x2: Tensor, /) -> Tensor:
-    """sqrt(x1^2 + x2^2) without overflow or underflow in the squares: both scaled by the larger
-    magnitude first; an infinite operand gives inf even beside a NaN, as IEEE 754 says."""
-    a, b = _array(x1).abs(), _array(x2).abs()
-    larger, smaller = a.maximum(b), a.minimum(b)
-    ratio = (larger == 0).where(0.0, smaller / larger)
-    scaled = larger * (1 + ratio * ratio).sqrt()
-    return (a.isinf() | b.isinf()).where(math.inf, scaled)
+    return _array(x1).hypot(x2)
 
 
 def signbit(x: Tensor, /) -> Tensor:
@@ -393,7 +407,8 @@ def tensordot(x1: Tensor, x2: Tensor, /, *, axes=2) -> Tensor:
 
 
 def vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
-    return (x1 * x2).sum(axis)
+    """sum(conj(x1) * x2) over axis."""
+    return (x1.conj() * x2).sum(axis)
 
 
 # ---- manipulation ------------------------------------------------------------------------------
@@ -637,7 +652,7 @@ class _Info:
         return knobs.dev
 
     def default_dtypes(self, *, device: str | None = None) -> dict:
-        return {"real floating": dtypes.default_float, "complex floating": None,
+        return {"real floating": dtypes.default_float, "complex floating": complex64,
                 "integral": dtypes.default_int, "indexing": dtypes.int64}
 
     def devices(self) -> list[str]:
@@ -982,3 +997,5 @@ linalg = SimpleNamespace(matmul=matmul, matrix_transpose=matrix_transpose, tenso
                          cholesky=_cholesky, det=_det, slogdet=_slogdet, inv=_inv, pinv=_pinv, solve=_solve, qr=_qr,
                          svd=_svd, svdvals=_svdvals, eigh=_eigh, eigvalsh=_eigvalsh, matrix_rank=_matrix_rank,
                          matrix_power=_matrix_power, matrix_norm=_matrix_norm)
+
+from lazygrad import fft  # noqa: E402, F401  (the standard's fft extension, xp.fft)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazygrad.devices import get_device
-from lazygrad.dtype import DTYPES_BY_NUMPY
+from lazygrad.dtype import COMPLEX_PARTS, DTYPES_BY_NUMPY
 from lazygrad.lazy import LazyBuffer
 from lazygrad.realize import record_host_buffer
 
@@ -39,7 +39,10 @@ def shared_array(tensor, method: str) -> np.ndarray:
     tensor.realize()
     node = tensor.lazydata
     node.check_current()
-    return np.asarray(_SharedBuffer(node.buffer, node.shape))
+    array = np.asarray(_SharedBuffer(node.buffer, node.shape))
+    if tensor.dtype.is_complex:  # its (real, imag) pairs are numpy's complex layout
+        return array.view(tensor.dtype.np).reshape(tensor.shape)
+    return array
 
 
 def to_dlpack(tensor, stream=None, max_version=None, dl_device=None, copy=None):
@@ -71,6 +74,12 @@ def from_dlpack(source):
                         f"(supported: {', '.join(sorted(str(key) for key in DTYPES_BY_NUMPY))})")
     if not array.flags.c_contiguous or not array.flags.writeable:
         array = np.array(array, order="C")  # a tensor's buffer may be written in place (assign)
+    if dtype.is_complex:  # shared as (real, imag) pairs
+        from lazygrad.complex_tensor import ComplexTensor
+        pairs = array.reshape(-1).view(COMPLEX_PARTS[dtype].np)
+        buffer = get_device("CPU").wrap(COMPLEX_PARTS[dtype], pairs)
+        record_host_buffer(buffer)
+        return ComplexTensor._of_pairs(Tensor(LazyBuffer.from_buffer(buffer, array.shape + (2,))))
     buffer = get_device("CPU").wrap(dtype, array.reshape(-1))
     record_host_buffer(buffer)
     return Tensor(LazyBuffer.from_buffer(buffer, array.shape))

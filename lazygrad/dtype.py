@@ -1,7 +1,9 @@
 """Data types and PyTorch's type promotion rules; a foundation every other layer uses.
 
 A DType names an element type once: its numpy equivalent (for the NPY device and for moving
-data in and out), its C name (for renderers) and its category (bool < integer < floating).
+data in and out), its C name (for renderers) and its category (bool < integer < floating < complex).
+The complex dtypes never reach a kernel: a complex Tensor holds its (real, imaginary) pairs in a float
+buffer (lazygrad/complex_tensor.py), so they have no C name.
 
 Promotion follows PyTorch (see `result_type`):
   * Between tensors of the same rank class, the result is the smallest type that holds both
@@ -26,7 +28,7 @@ class DType:
     cheap, and dtypes are hashed in every graph and kernel key. Pickling keeps that instance."""
     name: str
     itemsize: int
-    category: int  # 0 bool, 1 integer, 2 floating
+    category: int  # 0 bool, 1 integer, 2 floating, 3 complex
     np_type: type
     c_name: str
 
@@ -44,6 +46,10 @@ class DType:
     @property
     def is_bool(self) -> bool:
         return self.category == 0
+
+    @property
+    def is_complex(self) -> bool:
+        return self.category == 3
 
     @property
     def is_unsigned(self) -> bool:
@@ -87,6 +93,8 @@ class dtypes:
     float4_e2m1fn = DType("float4_e2m1fn", 1, 2, ml_dtypes.float4_e2m1fn, "unsigned char")
     float32 = DType("float32", 4, 2, np.float32, "float")
     float64 = DType("float64", 8, 2, np.float64, "double")
+    complex64 = DType("complex64", 8, 3, np.complex64, "")  # (real, imag) float32 pairs
+    complex128 = DType("complex128", 16, 3, np.complex128, "")  # (real, imag) float64 pairs
 
     default_float = float32
     default_int = int64
@@ -106,6 +114,8 @@ class dtypes:
             return dtypes.default_int
         if value is bool:
             return dtypes.bool
+        if value is complex:
+            return dtypes.complex64
         if isinstance(value, str) and value in DTYPES_BY_NAME:
             return DTYPES_BY_NAME[value]
         try:
@@ -130,8 +140,12 @@ STORAGE_FLOATS = frozenset({dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8
 STORAGE_INTS = frozenset({dtypes.int4, dtypes.uint4})
 # Each stored-only dtype and the dtype its ops compute in.
 STORAGE_WIDE = {**{dtype: dtypes.float32 for dtype in STORAGE_FLOATS}, **{dtype: dtypes.int32 for dtype in STORAGE_INTS}}
-DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES}
-DTYPES_BY_NUMPY = {np.dtype(d.np_type): d for d in ALL_DTYPES}
+# The complex dtypes, each with the float dtype of its parts; kept out of ALL_DTYPES, the dtypes
+# kernels compute in.
+COMPLEX_PARTS = {dtypes.complex64: dtypes.float32, dtypes.complex128: dtypes.float64}
+COMPLEX_OF = {part: dtype for dtype, part in COMPLEX_PARTS.items()}
+DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES + tuple(COMPLEX_PARTS)}
+DTYPES_BY_NUMPY = {np.dtype(d.np_type): d for d in ALL_DTYPES + tuple(COMPLEX_PARTS)}
 
 
 class finfo:
@@ -139,6 +153,7 @@ class finfo:
 
     def __init__(self, dtype=None):
         dtype = dtypes.default_float if dtype is None else dtypes.from_any(dtype)
+        dtype = COMPLEX_PARTS.get(dtype, dtype)  # a complex dtype's limits are its parts' (numpy, torch)
         if not dtype.is_float:
             raise TypeError(f"finfo: expects a floating point dtype, got {dtype.name}; use lazygrad.iinfo for "
                             "integer dtypes")
@@ -178,6 +193,10 @@ def promote_types(a: DType, b: DType) -> DType:
     """The smallest dtype both a and b convert to without losing their category."""
     if a == b:
         return a
+    if a.is_complex or b.is_complex:
+        # the complex dtype whose parts hold both floats: complex64 with float64 gives complex128, as in PyTorch
+        floats = [COMPLEX_PARTS.get(d, d) for d in (a, b) if d.category >= 2]
+        return COMPLEX_OF[floats[0] if len(floats) == 1 else promote_types(*floats)]
     if a.category != b.category:
         return a if a.category > b.category else b
     if a.is_float:
@@ -214,7 +233,9 @@ def scalar_dtype(value) -> DType:
         return dtypes.default_int
     if isinstance(value, (float, np.floating)):
         return dtypes.default_float
-    raise TypeError(f"expected a Python scalar (bool, int, float), got {type(value).__name__}")
+    if isinstance(value, (complex, np.complexfloating)):
+        return COMPLEX_OF[dtypes.default_float]
+    raise TypeError(f"expected a Python scalar (bool, int, float, complex), got {type(value).__name__}")
 
 
 def _combine_categories(higher: DType | None, lower: DType | None) -> DType | None:
@@ -223,9 +244,11 @@ def _combine_categories(higher: DType | None, lower: DType | None) -> DType | No
         return lower
     if lower is None:
         return higher
-    if higher.is_float:
+    if higher.is_float and lower.is_complex:  # a float tensor and a complex number: complex of its precision
+        return COMPLEX_OF[promote_types(higher, dtypes.float32)]
+    if higher.category >= 2:
         return higher
-    if higher.is_bool or lower.is_float:
+    if higher.is_bool or lower.category >= 2:
         return promote_types(higher, lower)
     return higher
 
@@ -245,7 +268,7 @@ def result_type(dimensioned: list[DType], zero_dim: list[DType], scalars: list[D
 
 def least_float(dtype: DType) -> DType:
     """The dtype a float-only op (exp, sqrt, true division) returns for an input of `dtype`."""
-    return dtype if dtype.is_float else dtypes.default_float
+    return dtype if dtype.category >= 2 else dtypes.default_float
 
 
 def _dtype_named(name: str) -> DType:

@@ -17,7 +17,8 @@ import weakref
 import numpy as np
 
 from lazygrad.devices import canonical_device, get_device
-from lazygrad.dtype import STORAGE_FLOATS, STORAGE_WIDE, DType, dtypes, least_float, result_type, scalar_dtype
+from lazygrad.dtype import (COMPLEX_OF, COMPLEX_PARTS, STORAGE_FLOATS, STORAGE_WIDE, DType, dtypes, least_float,
+                            result_type, scalar_dtype)
 from lazygrad.lazy import LazyBuffer
 from lazygrad.multi import MultiLazyBuffer
 from lazygrad.ops import BINARY, GATHER, OpDef, Ops, REDUCE, TERNARY, UNARY
@@ -72,9 +73,10 @@ _GRAD_HOOKS: dict[int, tuple[weakref.ref, list]] = {}
 
 class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMethods, SortingMethods,
              MovementMethods, IndexingMethods, LinalgMethods, NNMethods):
-    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
+    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "_parts", "__weakref__")  # _parts: ComplexTensor's
     __hash__ = object.__hash__  # == builds a comparison, so hashing stays by identity
     grad_enabled = True         # False inside `with no_grad():`
+    _complex = False            # True on ComplexTensor (complex_tensor.py), a subclass with this layout
 
     def __init__(self, data, dtype=None, device: str | None = None, requires_grad: bool = False):
         self.grad: Tensor | None = None
@@ -87,26 +89,31 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         if requires_grad:
             self.requires_grad_(True)
 
-    @staticmethod
-    def _lazy_from_data(data, dtype, device) -> LazyBuffer | MultiLazyBuffer:
+    def _lazy_from_data(self, data, dtype, device) -> LazyBuffer | MultiLazyBuffer:
         if isinstance(device, tuple):  # the same values on each device
-            return MultiLazyBuffer([Tensor._lazy_from_data(data, dtype, each) for each in device], None, None)
+            return MultiLazyBuffer([self._lazy_from_data(data, dtype, each) for each in device], None, None)
         dtype = dtypes.from_any(dtype) if dtype is not None else None
         if isinstance(data, Tensor):
             data = data.numpy()
+        if isinstance(data, (complex, np.complexfloating)) or (dtype is not None and dtype.is_complex):
+            return self._complex_pairs(data, dtype, device)
         if isinstance(data, (bool, int, float, np.generic)) and not isinstance(data, np.ndarray):
             dtype = dtype or (dtypes.from_any(data.dtype) if isinstance(data, np.generic) else scalar_dtype(data))
             _check_scalar_fits(data, dtype, "Tensor")
             return LazyBuffer.const(data, dtype, (), device)
         if isinstance(data, np.ndarray):
             array = data
+            if array.dtype.kind == "c":
+                return self._complex_pairs(array, dtype, device)
             if dtype is None:
                 dtype = dtypes.from_any(array.dtype)
         else:
             array = np.array(data)
             if array.dtype == object:
                 raise TypeError(f"cannot build a Tensor from {type(data).__name__}: nested lists must be "
-                                "rectangular and hold bools, ints (of at most 64 bits) or floats")
+                                "rectangular and hold bools, ints (of at most 64 bits), floats or complex numbers")
+            if array.dtype.kind == "c":
+                return self._complex_pairs(array, dtype or COMPLEX_OF[dtypes.default_float], device)
             if dtype is None:
                 dtype = {"b": dtypes.bool, "f": dtypes.default_float}.get(array.dtype.kind, dtypes.default_int)
                 if array.dtype.kind not in "bfiu":
@@ -117,6 +124,25 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         record_host_buffer(buffer)
         return LazyBuffer.from_buffer(buffer, array.shape)
 
+    def _complex_pairs(self, data, dtype: DType | None, device) -> LazyBuffer:
+        """The buffer of a complex Tensor, each value's (real, imag) parts on a last axis of 2; self
+        becomes a ComplexTensor."""
+        from lazygrad.complex_tensor import ComplexTensor
+        if isinstance(device, tuple):
+            raise TypeError("a complex Tensor cannot be put on several devices yet")
+        self.__class__ = ComplexTensor
+        self._parts = None
+        array = np.asarray(data)
+        dtype = dtype or (dtypes.from_any(array.dtype) if array.dtype.kind == "c" else COMPLEX_OF[dtypes.default_float])
+        if not dtype.is_complex:
+            raise TypeError(f"cannot build a {dtype.name} Tensor from complex values; use a complex dtype "
+                            "(complex64, complex128) or take their .real first")
+        array = np.array(array, dtype=dtype.np, order="C")
+        pairs = array.reshape(-1).view(COMPLEX_PARTS[dtype].np).reshape(array.shape + (2,))
+        buffer = get_device(device).alloc(COMPLEX_PARTS[dtype], pairs.size).copyin(pairs)
+        record_host_buffer(buffer)
+        return LazyBuffer.from_buffer(buffer, pairs.shape)
+
     def _apply(self, op: OpDef, *others: "Tensor", arg=None) -> "Tensor":
         """Apply one primitive of the op table, recording it for backward when a source needs grads."""
         kind = op.kind
@@ -124,6 +150,9 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             stored_only = self.lazydata.dtype in STORAGE_WIDE
             sources = []  # a loop, not a list comprehension (a function call): this runs for every op
             for other in others:
+                if other._complex:  # a select of complex values (binary ops cast both operands to complex)
+                    from lazygrad.complex_tensor import ComplexTensor
+                    return ComplexTensor._select(self, *others)
                 source = other.lazydata
                 sources.append(source)
                 stored_only = stored_only or source.dtype in STORAGE_WIDE
@@ -272,6 +301,21 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
     @property
     def device(self) -> str:
         return self.lazydata.device
+
+    @property
+    def real(self) -> "Tensor":
+        """The real part: the tensor itself, for a real dtype (ComplexTensor has its own)."""
+        return self
+
+    @property
+    def imag(self) -> "Tensor":
+        raise TypeError(f"imag: a {self.dtype.name} tensor has no imaginary part (torch.imag too needs a complex tensor)")
+
+    def conj(self) -> "Tensor":
+        return self
+
+    def is_complex(self) -> bool:
+        return False
 
     @property
     def ndim(self) -> int:
@@ -461,6 +505,10 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         dtype = dtypes.from_any(dtype)
         if dtype == self.dtype:
             return self
+        if dtype.is_complex:  # the real part; the imaginary part zero
+            from lazygrad.complex_tensor import ComplexTensor
+            real = self.cast(COMPLEX_PARTS[dtype])
+            return ComplexTensor.from_parts(real, real.zeros_like())
         if (dtype in STORAGE_FLOATS or self.dtype in STORAGE_FLOATS) and dtypes.float32 not in (dtype, self.dtype):
             # storage floats convert to and from float32 only (PyTorch too rounds a double to float first)
             return self._apply(Ops.CAST, arg=dtypes.float32).cast(dtype)
@@ -507,7 +555,9 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             for tensor in (self, other):
                 groups[0 if tensor.ndim else 1].append(tensor.dtype)
             dtype = result_type(*groups)
-        elif isinstance(other, (bool, int, float, np.generic)):
+        elif isinstance(other, (bool, int, float, complex, np.generic)):
+            if self._complex or isinstance(other, (complex, np.complexfloating)):
+                return self._complex_operands(other, reverse)
             node = self.lazydata
             dtype = _scalar_result_type(node.dtype, len(node.shape) > 0, other)
             _check_scalar_fits(other, dtype, op)
@@ -522,6 +572,13 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         shape = broadcast_shapes(op, self.shape, other.shape)
         x, y = self.cast(dtype)._broadcast_to(shape), other.cast(dtype)._broadcast_to(shape)
         return (y, x) if reverse else (x, y)
+
+    def _complex_operands(self, number, reverse: bool) -> tuple["Tensor", "Tensor"]:
+        """A number beside a complex tensor, or a complex number beside a tensor: both complex."""
+        from lazygrad.complex_tensor import ComplexTensor
+        dtype = _scalar_result_type(self.dtype, self.ndim > 0, number)
+        x, constant = self.cast(dtype), ComplexTensor.full(self.shape, number, dtype, self.device)
+        return (constant, x) if reverse else (x, constant)
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> "Tensor":
         if self.shape == shape:

@@ -75,6 +75,11 @@ class CreationMethods:
         from lazygrad.tensor import Tensor
         shape = _shape_argument((shape,), "full")
         dtype = dtypes.from_any(dtype) if dtype is not None else scalar_dtype(fill_value)
+        if dtype.is_complex:
+            from lazygrad.complex_tensor import ComplexTensor
+            return ComplexTensor.full(shape, fill_value, dtype, canonical_device(device)).requires_grad_(requires_grad)
+        if isinstance(fill_value, (complex, np.complexfloating)):
+            raise TypeError(f"full: a complex fill value needs a complex dtype, not {dtype.name}")
         _check_scalar_fits(fill_value, dtype, "full")
         result = Tensor(LazyBuffer.const(fill_value, dtype, shape, canonical_device(device)))
         return result.requires_grad_(requires_grad)

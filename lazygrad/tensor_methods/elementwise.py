@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.dtype import dtypes, least_float, result_type, scalar_dtype
-from lazygrad.lazy import LazyBuffer
 from lazygrad.tensor_methods.helpers import _check_scalar_fits, broadcast_shapes, computes_in_float32
 from lazygrad.ops import OpDef, Ops
 
@@ -119,6 +118,9 @@ class ElementwiseMethods:
         The gradient is PyTorch's formula, y x**(y-1) and x**y log(x), written out: derived through
         the special cases it would be 0 at x == 1 and NaN at x == 0."""
         from lazygrad.tensor import no_grad
+        if isinstance(exponent, complex) or getattr(exponent, "_complex", False):  # a complex power of a real base
+            x, y = self._operands(exponent, "pow", reverse)
+            return x.pow(y)
         small_int = isinstance(exponent, int) and not isinstance(exponent, bool) and abs(exponent) <= 8
         if not reverse and small_int and (exponent >= 0 or self.dtype.is_float):
             if not self.dtype.is_float:
@@ -220,7 +222,7 @@ class ElementwiseMethods:
                 dtype = result_type([], [], [scalar_dtype(if_true), scalar_dtype(if_false)])
                 _check_scalar_fits(if_true, dtype, "where")
                 _check_scalar_fits(if_false, dtype, "where")
-                if_true = Tensor(LazyBuffer.const(if_true, dtype, (), self.device))
+                if_true = Tensor.full((), if_true, dtype, self.device)
             else:
                 if_true, if_false = if_false._operands(if_true, "where", reverse=True, selects=True)
         x, y = if_true._operands(if_false, "where", selects=True)

@@ -112,6 +112,9 @@ class LinalgMethods:
         from lazygrad.tensor import Tensor
         if not isinstance(other, Tensor):
             other = Tensor(other, device=self.device)
+        if other._complex:
+            from lazygrad.complex_tensor import complex_matmul
+            return complex_matmul(self, other)
         x, w = self, other
         if x.ndim == 0 or w.ndim == 0:
             raise ValueError(f"matmul: both arguments need at least 1 dimension, got shapes {x.shape} and {w.shape}")

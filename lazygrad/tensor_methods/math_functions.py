@@ -82,6 +82,16 @@ class MathFunctionMethods:
             return [grad / (1 + (y - x).exp()), grad / (1 + (x - y).exp())]
         return out._with_gradient((x, y), rule)
 
+    def hypot(self, other) -> "Tensor":
+        """sqrt(self^2 + other^2) without overflow or underflow in the squares: both scaled by the
+        larger magnitude first; an infinite operand gives inf even beside a NaN, as IEEE 754 says."""
+        x, y = self._float_operands(other, "hypot")
+        a, b = x.abs(), y.abs()
+        larger, smaller = a.maximum(b), a.minimum(b)
+        ratio = (larger == 0).where(0.0, smaller / larger)
+        scaled = larger * (1 + ratio * ratio).sqrt()
+        return (a.isinf() | b.isinf()).where(math.inf, scaled)
+
     def copysign(self, other) -> "Tensor":
         """|self| with the sign bit of other: -0.0 and a negated NaN count as negative, as in C."""
         from lazygrad.tensor import no_grad

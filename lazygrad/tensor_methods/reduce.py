@@ -64,13 +64,13 @@ class ReduceMethods:
     def sum(self, axis=None, keepdim: bool = False, dtype=None, *, dim=None) -> "Tensor":
         axis = dim if dim is not None else axis
         source = self.cast(dtype) if dtype is not None else (
-            self.cast(_integer_total(self.dtype)) if not self.dtype.is_float else self)
+            self.cast(_integer_total(self.dtype)) if self.dtype.category < 2 else self)
         return source._reduce(Ops.SUM, axis, keepdim, "sum")
 
     def prod(self, axis=None, keepdim: bool = False, dtype=None, *, dim=None) -> "Tensor":
         axis = dim if dim is not None else axis
         source = self.cast(dtype) if dtype is not None else (
-            self.cast(_integer_total(self.dtype)) if not self.dtype.is_float else self)
+            self.cast(_integer_total(self.dtype)) if self.dtype.category < 2 else self)
         return source._reduce(Ops.PROD, axis, keepdim, "prod")
 
     def _check_not_empty(self, axis, name: str) -> None:
@@ -139,8 +139,8 @@ class ReduceMethods:
     @computes_in_float32
     def mean(self, axis=None, keepdim: bool = False, *, dim=None) -> "Tensor":
         axis = dim if dim is not None else axis
-        if not self.dtype.is_float:
-            raise TypeError(f"mean: input dtype must be floating point, got {self.dtype.name}")
+        if self.dtype.category < 2:
+            raise TypeError(f"mean: input dtype must be floating point or complex, got {self.dtype.name}")
         axes = self._reduce_axes(axis, "mean")
         count = math.prod(self.shape[a] for a in axes)
         total = self.sum(axis, keepdim)
@@ -269,10 +269,10 @@ class ReduceMethods:
         return windows._reduce(op, -1, False, name)
 
     def cumsum(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
-        source = self.cast(dtype if dtype is not None else self.dtype if self.dtype.is_float else _integer_total(self.dtype))
+        source = self.cast(dtype if dtype is not None else self.dtype if self.dtype.category >= 2 else _integer_total(self.dtype))
         return source._cumulative(Ops.SUM, _pick_axis(axis, dim, "cumsum", 0), 0, "cumsum")
 
     def cumprod(self, axis: int | None = None, dtype=None, *, dim=None) -> "Tensor":
         """Running product; its gradient at a zero is the product of the others, as in PyTorch."""
-        source = self.cast(dtype if dtype is not None else self.dtype if self.dtype.is_float else _integer_total(self.dtype))
+        source = self.cast(dtype if dtype is not None else self.dtype if self.dtype.category >= 2 else _integer_total(self.dtype))
         return source._cumulative(Ops.PROD, _pick_axis(axis, dim, "cumprod", 0), 1, "cumprod")

@@ -166,8 +166,9 @@ def test_to_dtype_device_and_both(device):
     assert both.device == other and both.dtype == F64
     like = x.to(tensor(np.zeros(1, np.int64), other))
     assert like.device == other and like.dtype == I64
+    assert x.to(np.complex64).numpy().tolist() == [1.5 + 0j, -2.25 + 0j, 3 + 0j]
     with pytest.raises(TypeError, match="valid dtypes"):
-        x.to(np.complex64)
+        x.to(np.str_)
 
 
 def test_clone_is_a_copy_with_the_same_values(device):

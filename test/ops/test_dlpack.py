@@ -78,8 +78,16 @@ def test_a_round_trip_through_dlpack_keeps_gradients_flowing_from_the_new_tensor
 def test_dlpack_errors_name_the_fix():
     with pytest.raises(BufferError, match="stream must be None"):
         Tensor([1.0]).__dlpack__(stream=1)
-    with pytest.raises(TypeError, match="from_dlpack: lazygrad has no dtype for complex64"):
-        lazygrad.from_dlpack(np.zeros(2, np.complex64))
+
+
+def test_complex_memory_is_shared_both_ways():
+    source = np.array([1 + 2j, 3 - 4j], np.complex64)
+    shared = lazygrad.from_dlpack(source)
+    assert shared.dtype == lazygrad.dtypes.complex64
+    source[0] = 9j  # a write through numpy is seen by values computed after it
+    assert (shared * 1).numpy().tolist() == [9j, 3 - 4j]
+    exported = np.from_dlpack(Tensor(np.array([[1j, 2]], np.complex128)))
+    assert exported.dtype == np.complex128 and exported.tolist() == [[1j, 2 + 0j]]
 
 
 def test_device_memory_is_not_shared():

@@ -122,7 +122,7 @@ def test_reduce_repeated_axis(device):
 
 # ---- dtypes and devices ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad", ["float8", "float6_e3m2fn", np.complex64, object, "int2"])
+@pytest.mark.parametrize("bad", ["float8", "float6_e3m2fn", "complex32", object, "int2"])
 def test_unknown_dtype_names_valid_dtypes(bad, device):
     with pytest.raises(TypeError) as excinfo:
         Tensor([1, 2], dtype=bad, device=device)
@@ -233,7 +233,7 @@ def test_ragged_or_bad_data_raises_type_error(device):
     with pytest.raises(TypeError):
         Tensor(["a", "b"], device=device)
     with pytest.raises(TypeError):
-        Tensor(1 + 2j, device=device)
+        Tensor([1 + 2j], dtype="float32", device=device)  # complex values need a complex dtype
 
 
 def test_negative_shape_raises(device):
