@@ -131,6 +131,7 @@ def full_like(x: Tensor, /, fill_value, *, dtype: DType | None = None, device: s
 def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: DType | None = None,
         device: str | None = None) -> Tensor:
     n_cols = n_rows if n_cols is None else n_cols
+    k = builtins.max(-n_rows, builtins.min(k, n_cols))  # a diagonal past the matrix is empty, however far
     rows = Tensor.arange(n_rows, device=device).reshape(n_rows, 1)
     cols = Tensor.arange(n_cols, device=device).reshape(1, n_cols)
     return (cols - rows == k).cast(dtype or dtypes.default_float)
@@ -207,7 +208,10 @@ def can_cast(from_, to: DType, /) -> builtins.bool:
         return source.is_bool and to.is_bool
     if source.category > to.category or (source.category < 2) != (to.category < 2):
         return False  # float to complex, never complex to float
-    return _result_type([source, to], [], []) == to
+    try:
+        return _result_type([source, to], [], []) == to
+    except TypeError:  # no dtype holds both (uint64 and a signed integer)
+        return False
 
 
 def result_type(*arrays_and_dtypes) -> DType:
@@ -273,7 +277,7 @@ _KINDS = {
 }
 
 
-def isdtype(dtype: DType, kind, /) -> builtins.bool:
+def isdtype(dtype: DType, kind) -> builtins.bool:
     if isinstance(kind, tuple):
         return builtins.any(isdtype(dtype, one) for one in kind)
     if isinstance(kind, DType):
@@ -407,8 +411,11 @@ def tensordot(x1: Tensor, x2: Tensor, /, *, axes=2) -> Tensor:
 
 
 def vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
-    """sum(conj(x1) * x2) over axis."""
-    return (x1.conj() * x2).sum(axis)
+    """sum(conj(x1) * x2) over axis, in the two arrays' promoted dtype; the axis is not broadcast."""
+    if x1.ndim == 0 or x2.ndim == 0 or x1.shape[axis] != x2.shape[axis]:
+        raise ValueError(f"vecdot: the arrays' sizes along axis {axis} differ: shapes {x1.shape} and {x2.shape}")
+    dtype = result_type(x1, x2)
+    return (x1.cast(dtype).conj() * x2.cast(dtype)).sum(axis, dtype=dtype)
 
 
 # ---- manipulation ------------------------------------------------------------------------------
@@ -429,7 +436,7 @@ def concat(arrays, /, *, axis: int | None = 0) -> Tensor:
     return arrays[0].cat(*arrays[1:], dim=axis)
 
 
-def expand_dims(x: Tensor, /, *, axis: int = 0) -> Tensor:
+def expand_dims(x: Tensor, /, axis: int = 0) -> Tensor:
     if not -x.ndim - 1 <= axis <= x.ndim:
         raise IndexError(f"expand_dims: axis {axis} is out of range for a {x.ndim}-d array")
     return x.unsqueeze(axis)
@@ -699,7 +706,7 @@ def _vector_norm(x: Tensor, /, *, axis=None, keepdims: builtins.bool = False, or
     if ord == -math.inf:
         return magnitude.amin(axes, keepdims)
     if ord == 0:
-        return (magnitude != 0).sum(axes, keepdims, dtype=x.dtype if x.dtype.is_float else dtypes.default_float)
+        return (magnitude != 0).sum(axes, keepdims, dtype=magnitude.dtype if magnitude.dtype.is_float else dtypes.default_float)
     if ord == 1:
         return magnitude.sum(axes, keepdims)
     if ord == 2:
@@ -736,15 +743,18 @@ def _host(name: str, x: Tensor, *others: Tensor) -> list[np.ndarray]:
         if array.requires_grad and TensorType.grad_enabled and name not in DIFFERENTIABLE:
             raise RuntimeError(f"linalg.{name}: computed on the host with numpy, it has no gradient in lazygrad; "
                                "detach() the input or call it under lazygrad.no_grad()")
-        if not array.dtype.is_float:
-            raise TypeError(f"linalg.{name}: expects floating-point arrays, got {array.dtype.name}")
+        if array.dtype.category < 2:
+            raise TypeError(f"linalg.{name}: expects floating-point or complex arrays, got {array.dtype.name}")
         if array.ndim < (1 if name == "solve" and array is not x else 2):
             raise ValueError(f"linalg.{name}: expects a stack of matrices, got shape {array.shape}")
     return [array.numpy() for array in (x, *others)]
 
 
 def _back(value: np.ndarray, like: Tensor) -> Tensor:
-    return Tensor(np.array(value, dtype=like.dtype.np), dtype=like.dtype, device=like.device)  # 0-d stays 0-d
+    """numpy's result in like's dtype, or in its parts' for a real result of a complex input (singular
+    values, a log-determinant)."""
+    dtype = like.dtype if np.iscomplexobj(value) else _COMPLEX_PARTS.get(like.dtype, like.dtype)
+    return Tensor(np.array(value, dtype=dtype.np), dtype=dtype, device=like.device)  # 0-d stays 0-d
 
 
 def _cholesky(x: Tensor, /, *, upper: builtins.bool = False) -> Tensor:
@@ -980,7 +990,8 @@ def _matrix_norm(x: Tensor, /, *, keepdims: builtins.bool = False, ord="fro") ->
     """Frobenius, nuclear (sum of singular values, on the host), 2 and -2 (largest and smallest
     singular value), or 1, -1, inf, -inf (the largest or smallest column or row sum of magnitudes)."""
     if ord == "fro":
-        result = (x * x).sum((-2, -1)).sqrt()
+        magnitude = x.abs() if x.dtype.is_complex else x
+        result = (magnitude * magnitude).sum((-2, -1)).sqrt()
     elif ord in ("nuc", 2, -2):
         values = _svdvals(x)
         result = values.sum(-1) if ord == "nuc" else values.amax(-1) if ord == 2 else values.amin(-1)

@@ -6,9 +6,10 @@ real and imaginary parts along one more, last axis of 2, in float32 (complex64) 
 and every device computes complex values with the real kernels it already has: the parts of an
 expression fuse like any other elementwise chain, and complex matmuls are real ones.
 
-`_apply`, the door every Tensor method goes through, maps the primitives onto the pairs: the
-movement ops act on the leading axes, ADD, NEG and SUM on both parts alike, MUL, DIV and CMPNE
-combine the parts; a primitive with no complex meaning (an ordering, a bitwise op, EXP2...) raises.
+`_apply`, the door every Tensor method goes through, maps the primitives onto the parts: the
+movement ops, NEG, SUM and TAKE act on each part alike, MUL, DIV and CMPNE combine them, PROD halves
+each axis with complex multiplies; a primitive with no complex meaning (an ordering, a bitwise op,
+EXP2...) raises.
 So a method composed of the first kind (sub, square, mean, matmul, reshape, indexing, cat) works on
 complex Tensors as it stands. The functions whose real composition does not carry over (exp, log,
 sqrt, the trigonometric and hyperbolic functions and their inverses, abs, sign, pow) are methods
@@ -106,9 +107,6 @@ class ComplexTensor(Tensor):
         pairs = np.ascontiguousarray(Tensor(self.lazydata).numpy())
         return pairs.view(self.dtype.np).reshape(self.shape)
 
-    def __complex__(self) -> complex:
-        return complex(self.item())
-
     def __float__(self):
         raise TypeError(f"float(): a {self.dtype.name} tensor has no float value; take .real or .abs() first")
 
@@ -116,6 +114,12 @@ class ComplexTensor(Tensor):
         raise TypeError(f"int(): a {self.dtype.name} tensor has no int value; take .real or .abs() first")
 
     def detach(self) -> "ComplexTensor":
+        return self
+
+    def _with_gradient(self, sources, rule) -> "ComplexTensor":
+        if Tensor.grad_enabled and any(source.requires_grad for source in sources):
+            raise TypeError(f"a {self.dtype.name} result carries no gradient yet: detach() the inputs, or compute "
+                            "it under no_grad()")
         return self
 
     def requires_grad_(self, requires_grad: bool = True) -> "ComplexTensor":
@@ -401,6 +405,8 @@ def _exp(a: Tensor, b: Tensor, minus_one: bool) -> ComplexTensor:
     not_finite_b = ~b.isfinite()
     low = (a == -math.inf)  # exp(-inf + bj) = 0 cis(b): its parts are zeros even for b inf or NaN
     re = low.where(-1.0 if minus_one else 0.0, re)
+    if minus_one:  # expm1(-0 + 0j) is +0 + 0j, as the standard says
+        re = ((a == 0) & (b == 0)).where(0.0, re)
     im = low.where(not_finite_b.where(0.0, im), im)
     high = (a == math.inf) & not_finite_b  # exp(+inf + inf j) or (+inf + NaN j): inf + NaN j
     return _make(high.where(math.inf, re), high.where(math.nan, im))
@@ -440,7 +446,7 @@ def _tanh(a: Tensor, b: Tensor) -> ComplexTensor:
     re, im = real_b.where(a.tanh(), re), real_b.where(b, im)
     infinite_a = a.isinf()  # tanh(+-inf + bj) is +-1 + 0j, the 0 with sin 2b's sign where b is finite
     re = infinite_a.where(_unit(a), re)
-    im = infinite_a.where(b.isfinite().where(_unit(twice_b.sin()) * 0.0, 0.0), im)
+    im = infinite_a.where(_unit(b) * 0.0, im)  # the standard's 1 + 0j (Annex G would take sin 2b's sign)
     zero_a = (a == 0) & ~b.isfinite()  # tanh(0 + inf j) is 0 + NaN j
     return _make(zero_a.where(a, re), zero_a.where(math.nan, im))
 

@@ -132,8 +132,9 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             raise TypeError("a complex Tensor cannot be put on several devices yet")
         self.__class__ = ComplexTensor
         self._parts = None
-        array = np.asarray(data)
-        dtype = dtype or (dtypes.from_any(array.dtype) if array.dtype.kind == "c" else COMPLEX_OF[dtypes.default_float])
+        array = np.asarray(data)  # a numpy array or scalar keeps its precision; a Python complex is complex64
+        dtype = dtype or (dtypes.from_any(array.dtype) if isinstance(data, (np.ndarray, np.generic))
+                          else COMPLEX_OF[dtypes.default_float])
         if not dtype.is_complex:
             raise TypeError(f"cannot build a {dtype.name} Tensor from complex values; use a complex dtype "
                             "(complex64, complex128) or take their .real first")
@@ -490,6 +491,9 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
     def __float__(self) -> float:
         return float(self.item())
 
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
     def __index__(self) -> int:
         """A one-element integer tensor as a Python int (an index, a range's bound), as PyTorch allows."""
         if not (self.dtype.is_int or self.dtype.is_bool):
@@ -556,10 +560,10 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
                 groups[0 if tensor.ndim else 1].append(tensor.dtype)
             dtype = result_type(*groups)
         elif isinstance(other, (bool, int, float, complex, np.generic)):
-            if self._complex or isinstance(other, (complex, np.complexfloating)):
-                return self._complex_operands(other, reverse)
             node = self.lazydata
             dtype = _scalar_result_type(node.dtype, len(node.shape) > 0, other)
+            if self._complex or dtype.category == 3:  # a complex tensor, or a complex number (category, not
+                return self._complex_operands(other, reverse)  # is_complex: no call on every op built)
             _check_scalar_fits(other, dtype, op)
             x = self if dtype is node.dtype else self.cast(dtype)
             # beside a stored-only dtype the number takes the dtype its op computes in (as PyTorch keeps

@@ -554,3 +554,38 @@ def test_svdvals_has_a_gradient(device):
         a = np.random.default_rng(2).standard_normal(shape)
         scale = xp.asarray(np.array([1.0, -2.0, 0.5]), device=device)
         check_gradients(lambda x: (xp.linalg.svdvals(x) * scale).sum(), a, device=device)
+
+
+def test_complex_dtypes_in_the_namespace(device):
+    assert xp.asarray(0j).dtype == xp.complex64 and xp.asarray(np.complex128(1j)).dtype == xp.complex128
+    assert xp.__array_namespace_info__().default_dtypes()["complex floating"] == xp.complex64
+    assert xp.isdtype(xp.complex128, "complex floating") and not xp.isdtype(xp.complex64, "real floating")
+    assert xp.result_type(xp.float64, 1j) == xp.complex128 and xp.result_type(xp.complex64, xp.float64) == xp.complex128
+    assert xp.can_cast(xp.float32, xp.complex64) and not xp.can_cast(xp.complex64, xp.float64)
+    assert not xp.can_cast(xp.uint64, xp.int8)  # no dtype holds both
+    assert xp.finfo(xp.complex64).dtype == xp.float32 and xp.finfo(xp.complex128).eps == np.finfo(np.float64).eps
+    z = np.array([[1 + 1j, 2], [0.5j, 3 - 1j]], np.complex128)
+    a = xp.asarray(z, device=device)
+    with pytest.raises(TypeError, match="astype: casting a complex128 array to float64 is not permitted"):
+        xp.astype(a, xp.float64)
+    np.testing.assert_allclose(xp.real(a).numpy(), z.real)
+    np.testing.assert_allclose(xp.imag(a).numpy(), z.imag)
+    np.testing.assert_allclose(xp.vecdot(a, a).numpy(), np.vecdot(z, z), rtol=1e-12)  # conjugates x1
+    np.testing.assert_allclose(xp.linspace(0, 1 + 2j, 5, device=device).numpy(), np.linspace(0, 1 + 2j, 5), rtol=1e-6)
+    np.testing.assert_allclose(xp.linalg.inv(a).numpy(), np.linalg.inv(z), rtol=1e-12)
+    np.testing.assert_allclose(xp.linalg.matrix_norm(a).numpy(), np.linalg.norm(z), rtol=1e-12)
+    values = xp.linalg.svdvals(a)
+    assert values.dtype == xp.float64  # real singular values of a complex matrix
+    np.testing.assert_allclose(values.numpy(), np.linalg.svd(z, compute_uv=False), rtol=1e-12)
+    np.testing.assert_allclose(xp.sign(a).numpy(), z / np.abs(z), rtol=1e-12)
+
+
+def test_eye_with_a_diagonal_past_the_matrix(device):
+    assert not xp.eye(3, 2, k=2 ** 63 - 1, device=device).numpy().any()
+    assert not xp.eye(2, k=-(2 ** 63), device=device).numpy().any()
+
+
+def test_vecdot_does_not_broadcast_its_axis_and_keeps_the_dtype():
+    with pytest.raises(ValueError, match="sizes along axis -1 differ"):
+        xp.vecdot(xp.asarray([1.0]), xp.asarray([1.0, 2.0]))
+    assert xp.vecdot(xp.asarray([1, 2], dtype=xp.uint8), xp.asarray([3, 4], dtype=xp.uint8)).dtype == xp.uint8
