@@ -1,14 +1,16 @@
 """Discrete Fourier transforms of Tensors: the array API standard's `fft` extension (`xp.fft`), also
 `lazygrad.fft`.
 
-Front-end layer, beside array_api.py. Each transform along an axis is a matmul with the matrix of
-its twiddle factors, exp(-+2 pi i jk / n), computed once per size on the host in float64 (the angle
-reduced exactly, as the integer jk mod n) and rounded to the data's dtype: so a transform is as lazy
-and device-aware as any matmul, fuses with what surrounds it and runs under the jit. The cost is n^2
-per output row rather than an FFT's n log n, and the matrix takes n^2 elements: fine for the
-hundreds, slow for the tens of thousands (numpy's FFT then wins; take `.numpy()`). The normalizations
-are the standard's: "backward" (none forward, 1/n inverse), "ortho" (1/sqrt(n) both ways) and
-"forward" (1/n forward, none inverse).
+Front-end layer, beside array_api.py. A transform of up to 64 points along an axis is a matmul
+with the matrix of its twiddle factors, exp(-+2 pi i jk / n), computed once per size on the host in
+float64 (the angle reduced exactly, as the integer jk mod n) and rounded to the data's dtype. A
+longer one is split as n = n1 n2 (n1 the largest factor up to sqrt(n)): n2 transforms of n1 points,
+a product with twiddle factors, n1 transforms of n2 points (Cooley and Tukey's step, each part split
+again), so its work is n (n1 + n2 + ...) rather than n^2, and no matrix has more than 64 rows. So a
+transform is as lazy and device-aware as any matmul, fuses with what surrounds it and runs under the
+jit. A prime length longer than 64 stays one n x n matmul. The normalizations are the standard's:
+"backward" (none forward, 1/n inverse), "ortho" (1/sqrt(n) both ways) and "forward" (1/n forward,
+none inverse).
 """
 from __future__ import annotations
 
@@ -86,15 +88,44 @@ def _axis(x: Tensor, axis: int, name: str) -> int:
     return axis % x.ndim
 
 
+_ONE_MATMUL = 64  # transforms up to this length are one matmul
+
+
+def _split_factor(n: int) -> int:
+    """The largest factor of n up to sqrt(n), or 1 where n is short or prime."""
+    if n <= _ONE_MATMUL:
+        return 1
+    return next(factor for factor in range(math.isqrt(n), 0, -1) if n % factor == 0)
+
+
+def _twiddle_matrix(n: int, rows: int, columns: int, sign: int, like: Tensor) -> Tensor:
+    cos, sin = _twiddles(n, rows, columns, sign)
+    part = COMPLEX_PARTS[like.dtype]
+    return _matrix(cos, part, like.device) + _matrix(sin, part, like.device) * 1j
+
+
+def _transform_last(x: Tensor, sign: int) -> Tensor:
+    """The unnormalized transform of a complex x along its last axis: X[k] = sum_j x[j] w^(jk), w =
+    exp(sign 2 pi i / n). Split as n = n1 n2, j = n2 j1 + j2 and k = k1 + n1 k2:
+    X[k1 + n1 k2] = sum_j2 w_n^(j2 k1) (sum_j1 x[n2 j1 + j2] w_n1^(j1 k1)) w_n2^(j2 k2)."""
+    n = x.shape[-1]
+    n1 = _split_factor(n)
+    if n1 == 1:
+        return x.matmul(_twiddle_matrix(n, n, n, sign, x))
+    n2 = n // n1
+    batch = x.shape[:-1]
+    inner = _transform_last(x.reshape(*batch, n1, n2).transpose(-1, -2), sign)  # [j2, k1]
+    turned = inner * _twiddle_matrix(n, n2, n1, sign, x)  # w_n^(j2 k1)
+    outer = _transform_last(turned.transpose(-1, -2), sign)  # [k1, k2]
+    return outer.transpose(-1, -2).reshape(*batch, n)  # k = k1 + n1 k2 is the flat index of [k2, k1]
+
+
 def _dft(x: Tensor, n: int | None, axis: int, norm: str, inverse: bool, name: str) -> Tensor:
     x = _complex(x, name)
     axis = _axis(x, axis, name)
     n = _check_length(x.shape[axis] if n is None else n, name)
     x = _resized(x, n, axis)
-    cos, sin = _twiddles(n, n, n, 1 if inverse else -1)
-    part = COMPLEX_PARTS[x.dtype]
-    w = _matrix(cos, part, x.device) + _matrix(sin, part, x.device) * 1j
-    return _along(x, axis, lambda last: last.matmul(w)) * _scale(norm, n, inverse, name)
+    return _along(x, axis, lambda last: _transform_last(last, 1 if inverse else -1)) * _scale(norm, n, inverse, name)
 
 
 def fft(x: Tensor, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Tensor:
@@ -111,8 +142,10 @@ def rfft(x: Tensor, /, *, n: int | None = None, axis: int = -1, norm: str = "bac
     axis = _axis(x, axis, "rfft")
     n = _check_length(x.shape[axis] if n is None else n, "rfft")
     x = _resized(x, n, axis)
-    cos, sin = _twiddles(n, n, n // 2 + 1, -1)
     scale = _scale(norm, n, False, "rfft")
+    if _split_factor(n) > 1:  # a long one: the complex transform, split, and its first half
+        return fft(x, axis=axis, norm=norm).narrow(axis, 0, n // 2 + 1)
+    cos, sin = _twiddles(n, n, n // 2 + 1, -1)
     re = _along(x, axis, lambda last: last.matmul(_matrix(cos, x.dtype, x.device))) * scale
     im = _along(x, axis, lambda last: last.matmul(_matrix(sin, x.dtype, x.device))) * scale
     return re + im * 1j
@@ -127,6 +160,9 @@ def irfft(x: Tensor, /, *, n: int | None = None, axis: int = -1, norm: str = "ba
     n = _check_length(2 * (x.shape[axis] - 1) if n is None else n, "irfft")
     half = n // 2 + 1
     x = _resized(x, half, axis)
+    if _split_factor(n) > 1:  # a long one: the whole spectrum (the rest the conjugates), split, its real part
+        rest = x.narrow(axis, 1, n - half).flip(axis).conj()
+        return ifft(x.cat(rest, dim=axis), axis=axis, norm=norm).real
     cos, sin = _twiddles(n, half, n, 1)
     weight = np.full((half, 1), 2.0)
     weight[0] = 1.0

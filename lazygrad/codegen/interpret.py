@@ -151,7 +151,11 @@ class _Interpreter:
         if kind is Masked:
             valid = expr.valid if isinstance(expr.valid, bool) else expr.valid.evaluate(env)
             valid = np.asarray(valid)[..., None] if expr.width > 1 else valid
-            return np.where(valid, self.evaluate(expr.value), np.zeros((), expr.dtype.np))
+            value = expr.value
+            if type(value) is VectorLoad:  # C's `valid ? load : 0` reads nothing where invalid (maybe past the end)
+                index = np.asarray(value.index.evaluate(env))[..., None] + np.arange(value.width)
+                return self.gather(value.param, index, valid)
+            return np.where(valid, self.evaluate(value), np.zeros((), expr.dtype.np))
         if kind is Valid:
             return np.asarray(expr.condition.evaluate(env))
         if kind is Op:

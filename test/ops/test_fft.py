@@ -70,3 +70,19 @@ def test_argument_errors_name_the_fix():
         fft.fft(Tensor([1, 2]))
     with pytest.raises(ValueError, match="0-d"):
         fft.fft(Tensor(1.0))
+
+
+@pytest.mark.parametrize("n", [96, 99, 130, 1000, 4096, 67])
+def test_long_transforms_split_and_match_numpy(n, device):
+    """Past 64 points a transform is split as n1 x n2 (recursively: 1000 is 25 x 40, 4096 64 x 64);
+    a prime length (67) stays one matmul."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((2, n)) + 1j * rng.standard_normal((2, n))
+    r = rng.standard_normal((2, n))
+    for ours, want, rtol in [(fft.fft(Tensor(x, device=device)), np.fft.fft(x), 1e-13),
+                             (fft.ifft(Tensor(x.astype(np.complex64), device=device), norm="ortho"),
+                              np.fft.ifft(x, norm="ortho"), 1e-5),
+                             (fft.rfft(Tensor(r, device=device)), np.fft.rfft(r), 1e-13),
+                             (fft.irfft(Tensor(x[:, : n // 2 + 1], device=device), n=n), np.fft.irfft(x[:, : n // 2 + 1], n=n),
+                              1e-13)]:
+        np.testing.assert_allclose(ours.numpy(), want, rtol=0, atol=rtol * np.abs(want).max())
