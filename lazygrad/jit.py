@@ -53,6 +53,7 @@ import time
 import weakref
 
 from lazygrad import realize as engine
+from lazygrad.complex_tensor import ComplexTensor
 from lazygrad.devices import get_device
 from lazygrad.knobs import knobs
 from lazygrad.lazy import PENDING_ASSIGNS, LazyBuffer
@@ -180,9 +181,10 @@ class _Replay:
                 raise JitError(f"jit: output {index} was not computed by the function (it returns a tensor it "
                                "did not make, or wrote it in place); return a copy, e.g. x.clone()")
         self._check_state_stays(recording, produced, input_buffers)
-        # per output: (shape, dtype, device, number of elements) of the buffer each call allocates
-        self.output_allocations = [(tensor.shape, tensor.dtype, get_device(tensor.device), math.prod(tensor.shape))
-                                   for tensor in outputs]
+        # per output: (shape, dtype, device, number of elements) of the buffer each call allocates (a
+        # complex output's: its pairs of floats), and whether it is complex
+        self.output_allocations = [(tensor.lazydata.shape, tensor.lazydata.dtype, get_device(tensor.device),
+                                    math.prod(tensor.lazydata.shape), tensor._complex) for tensor in outputs]
         self.previous_outputs: list = [None] * len(outputs)  # the buffers the last replay returned
         self.refills = recording.refills
         # each launch as (function, its arguments with the captured buffers in place, [(position, 0 for
@@ -299,7 +301,7 @@ class _Replay:
         """Replay for `inputs` (realized and current); runs for every call, so plain loops only."""
         input_buffers = _argument_buffers(inputs)
         output_buffers = []
-        for number, (shape, dtype, device, size) in enumerate(self.output_allocations):
+        for number, (shape, dtype, device, size, _) in enumerate(self.output_allocations):
             # The previous call's output again when nothing else refers to it (the caller dropped
             # the tensor, and no graph or weak reference holds its buffer): nobody can see it being
             # overwritten, and a loop that drops each result skips an allocation and a free per call.
@@ -353,8 +355,9 @@ class _Replay:
                         tensor.lazydata = MultiLazyBuffer(shards, node.axis, node.bounds)
         stats.kernels += self.kernel_count - skipped
         results = []
-        for buffer, (shape, _, _, _) in zip(output_buffers, self.output_allocations):
-            results.append(Tensor(LazyBuffer.from_buffer(buffer, shape)))
+        for buffer, (shape, _, _, _, is_complex) in zip(output_buffers, self.output_allocations):
+            result = Tensor(LazyBuffer.from_buffer(buffer, shape))
+            results.append(ComplexTensor._of_pairs(result) if is_complex else result)
         return results
 
 

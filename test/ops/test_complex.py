@@ -224,3 +224,16 @@ def test_what_complex_tensors_do_not_have_raises_clearly():
         float(Tensor(np.complex64(1j)))
     with pytest.raises(TypeError, match="imaginary part"):
         _ = Tensor([1.0]).imag
+
+
+def test_the_jit_takes_and_returns_complex_tensors(device):
+    from lazygrad import fft
+    from lazygrad.jit import jit
+    step = jit(lambda z, x: ((z * z + 1j).conj(), fft.rfft(x)))
+    for call in range(4):  # the first two calls capture, the others replay
+        z = np.array([1 + 1j, 2 - 1j], np.complex64) * (call + 1)
+        x = np.arange(8.0, dtype=np.float32) * call
+        squared, spectrum = step(Tensor(z, device=device), Tensor(x, device=device))
+        assert squared.dtype == dtypes.complex64 and squared.shape == (2,) and spectrum.shape == (5,)
+        np.testing.assert_allclose(squared.numpy(), np.conj(z * z + 1j), rtol=1e-6)
+        np.testing.assert_allclose((spectrum * 2).numpy(), np.fft.rfft(x) * 2, rtol=1e-5, atol=1e-4)
