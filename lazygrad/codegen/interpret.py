@@ -123,8 +123,12 @@ class _Interpreter:
         if width > 1:
             index = index[..., None] + np.arange(width)
         buffer = self.buffers[store.param]
-        index = np.broadcast_to(index, self.shape + lanes)
-        buffer[index.ravel()] = np.broadcast_to(value, self.shape + lanes).ravel().astype(buffer.dtype)
+        index = np.broadcast_to(index, self.shape + lanes).ravel()
+        value = np.broadcast_to(value, self.shape + lanes).ravel()
+        if store.guard is not None:  # only where the guard holds (scalar programs: no lanes)
+            kept = np.broadcast_to(np.asarray(self.evaluate(store.guard)), self.shape).ravel()
+            index, value = index[kept], value[kept]
+        buffer[index] = value.astype(buffer.dtype)
 
     def gather(self, param: str, index, valid=True):
         """param[index] where valid, else 0."""

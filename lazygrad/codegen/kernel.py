@@ -10,7 +10,10 @@ Node ops are the op table's records (`Ops.LOAD`, `Ops.ADD`; ops/table.py), compa
   LOAD   arg=(buffer number, ShapeTracker)       a value read from an input buffer
   CONST  arg=(value, ShapeTracker or None)      a constant; the tracker carries a pad mask, if any
   VALID  arg=ShapeTracker                        True where the tracker's mask admits the position
-  STORE  arg=(number, ShapeTracker), srcs=(value,)  one output: value written to buffer `number`
+  STORE  arg=(number, ShapeTracker), srcs=(value,)  one output: value written to buffer `number`;
+         srcs=(value, guard): written only where the bool guard is true, the other elements keeping
+         what the buffer held (an in-place write of a select over the buffer's own values,
+         `Kernel.with_guarded_store`)
   SINK   srcs=(STORE, ...), dtype None          the root: the kernel's stores, outputs in order
   SUM / PROD / MAX_REDUCE  arg=axes              a reduce over axes of the kernel's full shape
   TAKE   arg=n, srcs=(source, index)             source evaluated where its last axis is the value
@@ -139,6 +142,23 @@ class Kernel:
         dims = [str(size) for axis, size in enumerate(self.full_shape) if axis not in self.reduce_axes]
         reduced = [str(self.full_shape[axis]) for axis in self.reduce_axes]
         return "_".join([prefix] + (dims or ["1"]) + (["r" + "x".join(reduced)] if reduced else []))
+
+    def with_guarded_store(self, number: int, own_input: int) -> "Kernel | None":
+        """This kernel with output `number`, a `WHERE(c, new, old)` whose `old` reads buffer
+        `own_input` at the view it is stored through, stored as `new` only where c holds; None
+        when it is no such select. Valid only where `own_input` is the output's own buffer, written
+        in place: the elements left alone already hold their value. A KV cache's row written at a
+        position held in a tensor then costs one row, not a pass over the whole cache."""
+        store = self.stores[number]
+        value = store.srcs[0]
+        if len(store.srcs) > 1 or value.op is not Ops.WHERE:
+            return None
+        condition, new, old = value.srcs
+        if old.op is not Ops.LOAD or old.arg != (own_input, store.arg[1]):
+            return None
+        guarded = KernelNode.make(Ops.STORE, store.dtype, (new, condition), store.arg)
+        stores = tuple(guarded if index == number else other for index, other in enumerate(self.stores))
+        return Kernel(KernelNode.make(Ops.SINK, None, stores), self.full_shape, self.reduce_axes, self.buffer_dtypes)
 
     def count_flops(self) -> int:
         """Arithmetic ops per kernel run (each elementwise op and reduce step counted once)."""

@@ -128,6 +128,9 @@ def _vector_types(ctype: str, name: str, lanes: int) -> str:
 
 HELPERS.update({f"lg_float{lanes}": _vector_types("float", "lg_float", lanes) for lanes in (4, 8, 16)})
 HELPERS.update({f"lg_int{lanes}": _vector_types("int", "lg_int", lanes) for lanes in (4, 8, 16)})
+# bools as they lie in memory, one byte each, for a vector load that widens them into a mask
+HELPERS.update({f"lg_bool{lanes}_unaligned": f"typedef unsigned char lg_bool{lanes}_unaligned "
+                 f"__attribute__((vector_size({lanes}), aligned(1)));" for lanes in (4, 8, 16)})
 # A float read once and broadcast across a vector copy's lanes (a register tile's left operand). The
 # empty asm hides where the pointer points, so gcc's SLP vectorizer does not group a tile's reads of
 # such values into one vector load it then splits lane by lane: with the values 32 floats apart (a
@@ -254,6 +257,9 @@ class CRenderer(CStyleRenderer):
         return f"lg_mask{width}" if dtype == dtypes.bool else f"{VECTOR_DTYPES[dtype]}{width}"
 
     def render_vector_load(self, param: str, dtype, index: str, width: int) -> str:
+        if dtype == dtypes.bool:  # bytes of 0 or 1 widened to a mask's lanes of 0 or -1
+            loaded = f"*(const lg_bool{width}_unaligned*)({param} + ({index}))"
+            return f"(-__builtin_convertvector({loaded}, lg_mask{width}))"
         return f"(*(const {VECTOR_DTYPES[dtype]}{width}_unaligned*)({param} + ({index})))"
 
     def render_splat_load(self, param: str, dtype, index: str, valid) -> str:
@@ -379,7 +385,8 @@ class CRenderer(CStyleRenderer):
 
         def store_text(store, width: int = 1) -> str:
             render = self.render_store if width == 1 else functools.partial(self.render_vector_store, width=width)
-            return render(store.param, param_dtypes[store.param], store.index.render(self), self.render_expr(store.value))
+            text = render(store.param, param_dtypes[store.param], store.index.render(self), self.render_expr(store.value))
+            return text if store.guard is None else f"if ({self.render_expr(store.guard)}) {text}"
 
         def accumulator_type(dtype) -> str:  # a float16 sum accumulates in float, rounded once, as numpy's
             return self.type_name(dtypes.float32 if dtype == dtypes.float16 else dtype)

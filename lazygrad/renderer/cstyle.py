@@ -463,9 +463,10 @@ class CStyleRenderer(FloorSyntax):
         for store in program.stores:
             index, value = store.index.render(self), self.render_expr(store.value)
             if program.vector_width > 1:
-                line(self.render_vector_store(store.param, param_dtypes[store.param], index, value, program.vector_width))
+                text = self.render_vector_store(store.param, param_dtypes[store.param], index, value, program.vector_width)
             else:
-                line(self.render_store(store.param, param_dtypes[store.param], index, value))
+                text = self.render_store(store.param, param_dtypes[store.param], index, value)
+            line(text if store.guard is None else f"if ({self.render_expr(store.guard)}) {text}")
         if program.group_lane is not None:
             depth -= 1
             line("}")

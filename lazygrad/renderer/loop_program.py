@@ -200,6 +200,7 @@ class Store:
     param: str
     index: Lin
     value: Expr                  # a vector of `LoopProgram.vector_width` lanes when that exceeds 1
+    guard: Expr | None = None    # stored only where this bool is true (a guarded STORE; scalar programs only)
 
 
 @dataclass

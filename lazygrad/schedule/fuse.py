@@ -28,7 +28,8 @@ The contract (docs/architecture.md):
 An ASSIGN's output is written into its target's existing buffer (`ScheduleItem.in_place`) when that is
 safe: the target is realized, the kernel reads that buffer only at the element it writes (no reduce,
 same view), and every other kernel of the schedule that reads the old contents can run first.
-Otherwise it writes a new buffer, which gives the same values.
+Otherwise it writes a new buffer, which gives the same values. Written in place, `where(c, new,
+target)` stores only where c holds (`_guard_in_place_selects`).
 
 `create_schedule` returns ScheduleItems in an order where every input exists before it is read.
 A graph of the same structure as one scheduled before (same ops, arguments, dtypes, shapes and
@@ -635,7 +636,24 @@ def _plan_schedule(outputs: list[LazyBuffer], nodes: list[LazyBuffer]) -> list[S
             if output.op is Ops.ASSIGN and _can_write_in_place(item, number) and id(output.srcs[1].buffer) not in written:
                 item.in_place[number] = True
                 written.add(id(output.srcs[1].buffer))
-    return _order(items)
+    return _guard_in_place_selects(_order(items))
+
+
+def _guard_in_place_selects(items: list[ScheduleItem]) -> list[ScheduleItem]:
+    """Each ASSIGN written in place whose value is `where(c, new, target)` (a KV cache's row put at a
+    position held in a tensor, `x[mask] = v`) stores only where c holds (`Kernel.with_guarded_store`):
+    the kernel writes the elements that change instead of reading and writing them all. Runs once
+    the order is final, as that may still make a write out of place."""
+    for item in items:
+        for number, (output, in_place) in enumerate(zip(item.outputs, item.in_place)):
+            if not in_place:
+                continue
+            target = output.srcs[1].buffer
+            for index, node in enumerate(item.inputs):
+                if node.realized and node.buffer is target:
+                    guarded = item.kernel.with_guarded_store(number, len(item.outputs) + index)
+                    item.kernel = guarded or item.kernel
+    return items
 
 
 def _is_reduce_kernel(item: ScheduleItem | None) -> bool:

@@ -210,3 +210,25 @@ def test_constants_are_equal_when_their_bits_in_their_dtype_are():
     assert Const(0, dtypes.bool) == Const(False, dtypes.bool) and Const(1, dtypes.int32) != Const(1, dtypes.int64)
     assert Const(0.1, dtypes.float32) == Const(np.float32(0.1), dtypes.float32) != Const(0.1, dtypes.float64)
     assert Const(float("nan"), dtypes.float32) == Const(np.nan, dtypes.float32)
+
+
+@pytest.mark.parametrize("renderer", RENDERERS)
+def test_a_guarded_store_writes_only_where_its_guard_holds(renderer):
+    # a row put into a cache at a position held in a tensor, written in place: the loop program
+    # stores the row where the position matches and leaves every other element as it was
+    start = values((3, 16, 8), seed=1)
+    row, position = Tensor(values((3, 1, 8), seed=2)).realize(), Tensor([5]).realize()
+    cache = Tensor(start).realize()
+    cache.assign((Tensor.arange(16).reshape(1, 16, 1) == position).where(row, cache))
+    items = create_schedule([cache.lazydata])
+    item = next(item for item in items if any(item.in_place))
+    assert len(item.kernel.stores[0].srcs) == 2, "the select over the cache itself becomes a guarded store"
+    arrays = {id(node): node.buffer.numpy().reshape(-1) for item in items for node in item.inputs if node.realized}
+    before = [item_before for item_before in items if item_before is not item]
+    run_kernel_programs(before, lambda kernel: linearize(kernel, RENDERERS[renderer]()), arrays)
+    output = start.reshape(-1).copy()
+    inputs = [arrays[id(node)] for node in item.inputs]
+    run_program(linearize(item.kernel, RENDERERS[renderer]()), [output] + inputs)
+    expected = start.copy()
+    expected[:, 5] = row.numpy()[:, 0]
+    np.testing.assert_array_equal(output.reshape(start.shape), expected)

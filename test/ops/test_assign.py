@@ -109,3 +109,61 @@ def test_assign_errors_name_shapes_devices_and_autograd():
     leaf = Tensor(np.zeros(3, np.float32), requires_grad=True)
     with pytest.raises(RuntimeError, match="no_grad"):
         leaf.assign(leaf + 1)
+
+
+def _guarded_stores(schedule_of):
+    """How many stores of the kernels realizing `schedule_of` (a tensor) are guarded."""
+    from lazygrad.schedule.fuse import create_schedule
+    items = create_schedule([schedule_of.lazydata])
+    return sum(len(store.srcs) == 2 for item in items if item.kernel is not None for store in item.kernel.stores)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8, np.bool_])
+def test_a_row_written_at_a_position_held_in_a_tensor(device, dtype):
+    # a KV cache's update: only the selected row changes, every dtype, positions at both ends
+    start = rng.integers(0, 2, (2, 7, 5)).astype(dtype) if dtype is np.bool_ else \
+        (rng.standard_normal((2, 7, 5)) * 20).astype(dtype)
+    cache = realized(start, device)
+    buffer = cache.lazydata.buffer
+    expected = start.copy()
+    for position in (0, 6, 3):
+        row = rng.integers(0, 2, (2, 1, 5)).astype(dtype) if dtype is np.bool_ else \
+            (rng.standard_normal((2, 1, 5)) * 20).astype(dtype)
+        here = (Tensor.arange(7, device=device) == Tensor([position], device=device)).reshape(1, 7, 1)
+        update = here.where(Tensor(row, device=device), cache)
+        if device != "NPY":
+            assert _guarded_stores(Tensor(cache.lazydata.assign(update.lazydata))) == 1
+        cache.assign(update).realize()
+        expected[:, position] = row[:, 0]
+        np.testing.assert_array_equal(cache.numpy(), expected)
+        assert cache.lazydata.buffer is buffer
+
+
+def test_a_select_over_itself_with_a_guard_that_varies_per_element(device):
+    start = rng.standard_normal((4, 9)).astype(np.float32)
+    x = realized(start, device)
+    x.assign((x > 0).where(x * 3, x)).realize()  # the guard reads the buffer it guards
+    np.testing.assert_allclose(x.numpy(), np.where(start > 0, start * 3, start), rtol=1e-6)
+    x.assign((x < 0).where(x, 0.5)).realize()  # the old value where the guard holds: a plain store
+    np.testing.assert_allclose(x.numpy(), np.where(start < 0, start, 0.5), rtol=1e-6)
+
+
+def test_a_select_over_itself_written_out_of_place_keeps_every_element(device):
+    start = rng.standard_normal(12).astype(np.float32)
+    x = realized(start, device)
+    total = x.sum()  # read with the write, in the same schedule
+    mask = Tensor(np.arange(12) % 3 == 0, device=device)
+    x.assign(mask.where(-x.flip(0), x))  # reads other elements: never in place
+    Tensor.realize(x, total)
+    np.testing.assert_allclose(x.numpy(), np.where(np.arange(12) % 3 == 0, -start[::-1], start), rtol=1e-6)
+    np.testing.assert_allclose(total.numpy(), start.sum(), rtol=1e-5)
+
+
+def test_a_mask_assigned_through_setitem_under_no_grad(device):
+    from lazygrad import no_grad
+    start = rng.standard_normal((3, 4)).astype(np.float32)
+    x = realized(start, device)
+    with no_grad():
+        x[Tensor(start > 0.5, device=device)] = 7.0
+    x.realize()
+    np.testing.assert_array_equal(x.numpy(), np.where(start > 0.5, np.float32(7), start))

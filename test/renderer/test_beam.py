@@ -62,6 +62,19 @@ def test_beam_searches_and_stays_right_on_every_compiled_device(fresh, device, c
     assert "searched in" in capfd.readouterr().err
 
 
+def test_beam_keeps_a_guarded_store_that_writes_one_row(fresh, capfd):
+    """A row written into a cache at a position held in a tensor stores only that row: the search
+    checks its candidates against a reference run on the same zeroed outputs."""
+    rng = np.random.default_rng(2)
+    start, row = rng.standard_normal((4, 32, 16)).astype(np.float32), rng.standard_normal((4, 1, 16)).astype(np.float32)
+    cache = Tensor(start).realize()
+    cache.assign((Tensor.arange(32).reshape(1, 32, 1) == Tensor([9])).where(Tensor(row), cache)).realize()
+    assert "searched in" in capfd.readouterr().err
+    expected = start.copy()
+    expected[:, 9] = row[:, 0]
+    np.testing.assert_array_equal(cache.numpy(), expected)
+
+
 def test_failing_candidates_are_discarded(fresh, monkeypatch, capfd):
     real_source = beam.KernelBench.source
 

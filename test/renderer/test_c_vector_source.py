@@ -332,3 +332,19 @@ def test_an_int32_convolution_tile_is_written_as_int_vectors_with_its_float_epil
     np.testing.assert_array_equal(product.numpy(), exact.astype(np.int32))
     expected = np.maximum(exact.astype(np.float32) * scale.numpy() - 3.0, 0)
     np.testing.assert_allclose(dequantized.numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_a_bool_mask_read_from_memory_in_a_matmul_epilogue_widens_into_a_vector_mask(lanes):
+    """A causal attention's scores filled with -inf where a stored bool mask says so: the tile's
+    epilogue loads the mask's bytes as one vector and widens them into -1/0 lanes (it raised a
+    KeyError rendering a bool vector load before)."""
+    rng = np.random.default_rng(5)
+    q, k = rng.standard_normal((2, 3, 8, 16)).astype(np.float32), rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    mask = np.tril(np.ones((8, 16), bool), 4)
+    scores = (Tensor(q) @ Tensor(k).transpose(-1, -2)) * 0.25
+    result = scores.masked_fill(Tensor(mask).logical_not().realize(), float("-inf"))
+    renderer, program = program_of(result, lanes)
+    assert program.vector_width == lanes and f"lg_bool{lanes}_unaligned" in renderer.render_program(program)
+    expected = np.where(mask, (q @ k.transpose(0, 1, 3, 2)) * 0.25, -np.inf)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-6)
