@@ -135,7 +135,7 @@ class LinalgMethods:
         sources = (x, w)
         dtype = result_type([x.dtype, w.dtype], [], [])
         rows = math.prod(x.shape[:-1]) if w.ndim == 2 else m  # x's batch dims join its rows
-        if packs_operands(x.device, rows, k, n):
+        if packs_operands(x.device, rows, k, n, constant_right=_is_constant_weight(w)):
             left = x.reshape(rows, k) if w.ndim == 2 else x
             result = _panel_product(left.cast(dtype), w.cast(dtype)).reshape(x.shape[:-1] + (n,))
         else:
@@ -223,17 +223,27 @@ class LinalgMethods:
 
 # On the CPU device, a matmul with at least PANEL_MIN_ROWS rows and a right operand of at least
 # PANEL_MIN_ELEMENTS elements first copies its right operand into panels (_panel_product), and its
-# left one where its rows fill no whole tile.
+# left one where its rows fill no whole tile; from PANEL_MIN_ROWS_CONSTANT rows when the right operand
+# is a stored weight no gradient is recorded for (`_is_constant_weight`).
 PANEL_MIN_ROWS = 64
+PANEL_MIN_ROWS_CONSTANT = 8
 PANEL_MIN_ELEMENTS = 1 << 17
 
 
-def packs_operands(device: str, m: int, k: int, n: int) -> bool:
+def packs_operands(device: str, m: int, k: int, n: int, constant_right: bool = False) -> bool:
     """Whether an (m, k) @ (k, n) matmul on the device copies its right operand into panels (so a
     copy of it made just for the matmul would be a second one; the left one too where its rows fill
     no whole tile or it is a transposed view, `_panel_product`). The GPU dialects tile each
-    work-item otherwise (codegen/opts.py) and read the operands in place."""
-    return device_kind(device) == "CPU" and m >= PANEL_MIN_ROWS and k * n >= PANEL_MIN_ELEMENTS
+    work-item otherwise (codegen/opts.py) and read the operands in place.
+
+    A constant right operand (`_is_constant_weight`) is packed from fewer rows: its panels are a
+    value of unchanged buffers, which an eager call keeps (derived_values) and a jit replay skips,
+    so only the product runs, and in panels it runs 1.3-1.6x faster (2 threads, AVX-512, x @ W.T
+    with W 3072x768: 32 rows 1.87 -> 1.32 ms, 16 rows 1.27 -> 0.78; GPT-2's 32-token prompt ...).
+    Below 8 rows the product is a set of dot products over W's rows, which read it in place."""
+    if device_kind(device) != "CPU" or k * n < PANEL_MIN_ELEMENTS:
+        return False
+    return m >= PANEL_MIN_ROWS or (constant_right and m >= PANEL_MIN_ROWS_CONSTANT)
 
 
 def panel_shape(device: str) -> tuple[int, int]:
@@ -337,6 +347,19 @@ def _matmul_gradient(grad, out, sources, arg) -> list:
     x, w = sources  # detached; a gradient built for one that needs none is never realized
     grad_w = grad.T.matmul(x).T if _is_transposed_view(w) else x.T.matmul(grad)
     return [grad.matmul(w.T), grad_w]
+
+
+def _is_constant_weight(tensor) -> bool:
+    """Whether tensor is a stored buffer, or a view of one, whose gradient is not being recorded
+    (a layer's weight in inference, `x @ W.T`): a value an optimizer step does not change between
+    calls, so copies of it are made once."""
+    from lazygrad.tensor import Tensor
+    if Tensor.grad_enabled and tensor.requires_grad:
+        return False
+    node = first_shard(tensor.lazydata)
+    while not node.realized and node.op.kind == MOVEMENT:
+        node = node.srcs[0]
+    return node.realized
 
 
 def _walks_k_contiguously(tensor) -> bool:

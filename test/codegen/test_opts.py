@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import lazygrad.realize as realize
 import lazygrad.codegen.linearize as linearize_module
 import lazygrad.tensor_methods.linalg as linalg
-from lazygrad import Tensor, dtypes, no_grad
+from lazygrad import Tensor, dtypes, no_grad, stats
 from lazygrad.nn import functional as F
 from lazygrad.ops import Ops
 from lazygrad.codegen.axes import merge_dims
@@ -804,7 +804,8 @@ def test_only_matmuls_of_large_operands_are_blocked():
     """Blocks keep part of an operand in cache while the tiles reuse it: with operands of 8 MiB and
     more (here 4096 x 512 floats, read in place: 32 rows take no panels); smaller ones take the tile
     alone (BERT's 1024x384x384, 2 threads: 51 GFLOP/s in blocks of 64 steps, 75 without)."""
-    assert heuristic_opts(matmul_kernel(32, 4096, 512), CRenderer())[-1] == Opt("BLOCK", 4, 64)
+    x, w = Tensor(np.ones((32, 4096), np.float32)), Tensor(np.ones((4096, 512), np.float32), requires_grad=True)
+    assert heuristic_opts(kernel_of(x @ w), CRenderer())[-1] == Opt("BLOCK", 4, 64)
     assert [opt.op for opt in heuristic_opts(matmul_kernel(64, 512, 64), CRenderer())] == ["UPCAST", "UPCAST"]
     assert [opt.op for opt in heuristic_opts(matmul_kernel(64, 128, 64), CRenderer())] == ["UPCAST", "UPCAST"]
 
@@ -876,9 +877,29 @@ def test_attention_scores_copy_the_keys_to_tile_along_them():
 
 
 def test_small_matmuls_read_their_operands_in_place():
-    for m, k, n in [(32, 1024, 1024), (256, 256, 256)]:  # few rows, small w
-        _, count = last_kernel_of(Tensor(np.ones((m, k), np.float32)) @ Tensor(np.ones((k, n), np.float32)))
+    for m, k, n in [(32, 1024, 1024), (256, 256, 256)]:  # few rows (w being trained), small w
+        w = Tensor(np.ones((k, n), np.float32), requires_grad=True)
+        _, count = last_kernel_of(Tensor(np.ones((m, k), np.float32)) @ w)
         assert count == 1, (m, k, n)
+
+
+def test_a_constant_weight_is_packed_from_eight_rows_once():
+    """x @ W.T under no_grad (a linear layer in inference, a prompt of 32 tokens): W's panels are a
+    value of an unchanged buffer, kept after the first call, so later calls run the product alone.
+    Below 8 rows, or with W's gradient recorded, W is read in place."""
+    rng = np.random.default_rng(8)
+    w = Tensor(rng.standard_normal((3072, 768)).astype(np.float32), requires_grad=True).realize()
+    x = rng.standard_normal((32, 768)).astype(np.float32)
+    with no_grad():
+        product = Tensor(x) @ w.T
+        assert last_kernel_of(product)[1] == 2  # W's panels, the product reading x in place
+        np.testing.assert_allclose(product.numpy(), x @ w.numpy().T, rtol=1e-4, atol=1e-3)
+        stats.reset()
+        again = (Tensor(x[:16]) @ w.T).numpy()
+        assert stats.kernels == 1, "W's panels are kept from the first call"
+        np.testing.assert_allclose(again, x[:16] @ w.numpy().T, rtol=1e-4, atol=1e-3)
+        assert last_kernel_of(Tensor(x[:7]) @ w.T)[1] == 1
+    assert last_kernel_of(Tensor(x) @ w.T)[1] == 2  # recorded: W copied once per call (transposed), not packed
 
 
 @pytest.mark.usefixtures("avx2_panels")
