@@ -239,7 +239,8 @@ def packs_operands(device: str, m: int, k: int, n: int, constant_right: bool = F
     A constant right operand (`_is_constant_weight`) is packed from fewer rows: its panels are a
     value of unchanged buffers, which an eager call keeps (derived_values) and a jit replay skips,
     so only the product runs, and in panels it runs 1.3-1.6x faster (2 threads, AVX-512, x @ W.T
-    with W 3072x768: 32 rows 1.87 -> 1.32 ms, 16 rows 1.27 -> 0.78; GPT-2's 32-token prompt ...).
+    with W 3072x768: 32 rows 1.87 -> 1.32 ms, 16 rows 1.27 -> 0.78; GPT-2's 32-token prompt's
+    kernels 164 -> 91 ms).
     Below 8 rows the product is a set of dot products over W's rows, which read it in place."""
     if device_kind(device) != "CPU" or k * n < PANEL_MIN_ELEMENTS:
         return False
