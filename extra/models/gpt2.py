@@ -1,0 +1,268 @@
+"""GPT-2 (Radford et al., "Language Models are Unsupervised Multitask Learners") for any PyTorch-style
+`nn`, by default of the 124M model's size, and greedy text generation with a KV cache.
+
+    model = gpt2(lazygrad.nn).eval()                   # or gpt2(torch.nn)
+    logits = model(input_ids)                          # (batch, tokens, vocabulary)
+    tokens = generate(model, prompt_ids, 32)           # the prompt and 32 greedy continuations
+
+The layout and parameter names are Hugging Face's `GPT2LMHeadModel`: `transformer` holds `wte`
+(token embeddings), `wpe` (position embeddings), blocks `h.N` of `ln_1`, `attn` (`c_attn` making
+query, key and value in one matmul, `c_proj`), `ln_2` and `mlp` (`c_fc`, GELU's tanh form, `c_proj`),
+each sublayer pre-normalized inside its residual add, then `ln_f`; `lm_head` shares `wte`'s weight.
+Hugging Face stores c_attn, c_proj and c_fc as Conv1D, weight (in, out); here they are Linear, weight
+(out, in): `from_hugging_face` transposes a GPT2LMHeadModel state dict for `load_state_dict`.
+
+Generation keeps each layer's keys and values so that a new token attends to the earlier ones
+without computing them again. Two caches, one interface (`update`):
+  DynamicCache  grows by concatenation each call (Hugging Face's default; any namespace)
+  StaticCache   lazygrad: buffers of max_length positions per layer, written in place at the call's
+                positions (`assign` of a select, which the engine stores as one row, not a pass over
+                the cache). Every call attends over all max_length positions, those not yet written
+                masked, so shapes never change and a jitted decoding step replays.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    layer_norm_epsilon: float = 1e-5
+    dropout: float = 0.1
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.n_head
+
+
+def _creation_functions(nn):
+    """Where `arange` and `cat` live for a namespace: the torch module for torch.nn, lazygrad's
+    Tensor class for lazygrad.nn (both spell them the same way)."""
+    if nn.__name__.startswith("torch"):
+        import torch
+        return torch
+    from lazygrad import Tensor
+    return Tensor
+
+
+class DynamicCache:
+    """Each layer's keys and values of every token so far, (batch, heads, tokens, head size), grown
+    by concatenation on every call: shapes change with each token."""
+
+    def __init__(self, config: GPT2Config, creation):
+        self.keys: list = [None] * config.n_layer
+        self.values: list = [None] * config.n_layer
+        self.creation = creation
+
+    def update(self, layer: int, key, value, positions):
+        """(keys, values, their positions) to attend over, this call's included."""
+        if self.keys[layer] is not None:
+            key = self.creation.cat([self.keys[layer], key], dim=2)
+            value = self.creation.cat([self.values[layer], value], dim=2)
+        self.keys[layer], self.values[layer] = key, value
+        return key, value, self.creation.arange(key.shape[2], device=key.device)
+
+
+class StaticCache:
+    """Each layer's keys and values in realized buffers of `max_length` positions, written in place
+    (lazygrad's `assign`) at the positions of each call, which must be consecutive. Positions past
+    max_length are not written: `generate` checks the length first."""
+
+    def __init__(self, config: GPT2Config, batch: int, max_length: int, device=None):
+        from lazygrad import Tensor
+        shape = (batch, config.n_head, max_length, config.head_size)
+        self.keys = [Tensor.zeros(*shape, device=device).contiguous().realize() for _ in range(config.n_layer)]
+        self.values = [Tensor.zeros(*shape, device=device).contiguous().realize() for _ in range(config.n_layer)]
+        self.key_positions = Tensor.arange(max_length, device=device)
+        self.max_length = max_length
+
+    def update(self, layer: int, key, value, positions):
+        tokens = key.shape[2]
+        offset = self.key_positions - positions[:1]          # where each slot sits from the call's first position
+        here = ((offset >= 0) & (offset < tokens)).reshape(1, 1, self.max_length, 1)
+        if tokens > 1:                                        # slot j takes token j - first position
+            index = offset.clip(0, tokens - 1)
+            key, value = key[:, :, index], value[:, :, index]
+        self.keys[layer].assign(here.where(key, self.keys[layer]))
+        self.values[layer].assign(here.where(value, self.values[layer]))
+        return self.keys[layer], self.values[layer], self.key_positions
+
+
+@functools.cache
+def _classes(nn):
+    """The GPT2LMHeadModel classes built on `nn` (lazygrad.nn or torch.nn), once per namespace."""
+    creation = _creation_functions(nn)
+
+    class GPT2Attention(nn.Module):
+        def __init__(self, config: GPT2Config, layer: int):
+            super().__init__()
+            self.layer, self.n_head, self.head_size = layer, config.n_head, config.head_size
+            self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+            self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+            self.attn_dropout = nn.Dropout(config.dropout)
+            self.resid_dropout = nn.Dropout(config.dropout)
+
+        def forward(self, hidden, positions, cache):
+            batch, tokens, width = hidden.shape
+            query, key, value = [part.reshape(batch, tokens, self.n_head, self.head_size).transpose(1, 2)
+                                 for part in self.c_attn(hidden).split(width, dim=-1)]
+            key_positions = positions
+            if cache is not None:
+                key, value, key_positions = cache.update(self.layer, key, value, positions)
+            # causal: a query attends to the keys at its position and before (and never to a cache
+            # slot not yet written, whose position is later)
+            allowed = key_positions.reshape(1, -1) <= positions.reshape(-1, 1)
+            scores = (query @ key.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_size))
+            scores = scores.masked_fill(allowed.logical_not(), float("-inf"))
+            context = self.attn_dropout(scores.softmax(-1)) @ value
+            return self.resid_dropout(self.c_proj(context.transpose(1, 2).reshape(batch, tokens, width)))
+
+    class GPT2MLP(nn.Module):
+        def __init__(self, config: GPT2Config):
+            super().__init__()
+            self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+            self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+            self.act = nn.GELU(approximate="tanh")
+            self.dropout = nn.Dropout(config.dropout)
+
+        def forward(self, hidden):
+            return self.dropout(self.c_proj(self.act(self.c_fc(hidden))))
+
+    class GPT2Block(nn.Module):
+        def __init__(self, config: GPT2Config, layer: int):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+            self.attn = GPT2Attention(config, layer)
+            self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+            self.mlp = GPT2MLP(config)
+
+        def forward(self, hidden, positions, cache):
+            hidden = hidden + self.attn(self.ln_1(hidden), positions, cache)
+            return hidden + self.mlp(self.ln_2(hidden))
+
+    class GPT2Model(nn.Module):
+        def __init__(self, config: GPT2Config):
+            super().__init__()
+            self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+            self.wpe = nn.Embedding(config.n_positions, config.n_embd)
+            self.drop = nn.Dropout(config.dropout)
+            self.h = nn.ModuleList([GPT2Block(config, layer) for layer in range(config.n_layer)])
+            self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+
+        def forward(self, input_ids, positions, cache):
+            hidden = self.drop(self.wte(input_ids) + self.wpe(positions))
+            for block in self.h:
+                hidden = block(hidden, positions, cache)
+            return self.ln_f(hidden)
+
+    class GPT2LMHeadModel(nn.Module):
+        def __init__(self, config: GPT2Config):
+            super().__init__()
+            self.config = config
+            self.transformer = GPT2Model(config)
+            self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+            self.lm_head.weight = self.transformer.wte.weight   # tied, as GPT-2 is trained
+
+        def forward(self, input_ids, positions=None, cache=None, last_only: bool = False):
+            """Logits (batch, tokens, vocabulary), or (batch, 1, vocabulary) for the last token
+            with last_only. positions: the tokens' consecutive positions, a (tokens,) integer
+            tensor, 0.. by default; cache: a DynamicCache or StaticCache to read and extend."""
+            if positions is None:
+                positions = creation.arange(input_ids.shape[1], device=input_ids.device)
+            hidden = self.transformer(input_ids, positions, cache)
+            return self.lm_head(hidden[:, -1:] if last_only else hidden)
+
+    return GPT2LMHeadModel
+
+
+def gpt2(nn, config: GPT2Config | None = None):
+    """A GPT2LMHeadModel in the namespace `nn` (lazygrad.nn or torch.nn), of the 124M model's size
+    unless `config` says otherwise (12 layers, width 768, 12 heads, 1024 positions), in training
+    mode as built."""
+    return _classes(nn)(config or GPT2Config())
+
+
+CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def from_hugging_face(state: dict) -> dict:
+    """A Hugging Face GPT-2 state dict (numpy arrays, or tensors with `.numpy()`: torch's, or
+    lazygrad's from `safe_load("model.safetensors")`) as numpy arrays for this model's
+    `load_state_dict`: Conv1D weights transposed, the attention's constant `bias` masks dropped,
+    GPT2Model's names (the hub checkpoint's `h.0.attn...`) under `transformer.`, and the head tied
+    to the token embeddings where the checkpoint leaves it out."""
+    converted = {}
+    for name, value in state.items():
+        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        if name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
+            continue
+        if not name.startswith(("transformer.", "lm_head.")):
+            name = "transformer." + name
+        converted[name] = array.T.copy() if name.endswith(CONV1D_WEIGHTS) else array
+    converted.setdefault("lm_head.weight", converted["transformer.wte.weight"])
+    return converted
+
+
+def _is_torch(model) -> bool:
+    return type(model.lm_head.weight).__module__.startswith("torch")
+
+
+def generate(model, prompt_ids, new_tokens: int, max_length: int | None = None) -> np.ndarray:
+    """The prompt (batch, tokens) of token ids followed by `new_tokens` greedy continuations, as an
+    int64 array. On lazygrad: a StaticCache of max_length positions (the prompt and the new tokens by
+    default) and a jitted step per token; on torch: a DynamicCache under inference_mode."""
+    prompt = np.asarray(prompt_ids, dtype=np.int64)
+    if prompt.ndim != 2 or prompt.shape[1] == 0:
+        raise ValueError(f"generate: prompt_ids must be (batch, tokens) with at least one token, got shape {prompt.shape}")
+    total = prompt.shape[1] + new_tokens
+    max_length = total if max_length is None else max_length
+    if total > min(max_length, model.config.n_positions):
+        raise ValueError(f"generate: {prompt.shape[1]} prompt tokens and {new_tokens} new ones exceed max_length "
+                         f"{max_length} (the model has {model.config.n_positions} positions)")
+    steps = _torch_steps(model, prompt) if _is_torch(model) else _lazygrad_steps(model, prompt, max_length)
+    tokens = [prompt] + [next(steps) for _ in range(new_tokens)]
+    return np.concatenate(tokens, axis=1)
+
+
+def _torch_steps(model, prompt: np.ndarray):
+    """Each next token (batch, 1), computed by torch with a DynamicCache."""
+    import torch
+    cache = DynamicCache(model.config, torch)
+    ids, start = torch.from_numpy(prompt), 0
+    while True:
+        with torch.inference_mode():  # per call: a generator must not hold a mode across its yields
+            positions = torch.arange(start, start + ids.shape[1])
+            ids = model(ids, positions, cache, last_only=True).argmax(-1)
+        start += positions.shape[0]
+        yield ids.numpy()
+
+
+def _lazygrad_steps(model, prompt: np.ndarray, max_length: int):
+    """Each next token (batch, 1), computed by lazygrad with a StaticCache: the prompt in one call,
+    then one jitted call per token whose only arguments are the token and its position."""
+    from lazygrad import Tensor, no_grad
+    from lazygrad.jit import jit
+    device = model.lm_head.weight.device
+    cache = StaticCache(model.config, prompt.shape[0], max_length, device=device)
+
+    def step(ids, positions):
+        return model(ids, positions, cache, last_only=True).argmax(-1).realize()
+
+    decode = jit(step)
+    with no_grad():
+        ids = step(Tensor(prompt, device=device), Tensor.arange(prompt.shape[1], device=device))
+    position = prompt.shape[1]
+    while True:
+        yield ids.numpy().astype(np.int64)
+        with no_grad():
+            ids = decode(ids, Tensor(np.array([position]), device=device))
+        position += 1

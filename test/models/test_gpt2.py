@@ -1,0 +1,138 @@
+"""GPT-2 (extra/models/gpt2.py) with its KV caches: decoding token by token through a StaticCache
+(eagerly and jitted) or a DynamicCache gives the logits of a full forward pass over the whole
+sequence, greedy generation gives the tokens of greedy full passes, and with torch installed the
+same weights give torch's logits and tokens."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lazygrad.nn
+from lazygrad import Tensor, no_grad
+from lazygrad.jit import jit
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from extra.models.gpt2 import DynamicCache, GPT2Config, StaticCache, from_hugging_face, generate, gpt2  # noqa: E402
+
+CONFIG = GPT2Config(vocab_size=97, n_positions=32, n_embd=48, n_layer=2, n_head=3)
+
+
+def random_weights(model, seed=0) -> dict[str, np.ndarray]:
+    """Weights large enough that greedy decoding does not repeat one token: layer norms near 1,
+    everything else normal with a deviation of 0.3."""
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for name, value in model.state_dict().items():
+        if ".ln_" in name or name.startswith("transformer.ln_f"):
+            weights[name] = (1.0 if name.endswith("weight") else 0.0) + rng.normal(0, 0.1, value.shape)
+        else:
+            weights[name] = rng.normal(0, 0.3, value.shape)
+    weights["lm_head.weight"] = weights["transformer.wte.weight"]
+    return {name: value.astype(np.float32) for name, value in weights.items()}
+
+
+@pytest.fixture(scope="module")
+def model_and_weights():
+    model = gpt2(lazygrad.nn, CONFIG).eval()
+    weights = random_weights(model)
+    model.load_state_dict({name: Tensor(value) for name, value in weights.items()})
+    return model, weights
+
+
+def full_logits(model, ids: np.ndarray) -> np.ndarray:
+    with no_grad():
+        return model(Tensor(ids)).numpy()
+
+
+def test_the_lm_head_is_tied_to_the_token_embeddings(model_and_weights):
+    model, _ = model_and_weights
+    assert model.lm_head.weight is model.transformer.wte.weight
+
+
+@pytest.mark.parametrize("cache_kind", ["static", "static jitted", "dynamic"])
+def test_decoding_with_a_cache_gives_a_full_pass_s_logits(model_and_weights, cache_kind):
+    model, _ = model_and_weights
+    ids = np.random.default_rng(1).integers(0, CONFIG.vocab_size, (2, 11))
+    expected = full_logits(model, ids)
+    cache = StaticCache(CONFIG, 2, 16) if cache_kind.startswith("static") else DynamicCache(CONFIG, Tensor)
+
+    def step(chunk, positions):
+        return model(chunk, positions, cache).realize()
+
+    one_token = jit(step) if cache_kind.endswith("jitted") else step
+    # a prompt of 5, six tokens one at a time, then a chunk of 2 at an offset (the gathered write)
+    with no_grad():
+        got = [step(Tensor(ids[:, :5]), Tensor.arange(5)).numpy()]
+        for position in range(5, 9):
+            got.append(one_token(Tensor(ids[:, position:position + 1]), Tensor(np.array([position]))).numpy())
+        got.append(step(Tensor(ids[:, 9:11]), Tensor.arange(9, 11)).numpy())
+    np.testing.assert_allclose(np.concatenate(got, axis=1), expected, rtol=2e-4, atol=2e-4)
+
+
+def test_a_static_cache_written_again_from_the_start_forgets_the_old_tokens(model_and_weights):
+    model, _ = model_and_weights
+    rng = np.random.default_rng(2)
+    first, second = rng.integers(0, CONFIG.vocab_size, (1, 9)), rng.integers(0, CONFIG.vocab_size, (1, 4))
+    cache = StaticCache(CONFIG, 1, 12)
+    with no_grad():
+        model(Tensor(first), Tensor.arange(9), cache).realize()
+        again = model(Tensor(second), Tensor.arange(4), cache).numpy()  # slots 4..8 still hold `first`'s keys
+    np.testing.assert_allclose(again, full_logits(model, second), rtol=2e-4, atol=2e-4)
+
+
+def test_greedy_generation_gives_the_tokens_of_greedy_full_passes(model_and_weights):
+    model, _ = model_and_weights
+    prompt = np.random.default_rng(3).integers(0, CONFIG.vocab_size, (2, 4))
+    tokens = generate(model, prompt, 10, max_length=20)
+    assert tokens.shape == (2, 14) and tokens.dtype == np.int64
+    np.testing.assert_array_equal(tokens[:, :4], prompt)
+    assert len(np.unique(tokens[:, 4:])) > 3, "the check needs a model that does not repeat one token"
+    sequence = prompt
+    for _ in range(10):
+        sequence = np.concatenate([sequence, full_logits(model, sequence)[:, -1:].argmax(-1)], axis=1)
+    np.testing.assert_array_equal(tokens, sequence)
+
+
+def test_generation_checks_its_length():
+    model = gpt2(lazygrad.nn, CONFIG).eval()
+    with pytest.raises(ValueError, match=r"4 prompt tokens and 10 new ones exceed max_length 12"):
+        generate(model, np.zeros((1, 4)), 10, max_length=12)
+    with pytest.raises(ValueError, match="exceed max_length 40 .*32 positions"):
+        generate(model, np.zeros((1, 30)), 10, max_length=40)
+    with pytest.raises(ValueError, match=r"\(batch, tokens\).*\(5,\)"):
+        generate(model, np.zeros(5), 1)
+
+
+def test_a_hugging_face_state_dict_loads_transposed():
+    model = gpt2(lazygrad.nn, CONFIG)
+    ours = random_weights(model, seed=4)
+    theirs = {name: value.T if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")) else value
+              for name, value in ours.items()}
+    theirs["transformer.h.0.attn.bias"] = np.tril(np.ones((1, 1, 32, 32), np.float32))  # older checkpoints' mask
+    converted = from_hugging_face(theirs)
+    assert converted.keys() == ours.keys()
+    for name, value in ours.items():
+        np.testing.assert_array_equal(converted[name], value)
+    # the hub's checkpoint: GPT2Model's names, no head
+    hub = {name.removeprefix("transformer."): value for name, value in theirs.items() if name != "lm_head.weight"}
+    converted = from_hugging_face(hub)
+    assert converted.keys() == ours.keys()
+    np.testing.assert_array_equal(converted["lm_head.weight"], ours["transformer.wte.weight"])
+    model.load_state_dict({name: Tensor(value) for name, value in converted.items()})
+    np.testing.assert_array_equal(model.transformer.h[1].mlp.c_fc.weight.numpy(), ours["transformer.h.1.mlp.c_fc.weight"])
+
+
+def test_against_torch(model_and_weights):
+    torch = pytest.importorskip("torch", reason="torch is not installed: GPT-2 is not cross-checked")
+    model, weights = model_and_weights
+    reference = gpt2(torch.nn, CONFIG).eval()
+    reference.load_state_dict({name: torch.from_numpy(value) for name, value in weights.items()})
+    ids = np.random.default_rng(5).integers(0, CONFIG.vocab_size, (2, 9))
+    with torch.inference_mode():
+        expected = reference(torch.from_numpy(ids)).numpy()
+    np.testing.assert_allclose(full_logits(model, ids), expected, rtol=2e-4, atol=2e-4)
+    prompt = ids[:, :3]
+    np.testing.assert_array_equal(generate(model, prompt, 8), generate(reference, prompt, 8))
