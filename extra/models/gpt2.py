@@ -68,6 +68,8 @@ class DynamicCache:
         if self.keys[layer] is not None:
             key = self.creation.cat([self.keys[layer], key], dim=2)
             value = self.creation.cat([self.values[layer], value], dim=2)
+        if hasattr(key, "realize"):  # lazygrad: stored now, else each call's kernels read a chain of concatenations
+            key, value = key.realize(), value.realize()
         self.keys[layer], self.values[layer] = key, value
         return key, value, self.creation.arange(key.shape[2], device=key.device)
 

@@ -352,8 +352,8 @@ def _matmul_gradient(grad, out, sources, arg) -> list:
 
 def _is_constant_weight(tensor) -> bool:
     """Whether tensor is a stored buffer, or a view of one, whose gradient is not being recorded
-    (a layer's weight in inference, `x @ W.T`): a value an optimizer step does not change between
-    calls, so copies of it are made once."""
+    (a layer's weight in inference, `x @ W.T`): a value that stays the same from call to call, so
+    copies of it are made once (derived_values makes them again after a write to it)."""
     from lazygrad.tensor import Tensor
     if Tensor.grad_enabled and tensor.requires_grad:
         return False
