@@ -4,6 +4,7 @@
     model = gpt2(lazygrad.nn).eval()                   # or gpt2(torch.nn)
     logits = model(input_ids)                          # (batch, tokens, vocabulary)
     tokens = generate(model, prompt_ids, 32)           # the prompt and 32 greedy continuations
+    tokens = generate(model, prompt_ids, 32, temperature=0.8)   # sampled (seed: lazygrad.manual_seed)
 
 The layout and parameter names are Hugging Face's `GPT2LMHeadModel`: `transformer` holds `wte`
 (token embeddings), `wpe` (position embeddings), blocks `h.N` of `ln_1`, `attn` (`c_attn` making
@@ -218,24 +219,39 @@ def _is_torch(model) -> bool:
     return type(model.lm_head.weight).__module__.startswith("torch")
 
 
-def generate(model, prompt_ids, new_tokens: int, max_length: int | None = None) -> np.ndarray:
-    """The prompt (batch, tokens) of token ids followed by `new_tokens` greedy continuations, as an
-    int64 array. On lazygrad: a StaticCache of max_length positions (the prompt and the new tokens by
-    default) and a jitted step per token; on torch: a DynamicCache under inference_mode."""
+def next_tokens(logits, temperature: float, creation):
+    """The next token of each row of logits (batch, 1, vocabulary), (batch, 1): the most likely one
+    at temperature 0, else one drawn from softmax(logits / temperature) by the Gumbel-max trick
+    (argmax of logits / temperature plus -log(-log(u)) for uniform u): no sort or cumulative sum over
+    the vocabulary, and under lazygrad's jit the uniforms are drawn anew on every replay."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    uniform = creation.rand(*logits.shape, device=logits.device)
+    return (logits / temperature - (-uniform.log()).log()).argmax(-1)
+
+
+def generate(model, prompt_ids, new_tokens: int, max_length: int | None = None, temperature: float = 0.0) -> np.ndarray:
+    """The prompt (batch, tokens) of token ids followed by `new_tokens` continuations, as an int64
+    array: greedy at temperature 0, else sampled (`next_tokens`; seeded by lazygrad.manual_seed or
+    torch.manual_seed). On lazygrad: a StaticCache of max_length positions (the prompt and the new
+    tokens by default) and a jitted step per token; on torch: a DynamicCache under inference_mode."""
     prompt = np.asarray(prompt_ids, dtype=np.int64)
     if prompt.ndim != 2 or prompt.shape[1] == 0:
         raise ValueError(f"generate: prompt_ids must be (batch, tokens) with at least one token, got shape {prompt.shape}")
+    if not temperature >= 0:
+        raise ValueError(f"generate: temperature must be 0 (greedy) or positive, got {temperature}")
     total = prompt.shape[1] + new_tokens
     max_length = total if max_length is None else max_length
     if total > min(max_length, model.config.n_positions):
         raise ValueError(f"generate: {prompt.shape[1]} prompt tokens and {new_tokens} new ones exceed max_length "
                          f"{max_length} (the model has {model.config.n_positions} positions)")
-    steps = _torch_steps(model, prompt) if _is_torch(model) else _lazygrad_steps(model, prompt, max_length)
+    steps = _torch_steps(model, prompt, temperature) if _is_torch(model) else \
+        _lazygrad_steps(model, prompt, max_length, temperature)
     tokens = [prompt] + [next(steps) for _ in range(new_tokens)]
     return np.concatenate(tokens, axis=1)
 
 
-def _torch_steps(model, prompt: np.ndarray):
+def _torch_steps(model, prompt: np.ndarray, temperature: float = 0.0):
     """Each next token (batch, 1), computed by torch with a DynamicCache."""
     import torch
     cache = DynamicCache(model.config, torch)
@@ -243,12 +259,12 @@ def _torch_steps(model, prompt: np.ndarray):
     while True:
         with torch.inference_mode():  # per call: a generator must not hold a mode across its yields
             positions = torch.arange(start, start + ids.shape[1])
-            ids = model(ids, positions, cache, last_only=True).argmax(-1)
+            ids = next_tokens(model(ids, positions, cache, last_only=True), temperature, torch)
         start += positions.shape[0]
         yield ids.numpy()
 
 
-def _lazygrad_steps(model, prompt: np.ndarray, max_length: int):
+def _lazygrad_steps(model, prompt: np.ndarray, max_length: int, temperature: float = 0.0):
     """Each next token (batch, 1), computed by lazygrad with a StaticCache: the prompt in one call,
     then one jitted call per token whose only arguments are the token and its position."""
     from lazygrad import Tensor, no_grad
@@ -257,7 +273,7 @@ def _lazygrad_steps(model, prompt: np.ndarray, max_length: int):
     cache = StaticCache(model.config, prompt.shape[0], max_length, device=device)
 
     def step(ids, positions):
-        return model(ids, positions, cache, last_only=True).argmax(-1).realize()
+        return next_tokens(model(ids, positions, cache, last_only=True), temperature, Tensor).realize()
 
     decode = jit(step)
     with no_grad():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lazygrad.nn
-from lazygrad import Tensor, no_grad
+from lazygrad import Tensor, manual_seed, no_grad
 from lazygrad.jit import jit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -96,6 +96,32 @@ def test_greedy_generation_gives_the_tokens_of_greedy_full_passes(model_and_weig
     np.testing.assert_array_equal(tokens, sequence)
 
 
+def test_sampling_draws_from_the_softmax_of_the_logits_over_the_temperature(model_and_weights):
+    model, _ = model_and_weights
+    prompt = np.repeat(np.random.default_rng(6).integers(0, CONFIG.vocab_size, (1, 4)), 4000, axis=0)
+    manual_seed(0)
+    drawn = generate(model, prompt, 1, temperature=1.5)[:, -1]
+    logits = full_logits(model, prompt[:1])[0, -1].astype(np.float64) / 1.5
+    probabilities = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    frequencies = np.bincount(drawn, minlength=CONFIG.vocab_size) / len(drawn)
+    assert probabilities.max() < 0.5, "the check needs a spread distribution"
+    np.testing.assert_allclose(frequencies, probabilities, atol=0.03)  # 6 standard deviations at most
+
+
+def test_sampling_follows_the_seed_on_every_replayed_step(model_and_weights):
+    model, _ = model_and_weights
+    prompt = np.random.default_rng(7).integers(0, CONFIG.vocab_size, (2, 3))
+    runs = []
+    for seed in (1, 1, 2):
+        manual_seed(seed)
+        runs.append(generate(model, prompt, 12, temperature=2.0))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], runs[2])
+    assert len(np.unique(runs[0][:, 6:])) > 4, "the replayed steps draw new uniforms each call"
+    with pytest.raises(ValueError, match="temperature must be 0 .* got -1"):
+        generate(model, prompt, 1, temperature=-1)
+
+
 def test_generation_checks_its_length():
     model = gpt2(lazygrad.nn, CONFIG).eval()
     with pytest.raises(ValueError, match=r"4 prompt tokens and 10 new ones exceed max_length 12"):
@@ -136,3 +162,9 @@ def test_against_torch(model_and_weights):
     np.testing.assert_allclose(full_logits(model, ids), expected, rtol=2e-4, atol=2e-4)
     prompt = ids[:, :3]
     np.testing.assert_array_equal(generate(model, prompt, 8), generate(reference, prompt, 8))
+    sampled = []
+    for _ in range(2):  # torch's stream: reproducible with its seed
+        torch.manual_seed(3)
+        sampled.append(generate(reference, prompt, 8, temperature=1.0))
+    np.testing.assert_array_equal(sampled[0], sampled[1])
+    assert sampled[0].min() >= 0 and sampled[0].max() < CONFIG.vocab_size
