@@ -1,10 +1,12 @@
 """GPT-2 (Radford et al., "Language Models are Unsupervised Multitask Learners") for any PyTorch-style
-`nn`, by default of the 124M model's size, and greedy text generation with a KV cache.
+`nn`, by default of the 124M model's size, and text generation (greedy or sampled) with a KV cache.
 
     model = gpt2(lazygrad.nn).eval()                   # or gpt2(torch.nn)
     logits = model(input_ids)                          # (batch, tokens, vocabulary)
     tokens = generate(model, prompt_ids, 32)           # the prompt and 32 greedy continuations
     tokens = generate(model, prompt_ids, 32, temperature=0.8)   # sampled (seed: lazygrad.manual_seed)
+    generator = Generator(model, batch=1, max_length=256)        # lazygrad, to generate again and again:
+    tokens = generator.generate(prompt_ids, 32)                  # its prompt and token steps stay captured
 
 The layout and parameter names are Hugging Face's `GPT2LMHeadModel`: `transformer` holds `wte`
 (token embeddings), `wpe` (position embeddings), blocks `h.N` of `ln_1`, `attn` (`c_attn` making
@@ -20,6 +22,8 @@ without computing them again. Two caches, one interface (`update`):
                 positions (`assign` of a select, which the engine stores as one row, not a pass over
                 the cache). Every call attends over all max_length positions, those not yet written
                 masked, so shapes never change and a jitted decoding step replays.
+A Generator keeps a StaticCache and its jitted steps across calls, prompts padded to a multiple of
+32 tokens so that nearby lengths share a capture.
 """
 from __future__ import annotations
 
@@ -230,25 +234,32 @@ def next_tokens(logits, temperature: float, creation):
     return (logits / temperature - (-uniform.log()).log()).argmax(-1)
 
 
-def generate(model, prompt_ids, new_tokens: int, max_length: int | None = None, temperature: float = 0.0) -> np.ndarray:
-    """The prompt (batch, tokens) of token ids followed by `new_tokens` continuations, as an int64
-    array: greedy at temperature 0, else sampled (`next_tokens`; seeded by lazygrad.manual_seed or
-    torch.manual_seed). On lazygrad: a StaticCache of max_length positions (the prompt and the new
-    tokens by default) and a jitted step per token; on torch: a DynamicCache under inference_mode."""
+def _checked_prompt(prompt_ids, new_tokens: int, temperature: float, max_length: int, positions: int) -> np.ndarray:
     prompt = np.asarray(prompt_ids, dtype=np.int64)
     if prompt.ndim != 2 or prompt.shape[1] == 0:
         raise ValueError(f"generate: prompt_ids must be (batch, tokens) with at least one token, got shape {prompt.shape}")
     if not temperature >= 0:
         raise ValueError(f"generate: temperature must be 0 (greedy) or positive, got {temperature}")
-    total = prompt.shape[1] + new_tokens
-    max_length = total if max_length is None else max_length
-    if total > min(max_length, model.config.n_positions):
+    if prompt.shape[1] + new_tokens > min(max_length, positions):
         raise ValueError(f"generate: {prompt.shape[1]} prompt tokens and {new_tokens} new ones exceed max_length "
-                         f"{max_length} (the model has {model.config.n_positions} positions)")
-    steps = _torch_steps(model, prompt, temperature) if _is_torch(model) else \
-        _lazygrad_steps(model, prompt, max_length, temperature)
-    tokens = [prompt] + [next(steps) for _ in range(new_tokens)]
-    return np.concatenate(tokens, axis=1)
+                         f"{max_length} (the model has {positions} positions)")
+    return prompt
+
+
+def generate(model, prompt_ids, new_tokens: int, max_length: int | None = None, temperature: float = 0.0) -> np.ndarray:
+    """The prompt (batch, tokens) of token ids followed by `new_tokens` continuations, as an int64
+    array: greedy at temperature 0, else sampled (`next_tokens`; seeded by lazygrad.manual_seed or
+    torch.manual_seed). On lazygrad: a Generator with a StaticCache of max_length positions (the
+    prompt and the new tokens by default), used once; on torch: a DynamicCache under inference_mode.
+    To generate again and again on lazygrad, keep a Generator: its steps stay captured."""
+    total = np.shape(prompt_ids)[-1] + new_tokens if np.ndim(prompt_ids) == 2 else 1
+    max_length = total if max_length is None else max_length
+    if not _is_torch(model):
+        batch = np.shape(prompt_ids)[0] if np.ndim(prompt_ids) == 2 else 1
+        return Generator(model, batch, max_length, prompt_bucket=1).generate(prompt_ids, new_tokens, temperature)
+    prompt = _checked_prompt(prompt_ids, new_tokens, temperature, max_length, model.config.n_positions)
+    steps = _torch_steps(model, prompt, temperature)
+    return np.concatenate([prompt] + [next(steps) for _ in range(new_tokens)], axis=1)
 
 
 def _torch_steps(model, prompt: np.ndarray, temperature: float = 0.0):
@@ -264,23 +275,66 @@ def _torch_steps(model, prompt: np.ndarray, temperature: float = 0.0):
         yield ids.numpy()
 
 
-def _lazygrad_steps(model, prompt: np.ndarray, max_length: int, temperature: float = 0.0):
-    """Each next token (batch, 1), computed by lazygrad with a StaticCache: the prompt in one call,
-    then one jitted call per token whose only arguments are the token and its position."""
-    from lazygrad import Tensor, no_grad
-    from lazygrad.jit import jit
-    device = model.lm_head.weight.device
-    cache = StaticCache(model.config, prompt.shape[0], max_length, device=device)
+class Generator:
+    """Generation on lazygrad that keeps one StaticCache and its jitted steps from call to call.
 
-    def step(ids, positions):
-        return next_tokens(model(ids, positions, cache, last_only=True), temperature, Tensor).realize()
+        generator = Generator(model, batch=1, max_length=256)
+        tokens = generator.generate(prompt_ids, 32)            # again and again, any prompt length
 
-    decode = jit(step)
-    with no_grad():
-        ids = step(Tensor(prompt, device=device), Tensor.arange(prompt.shape[1], device=device))
-    position = prompt.shape[1]
-    while True:
-        yield ids.numpy().astype(np.int64)
+    Each new token is one call of a jitted step (arguments: the token, its position, and which row
+    of the hidden states to read); a prompt is one call too, padded with zeros to a multiple of
+    `prompt_bucket` tokens, so prompts of nearby lengths share its capture (the jit runs a step
+    plainly, captures the second call and replays from the third). The padding's keys land in cache
+    slots after the prompt: no query attends to a slot after its own position, and each new token
+    writes its slot before attending, so they are never read."""
+
+    def __init__(self, model, batch: int, max_length: int | None = None, prompt_bucket: int = 32):
+        self.model, self.batch = model, batch
+        self.max_length = model.config.n_positions if max_length is None else max_length
+        self.prompt_bucket = prompt_bucket
+        self.device = model.lm_head.weight.device
+        self.cache = StaticCache(model.config, batch, self.max_length, device=self.device)
+        self.steps: dict = {}  # (tokens per call, temperature) -> its jitted step
+
+    def _step(self, tokens: int, temperature: float):
+        key = (tokens, temperature)
+        if key not in self.steps:
+            from lazygrad import Tensor
+            from lazygrad.jit import jit
+
+            def step(ids, positions, last):  # last: (1,), the row whose logits choose the next token
+                hidden = self.model.transformer(ids, positions, self.cache)
+                logits = self.model.lm_head(hidden[:, last])
+                return next_tokens(logits, temperature, Tensor).realize()
+            self.steps[key] = jit(step)
+        return self.steps[key]
+
+    def _call(self, ids: np.ndarray, start: int, last: int, temperature: float):
+        from lazygrad import Tensor, no_grad
+        tokens = ids.shape[1]
         with no_grad():
-            ids = decode(ids, Tensor(np.array([position]), device=device))
-        position += 1
+            return self._step(tokens, temperature)(
+                Tensor(ids, device=self.device), Tensor(np.arange(start, start + tokens), device=self.device),
+                Tensor(np.array([last]), device=self.device))
+
+    def stream(self, prompt_ids, temperature: float = 0.0):
+        """Each next token (batch, 1) after the prompt (batch, tokens), one per `next()`, for as
+        long as the cache has room."""
+        prompt = _checked_prompt(prompt_ids, 0, temperature, self.max_length, self.model.config.n_positions)
+        if prompt.shape[0] != self.batch:
+            raise ValueError(f"generate: prompt_ids has {prompt.shape[0]} rows; this Generator's cache holds {self.batch}")
+        length = prompt.shape[1]
+        padded = min(-(-length // self.prompt_bucket) * self.prompt_bucket, self.max_length)
+        ids = np.zeros((self.batch, padded), np.int64)
+        ids[:, :length] = prompt
+        token = self._call(ids, 0, length - 1, temperature).numpy().astype(np.int64)
+        for position in range(length, self.max_length):
+            yield token
+            token = self._call(token, position, 0, temperature).numpy().astype(np.int64)
+        yield token
+
+    def generate(self, prompt_ids, new_tokens: int, temperature: float = 0.0) -> np.ndarray:
+        """The prompt followed by `new_tokens` tokens, as `generate` returns them."""
+        prompt = _checked_prompt(prompt_ids, new_tokens, temperature, self.max_length, self.model.config.n_positions)
+        steps = self.stream(prompt, temperature)
+        return np.concatenate([prompt] + [next(steps) for _ in range(new_tokens)], axis=1)

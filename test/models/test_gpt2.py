@@ -15,7 +15,8 @@ from lazygrad import Tensor, manual_seed, no_grad
 from lazygrad.jit import jit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from extra.models.gpt2 import DynamicCache, GPT2Config, StaticCache, from_hugging_face, generate, gpt2  # noqa: E402
+from extra.models.gpt2 import (DynamicCache, GPT2Config, Generator, StaticCache, from_hugging_face,  # noqa: E402
+                               generate, gpt2)
 
 CONFIG = GPT2Config(vocab_size=97, n_positions=32, n_embd=48, n_layer=2, n_head=3)
 
@@ -90,10 +91,27 @@ def test_greedy_generation_gives_the_tokens_of_greedy_full_passes(model_and_weig
     assert tokens.shape == (2, 14) and tokens.dtype == np.int64
     np.testing.assert_array_equal(tokens[:, :4], prompt)
     assert len(np.unique(tokens[:, 4:])) > 3, "the check needs a model that does not repeat one token"
+    np.testing.assert_array_equal(tokens, greedy_by_full_passes(model, prompt, 10))
+
+
+def greedy_by_full_passes(model, prompt: np.ndarray, new_tokens: int) -> np.ndarray:
     sequence = prompt
-    for _ in range(10):
+    for _ in range(new_tokens):
         sequence = np.concatenate([sequence, full_logits(model, sequence)[:, -1:].argmax(-1)], axis=1)
-    np.testing.assert_array_equal(tokens, sequence)
+    return sequence
+
+
+def test_a_generator_reused_across_prompts_replays_its_captured_steps(model_and_weights):
+    model, _ = model_and_weights
+    generator = Generator(model, 2, max_length=24, prompt_bucket=8)
+    rng = np.random.default_rng(9)
+    for length in (5, 7, 3, 12, 6):  # all but 12 padded to 8 tokens: one capture serves them
+        prompt = rng.integers(0, CONFIG.vocab_size, (2, length))
+        np.testing.assert_array_equal(generator.generate(prompt, 6), greedy_by_full_passes(model, prompt, 6))
+    assert generator.steps[(8, 0.0)].replay is not None and generator.steps[(1, 0.0)].replay is not None
+    assert set(generator.steps) == {(8, 0.0), (16, 0.0), (1, 0.0)}
+    with pytest.raises(ValueError, match="3 rows; this Generator's cache holds 2"):
+        generator.generate(np.zeros((3, 4)), 1)
 
 
 def test_sampling_draws_from_the_softmax_of_the_logits_over_the_temperature(model_and_weights):
