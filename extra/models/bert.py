@@ -38,8 +38,8 @@ class BertConfig:
 
 
 def _creation_functions(nn):
-    """Where `arange` and `zeros_like` live for a namespace: the torch module for torch.nn,
-    lazygrad's Tensor class for lazygrad.nn (both spell them the same way)."""
+    """Where creation functions (`arange`, `zeros_like`, `cat`, `rand`) live for a namespace: the torch
+    module for torch.nn, lazygrad's Tensor class for lazygrad.nn (both spell them the same way)."""
     if nn.__name__.startswith("torch"):
         import torch
         return torch

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .bert import _creation_functions  # torch for torch.nn, lazygrad's Tensor for lazygrad.nn
+
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -47,16 +49,6 @@ class GPT2Config:
     @property
     def head_size(self) -> int:
         return self.n_embd // self.n_head
-
-
-def _creation_functions(nn):
-    """Where `arange` and `cat` live for a namespace: the torch module for torch.nn, lazygrad's
-    Tensor class for lazygrad.nn (both spell them the same way)."""
-    if nn.__name__.startswith("torch"):
-        import torch
-        return torch
-    from lazygrad import Tensor
-    return Tensor
 
 
 class DynamicCache:
