@@ -883,6 +883,20 @@ def test_small_matmuls_read_their_operands_in_place():
         assert count == 1, (m, k, n)
 
 
+def test_few_rows_by_a_large_weight_run_every_row_tile_inside_each_panel():
+    """A prompt's 32 rows by a layer's 3072x768 weight in panels: 4 row tiles, each panel of columns
+    streamed once with all 4 inside it (PANEL of the whole row axis, no BLOCK); a 768x768 weight,
+    which the row tiles read again from nearer, keeps the tile alone."""
+    with no_grad():
+        for (n, k), panelled in (((3072, 768), True), ((768, 3072), True), ((768, 768), False)):
+            w = Tensor(np.ones((n, k), np.float32)).realize()
+            kernel, _ = last_kernel_of(Tensor(np.ones((32, k), np.float32)) @ w.T)
+            opts = heuristic_opts(kernel, CRenderer())
+            assert [opt.op for opt in opts] == ["UPCAST", "UPCAST"] + (["PANEL"] if panelled else []), (n, k, opts)
+            if panelled:  # the 4 row tiles of 8 (the rows' axis after its UPCAST), whole
+                assert opts[-1] == Opt("PANEL", 0, 4)
+
+
 def test_a_constant_weight_is_packed_from_eight_rows_once():
     """x @ W.T under no_grad (a linear layer in inference, a prompt of 32 tokens): W's panels are a
     value of an unchanged buffer, kept after the first call, so later calls run the product alone.
