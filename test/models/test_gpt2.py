@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 import lazygrad.nn
-from lazygrad import Tensor, manual_seed, no_grad
+from lazygrad import Context, Tensor, manual_seed, no_grad
 from lazygrad.jit import jit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+from ops_helpers import available_devices, device_params  # noqa: E402
 from extra.models.gpt2 import (DynamicCache, GPT2Config, Generator, StaticCache, from_hugging_face,  # noqa: E402
                                generate, gpt2)
 
@@ -138,6 +140,17 @@ def test_sampling_follows_the_seed_on_every_replayed_step(model_and_weights):
     assert len(np.unique(runs[0][:, 6:])) > 4, "the replayed steps draw new uniforms each call"
     with pytest.raises(ValueError, match="temperature must be 0 .* got -1"):
         generate(model, prompt, 1, temperature=-1)
+
+
+@pytest.mark.parametrize("device", device_params([device for device in available_devices() if device != "CPU"]))
+def test_generation_on_another_device_gives_the_cpu_s_tokens(model_and_weights, device):
+    model, weights = model_and_weights
+    with Context(DEV=device):
+        elsewhere = gpt2(lazygrad.nn, CONFIG).eval()
+        elsewhere.load_state_dict({name: Tensor(value) for name, value in weights.items()})
+    assert elsewhere.lm_head.weight.device.startswith(device)
+    prompt = np.random.default_rng(10).integers(0, CONFIG.vocab_size, (2, 4))
+    np.testing.assert_array_equal(generate(elsewhere, prompt, 8), generate(model, prompt, 8))
 
 
 def test_generation_checks_its_length():
