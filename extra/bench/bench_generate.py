@@ -51,9 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lazygrad.nn  # noqa: E402
 import lazygrad.quantize  # noqa: E402
 from bench_core import cpu_model  # noqa: E402
-from extra.models.gpt2 import DynamicCache, GPT2Config, Generator, StaticCache, generate, gpt2  # noqa: E402
+from extra.models.gpt2 import DynamicCache, GPT2Config, Generator, StaticCache, generate, gpt2, torch_steps  # noqa: E402
 from lazygrad import Tensor, no_grad  # noqa: E402
-from lazygrad.jit import jit  # noqa: E402
 
 try:
     import torch
@@ -71,33 +70,17 @@ def timed_tokens(steps, count: int) -> tuple[list[float], np.ndarray]:
     return times, np.concatenate(tokens, axis=1)
 
 
-def lazygrad_steps(model, prompt: np.ndarray, max_length: int, jitted: bool, dynamic: bool = False):
-    """Token by token, as extra/models/gpt2.generate does, with the choice of cache and of jit."""
+def plain_steps(model, prompt: np.ndarray, max_length: int, dynamic: bool = False):
+    """Token by token as a Generator steps, each call run plainly (no jit), through a StaticCache or
+    a DynamicCache."""
     cache = DynamicCache(model.config, Tensor) if dynamic else StaticCache(model.config, prompt.shape[0], max_length)
-
-    def step(ids, positions):
-        return model(ids, positions, cache, last_only=True).argmax(-1).realize()
-
-    decode = jit(step) if jitted else step
-    with no_grad():
-        ids = step(Tensor(prompt), Tensor.arange(prompt.shape[1]))
-    position = prompt.shape[1]
+    ids, start = prompt, 0
     while True:
-        yield ids.numpy().astype(np.int64)
         with no_grad():
-            ids = decode(ids, Tensor(np.array([position])))
-        position += 1
-
-
-def torch_steps(model, prompt: np.ndarray):
-    cache = DynamicCache(model.config, torch)
-    ids, start = torch.from_numpy(prompt), 0
-    while True:
-        with torch.inference_mode():
-            positions = torch.arange(start, start + ids.shape[1])
-            ids = model(ids, positions, cache, last_only=True).argmax(-1)
+            positions = Tensor.arange(start, start + ids.shape[1])
+            ids = model(Tensor(ids), positions, cache, last_only=True).argmax(-1).numpy().astype(np.int64)
         start += positions.shape[0]
-        yield ids.numpy()
+        yield ids
 
 
 def torch_int8(reference):
@@ -163,12 +146,12 @@ def main() -> int:
     length = args.prompt + args.tokens
     kept = Generator(model, 1, length)
     routes = {
-        "lg jit": lambda count: lazygrad_steps(model, prompt, length, jitted=True),
+        "lg jit": lambda count: Generator(model, 1, length, prompt_bucket=1).stream(prompt),  # generate()'s path
         "lg kept": lambda count: kept.stream(prompt),
-        "lg eager": lambda count: lazygrad_steps(model, prompt, length, jitted=False),
+        "lg eager": lambda count: plain_steps(model, prompt, length),
     }
     if args.dynamic_tokens:
-        routes["lg dynamic"] = lambda count: lazygrad_steps(model, prompt, length, jitted=False, dynamic=True)
+        routes["lg dynamic"] = lambda count: plain_steps(model, prompt, length, dynamic=True)
     if reference is not None:
         routes["torch"] = lambda count: torch_steps(reference, prompt)
     kept_int8 = Generator(quantized, 1, length)

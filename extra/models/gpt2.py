@@ -250,11 +250,11 @@ def generate(model, prompt_ids, new_tokens: int, max_length: int | None = None, 
         batch = np.shape(prompt_ids)[0] if np.ndim(prompt_ids) == 2 else 1
         return Generator(model, batch, max_length, prompt_bucket=1).generate(prompt_ids, new_tokens, temperature)
     prompt = _checked_prompt(prompt_ids, new_tokens, temperature, max_length, model.config.n_positions)
-    steps = _torch_steps(model, prompt, temperature)
+    steps = torch_steps(model, prompt, temperature)
     return np.concatenate([prompt] + [next(steps) for _ in range(new_tokens)], axis=1)
 
 
-def _torch_steps(model, prompt: np.ndarray, temperature: float = 0.0):
+def torch_steps(model, prompt: np.ndarray, temperature: float = 0.0):
     """Each next token (batch, 1), computed by torch with a DynamicCache."""
     import torch
     cache = DynamicCache(model.config, torch)
