@@ -348,7 +348,7 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
             if len(tile) == 2:
                 return tile
     if len(kernel.reduce_axes) == 1:
-        vector_choices, row_choices = (32, 16, 8), MATMUL_ROW_CHOICES
+        vector_choices, row_choices = (32, 16, 8), MATMUL_ROW_CHOICES + ODD_ROW_CHOICES
         if not large_operands(kernel, strides):
             # the widest vector of which 2 rows of accumulators fit beside OPERAND_REGISTERS, then
             # as many rows as fit there (AVX2: 32 x 2, where 16 x 8 filled all 16 registers with
@@ -399,6 +399,10 @@ def reads_panels(kernel: Kernel, strides: list[dict[int, int | None]], width: in
 # positions (a stride-2 convolution's input gradient at batch 16, one thread: 196 x 256 by 256 x 1152
 # per image as 7 x 32, 33 -> 18 ms; as 4 x 32 the fma units waited on too few accumulators).
 MATMUL_ROW_CHOICES = (8, 7, 6, 4, 2)
+# Where none of those divides a matmul's rows (an odd count), the most of these that does: 13 for
+# 13x13 positions (SqueezeNet's last 1x1 convolution, 169 positions by 512 -> 1000 channels, 2
+# threads: 8.8 ms one row at a time, 1.7 as 13 x 8), 11 or 5 for 55x55.
+ODD_ROW_CHOICES = (15, 13, 11, 9, 5, 3)
 
 
 def panel_tile(renderer) -> tuple[int, int]:
@@ -1227,9 +1231,11 @@ def panel_row_axis(tiled: OptimizedKernel) -> int | None:
     return None
 
 
-# A matmul in panels whose rows make at most FEW_ROW_TILES register tiles, with a right operand of at
-# least STREAMED_PANEL_ELEMENTS elements, runs every row tile inside each panel of columns (few_rows_panel).
+# A matmul in panels whose rows make at most FEW_ROW_TILES register tiles, or at most
+# UNDIVIDED_ROW_TILES that no PANEL_ROW_TILES divide, with a right operand of at least
+# STREAMED_PANEL_ELEMENTS elements, runs every row tile inside each panel of columns (few_rows_panel).
 FEW_ROW_TILES = 7
+UNDIVIDED_ROW_TILES = 32
 STREAMED_PANEL_ELEMENTS = 1 << 20
 
 
@@ -1241,12 +1247,16 @@ def few_rows_panel(tiled: OptimizedKernel) -> Opt | None:
     measured with 12 layers' weights, so that each streams from memory (2 threads, AVX-512, kernel
     alone, ms): 32x768 @ 768x3072 1.72 -> 0.97, 32x3072 @ 3072x768 1.93 -> 1.08, 32x768 @ 768x2304
     1.64 -> 0.82 (BEAM's own timing); with a right operand of 768x768 slower (0.31 -> 0.41), so
-    not below STREAMED_PANEL_ELEMENTS."""
+    not below STREAMED_PANEL_ELEMENTS. Up to UNDIVIDED_ROW_TILES row tiles too where `panel_opt`
+    has no PANEL for them: ViT's 197 tokens, 25 tiles of 8 rows, ran with the tile alone, every row
+    tile streaming the whole weight (2 threads, kernel alone: 197x768 @ 768x3072 7.6-9.8 -> 3.9-4.1
+    ms, 197x3072 @ 3072x768 6.8-7.4 -> 3.8-4.7; ONNX Runtime about 5)."""
     row_axis = panel_row_axis(tiled)
     if row_axis is None:
         return None
     shape = tiled.kernel.full_shape
-    if not 2 <= shape[row_axis] <= FEW_ROW_TILES:
+    tiles = shape[row_axis]
+    if tiles < 2 or tiles > FEW_ROW_TILES and (tiles > UNDIVIDED_ROW_TILES or _row_panel(tiles) is not None):
         return None
     loads = load_strides(tiled.kernel, _reduce_source(tiled.kernel).walk())
     streamed = [load for load in loads if load[row_axis] == 0]
@@ -1262,9 +1272,14 @@ def panel_opt(tiled: OptimizedKernel) -> Opt | None:
     row_axis = panel_row_axis(tiled)
     if row_axis is None:
         return None
-    size = tiled.kernel.full_shape[row_axis]
-    amount = next((amount for amount in PANEL_ROW_TILES if size % amount == 0 and size // amount >= PANEL_MIN_CHUNKS), None)
+    amount = _row_panel(tiled.kernel.full_shape[row_axis])
     return None if amount is None else Opt("PANEL", row_axis, amount)
+
+
+def _row_panel(tiles: int) -> int | None:
+    """Row tiles per PANEL for a matmul of this many: the first of PANEL_ROW_TILES that divides them
+    into at least PANEL_MIN_CHUNKS panels, or None."""
+    return next((amount for amount in PANEL_ROW_TILES if tiles % amount == 0 and tiles // amount >= PANEL_MIN_CHUNKS), None)
 
 
 def candidate_opts(optimized: OptimizedKernel, renderer) -> list[Opt]:

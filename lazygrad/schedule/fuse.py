@@ -745,9 +745,10 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
         exponentials are one kernel, and so are layernorm's mean and variance. Not done when the
         reader also needs those results through another kernel (it would have to run in between);
       * reduces that read a common buffer and need nothing from each other run side by side (a
-        row's sum and its sum of squares), unless one of them is a product that gets a register
-        tile on its own (`_gets_register_tile`: the Q, K and V projections of one input), which a
-        kernel of several reduces has no tile for.
+        row's sum and its sum of squares).
+    Neither is done for a product that gets a register tile on its own (`_gets_register_tile`),
+    which a kernel of several reduces has no tile for: the Q, K and V projections of one input side
+    by side; ResNet-50's unstrided 1x1 projection chained after the 1x1 convolution it is added to.
     At most MAX_KERNEL_OUTPUTS results per kernel."""
     original, items = items, list(items)
     producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
@@ -766,9 +767,12 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
     def partner(index: int, item: ScheduleItem) -> int | None:
         """An earlier reduce kernel this one can join, or None."""
         loops = (item.kernel.full_shape, item.kernel.reduce_axes)
+        if _gets_register_tile(item.kernel):
+            return None
         for source_index in sorted(needs[index]):  # a reduce whose result this one reads
             source = items[source_index]
             if _is_reduce_kernel(source) and (source.kernel.full_shape, source.kernel.reduce_axes) == loops \
+                    and not _gets_register_tile(source.kernel) \
                     and not _reduces_windows(item.kernel) \
                     and len(source.outputs) < MAX_KERNEL_OUTPUTS and _fits_one_kernel(source, item) \
                     and _reads_only_per_position(item, source) \
@@ -778,7 +782,7 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
         for node in item.inputs:
             siblings |= readers.get(loops + (id(node),), 0)
         siblings &= ~ancestors[index]
-        if not siblings or _gets_register_tile(item.kernel):
+        if not siblings:
             return None
         while siblings:  # the earliest first
             sibling_index = (siblings & -siblings).bit_length() - 1

@@ -689,14 +689,16 @@ def test_a_reduce_reading_whole_channels_last_rows_upcasts_all_their_channels():
 
 
 @pytest.mark.usefixtures("avx2_panels")
-def test_a_matmul_in_panels_with_a_long_reduce_runs_it_in_blocks():
-    """A weight gradient's matmul, 64 rows (11 row tiles: no PANEL divides them) by a reduce of
-    thousands of steps: each row tile's operands would stream from beyond L2 for every panel of
-    columns, so the reduce runs in blocks of the largest divisor up to 1024 steps (fewer partial
-    sums written back than with 256: ResNet-18's weight gradients at batch 16 4-8% faster).
-    Shorter reduces keep the tile alone."""
+def test_a_matmul_in_panels_with_a_long_reduce_runs_it_in_blocks(monkeypatch):
+    """A weight gradient's matmul, 264 rows (33 row tiles of 8: no PANEL divides them, too many to
+    run inside each panel of columns) by a reduce of thousands of steps: each row tile's operands
+    would stream from beyond L2 for every panel of columns, so the reduce runs in blocks of the
+    largest divisor up to 1024 steps (fewer partial sums written back than with 256: ResNet-18's
+    weight gradients at batch 16 4-8% faster). Shorter reduces keep the tile alone."""
+    monkeypatch.setattr(linalg, "panel_shape", lambda device: (8, 32))
+
     def opts(k):
-        a, b = Tensor(np.ones((64, k), np.float32)), Tensor(np.ones((k, 576), np.float32))
+        a, b = Tensor(np.ones((264, k), np.float32)), Tensor(np.ones((k, 576), np.float32))
         items = [item for item in create_schedule([(a @ b).lazydata]) if item.kernel is not None and item.kernel.reduce_axes]
         kernel = merge_dims(items[-1].kernel)
         assert kernel.full_shape[-1] == k
@@ -895,6 +897,29 @@ def test_few_rows_by_a_large_weight_run_every_row_tile_inside_each_panel():
             assert [opt.op for opt in opts] == ["UPCAST", "UPCAST"] + (["PANEL"] if panelled else []), (n, k, opts)
             if panelled:  # the 4 row tiles of 8 (the rows' axis after its UPCAST), whole
                 assert opts[-1] == Opt("PANEL", 0, 4)
+
+
+def test_row_tiles_no_panel_divides_run_inside_each_panel_of_a_large_weight(monkeypatch):
+    """ViT's 197 tokens make 25 tiles of 8 rows, which no PANEL of 8, 4 or 2 divides: all 25 run
+    inside each panel of a 3072x768 weight, which would otherwise stream in once per row tile. 16
+    tiles keep their PANELs of 4; 43 tiles, too many to keep near, keep the tile alone."""
+    monkeypatch.setattr(linalg, "panel_shape", lambda device: (8, 32))
+    with no_grad():
+        w = Tensor(np.ones((3072, 768), np.float32)).realize()
+        for rows, panel in ((197, Opt("PANEL", 0, 25)), (128, Opt("PANEL", 0, 4)), (344, None)):
+            kernel, _ = product_kernel_of(Tensor(np.ones((rows, 768), np.float32)) @ w.T)
+            panels = [opt for opt in heuristic_opts(kernel, AVX512) if opt.op == "PANEL"]
+            assert panels == ([] if panel is None else [panel]), rows
+
+
+def test_an_odd_number_of_matmul_rows_takes_the_largest_row_tile_that_divides_it(monkeypatch):
+    """SqueezeNet's last 1x1 convolution, 512 -> 1000 channels over 13x13 = 169 positions: 13 rows
+    by 8 channels (2 threads: 8.8 ms one row at a time, 1.7 as 13 x 8)."""
+    monkeypatch.setattr(linalg, "panel_shape", lambda device: (8, 32))
+    x, w = Tensor(np.ones((1, 512, 13, 13), np.float32)), Tensor(np.ones((1000, 512, 1, 1), np.float32))
+    kernel, _ = product_kernel_of(x.conv2d(w))
+    opts = heuristic_opts(kernel, AVX512)
+    assert sorted(opt.amount for opt in opts if opt.op == "UPCAST") == [8, 13]
 
 
 def test_a_constant_weight_is_packed_from_eight_rows_once():
