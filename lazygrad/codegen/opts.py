@@ -35,6 +35,8 @@ import math
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from lazygrad.codegen.axes import move_dim, split_dim
 from lazygrad.codegen.kernel import Kernel, KernelNode
 from lazygrad.dtype import dtypes
@@ -832,6 +834,62 @@ def strided_spread_tile(kernel: Kernel) -> list[Opt]:
     return [Opt("UPCAST", axis, stride) for axis, stride in sorted(strides.items(), reverse=True)]
 
 
+def _trackers(kernel: Kernel) -> list:
+    """The views of a kernel's loads, stores and validity tests."""
+    return [node.arg if node.op is Ops.VALID else node.arg[1]
+            for node in kernel.ast.walk() if node.op in (Ops.LOAD, Ops.STORE, Ops.VALID)]
+
+
+def _padding_checks(tracker, shape: tuple[int, ...]) -> list:
+    """The bounds checks of a view's validity (its padding) over the kernel's shape; empty for none."""
+    return tracker.index_and_valid(_probe(shape))[1]
+
+
+def _validity_varies_along(tracker, shape: tuple[int, ...], axis: int) -> bool:
+    """Whether a view's validity (its padding) changes along `axis` anywhere in the kernel's shape:
+    tested over the whole axis at the first, middle and last position of the others."""
+    checks = _padding_checks(tracker, shape)
+    steps = np.arange(shape[axis])
+    for sample in ([0] * len(shape), [size // 2 for size in shape], [size - 1 for size in shape]):
+        values = {f"p{index}": position for index, position in enumerate(sample)}
+        values[f"p{axis}"] = steps
+        for expr, at_least, bound in checks:
+            position = np.broadcast_to(expr.evaluate(values), steps.shape)
+            truth = position >= bound if at_least else position < bound
+            if truth.min() != truth.max():
+                return True
+    return False
+
+
+# Vectors of consecutive outputs an elementwise kernel computes together (`contiguous_vector_tile`).
+ELEMENTWISE_VECTORS = 2
+
+
+def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
+    """For a kernel without a reduce with padding (a masked load or validity test) whose loads and
+    store all walk its last axis contiguously (or stay put along it), the padding not changing along
+    it: that axis upcast by two vectors, so the body is computed in vector expressions. gcc's own
+    vectorizer gives up on a body with a masked load: EfficientNet's SiLU into its depthwise
+    convolution's padded input, channels last, 114x114x32, ran one element at a time, 3.3 ms
+    against 0.33 as vectors of 32. Kernels without padding keep gcc's vectors (flat loops), which
+    measured the same as these."""
+    lanes = getattr(renderer, "simd_lanes", None)
+    shape = kernel.full_shape
+    last = len(shape) - 1
+    if lanes is None or kernel.reduce_axes or not shape or shape[last] % (lanes * ELEMENTWISE_VECTORS):
+        return []
+    trackers = _trackers(kernel)
+    if any(tracker.shape != shape for tracker in trackers) \
+            or not any(_padding_checks(tracker, shape) for tracker in trackers):
+        return []
+    _, strides = _memory_accesses(kernel)
+    if any(steps.get(last) not in (0, 1) for steps in strides) or not any(steps.get(last) == 1 for steps in strides):
+        return []
+    if any(_validity_varies_along(tracker, shape, last) for tracker in trackers):
+        return []
+    return [Opt("UPCAST", last, lanes * ELEMENTWISE_VECTORS)]
+
+
 def _byte_dot_operands(kernel: Kernel) -> tuple[KernelNode, KernelNode, KernelNode] | None:
     """(the reduce, the uint8 load, the int8 load) of a kernel whose one reduce is an int32 sum of
     uint8 by int8 products (each operand a load cast to int32): lazygrad.quantize's products."""
@@ -940,7 +998,8 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     if tile or byte_dot_product(kernel):
         return tile
     if not kernel.reduce_axes:
-        return transposed_read_panel(kernel) or source_order_panel(kernel) or strided_spread_tile(kernel)
+        return transposed_read_panel(kernel) or source_order_panel(kernel) or strided_spread_tile(kernel) \
+            or contiguous_vector_tile(kernel, renderer)
     if sum(node.is_reduce for node in kernel.ast.walk()) > 1:
         # chained or side-by-side reduces (softmax's max, then sum): plain loops, each a SIMD
         # reduction, unless they read across their outputs
