@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from lazygrad import derived_values
 from lazygrad.beam import beam_opts
 from lazygrad.codegen.kernel import Kernel, format_ast
-from lazygrad.codegen.linearize import kernel_source
+from lazygrad.codegen.linearize import kernel_source, rendered_pieces
 from lazygrad.devices import canonical_device, get_device
 from lazygrad.devices.compile_pool import CompileBatch
 from lazygrad.graph import write_graph
@@ -229,7 +229,9 @@ def _rendered(device_name: str, kernel: Kernel) -> Rendered:
 def _render(device_name: str, kernel: Kernel) -> Rendered:
     """A kernel's program source, with its opts from BEAM or the heuristic."""
     renderer = renderer_for(device_name)
-    opts = beam_opts(device_name, kernel, renderer) if knobs.beam and not knobs.noopt else None
+    # a concatenation's pieces take the heuristic's opts each (codegen/pieces.py), not a search
+    searched = knobs.beam and not knobs.noopt and rendered_pieces(kernel, renderer) is None
+    opts = beam_opts(device_name, kernel, renderer) if searched else None
     program, source = kernel_source(kernel, renderer, opts, optimize=not knobs.noopt)
     if knobs.debug >= 3:
         print(f"kernel {program.name}: full shape {kernel.full_shape}, reduce axes {kernel.reduce_axes}\n"

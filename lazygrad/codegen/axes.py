@@ -145,3 +145,11 @@ def move_dim(kernel: Kernel, source: int, destination: int) -> Kernel:
     new_full = tuple(kernel.full_shape[dim] for dim in order)
     new_axes = tuple(position for position, dim in enumerate(order) if dim in kernel.reduce_axes)
     return Kernel(_reshape_ast(kernel.ast, mapping), new_full, new_axes, kernel.buffer_dtypes)
+
+
+def shrink_kernel(kernel: Kernel, window: tuple[tuple[int, int], ...]) -> Kernel:
+    """The kernel over a window of its iteration space (a (start, end) per dim, no reduce dim cut):
+    every view shrunk alike, so the stores write that window of the outputs."""
+    mapping = {tracker: tracker.shrink(window) for tracker in _trackers(kernel.ast)}
+    shape = tuple(end - start for start, end in window)
+    return Kernel(_reshape_ast(kernel.ast, mapping), shape, kernel.reduce_axes, kernel.buffer_dtypes)

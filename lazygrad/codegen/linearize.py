@@ -18,11 +18,13 @@ gather their lanes, and stores are vector stores. Every other kernel gets one po
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
 from lazygrad.codegen.axes import merge_dims, split_dim
 from lazygrad.codegen.kernel import Kernel, KernelNode
+from lazygrad.codegen.pieces import concatenated_pieces
 from lazygrad.codegen.opts import (
     BLOCK,
     GROUP,
@@ -315,12 +317,24 @@ def _arrange(kernel: Kernel, renderer, optimize: bool, opts) -> tuple[OptimizedK
     return initial(kernel), inner_axes
 
 
+def rendered_pieces(kernel: Kernel, renderer) -> list[Kernel] | None:
+    """The pieces a concatenation runs as (codegen/pieces.py) on a renderer that prints pieces
+    (`render_pieces`: the C dialect); None for other kernels and renderers."""
+    return concatenated_pieces(kernel) if hasattr(renderer, "render_pieces") else None
+
+
 def kernel_source(kernel: Kernel, renderer, opts: list | None = None, optimize: bool = True) -> tuple[LoopProgram, str]:
     """A kernel's loop program under `opts` (the heuristic's where None) and its source in the
     renderer's dialect: the one way a program is made, for a realize (realize.py) and for each
-    candidate of a BEAM search (beam.py)."""
-    program = linearize(kernel, renderer, optimize=optimize, opts=opts)
-    return program, renderer.render_program(program)
+    candidate of a BEAM search (beam.py). Under the heuristic, a concatenation (codegen/pieces.py)
+    on a renderer that prints pieces is a program per piece, all in one function; the program
+    returned is then the first piece's, named for the kernel."""
+    pieces = rendered_pieces(kernel, renderer) if opts is None and optimize else None
+    if pieces is None:
+        program = linearize(kernel, renderer, optimize=optimize, opts=opts)
+        return program, renderer.render_program(program)
+    programs = [linearize(piece, renderer) for piece in pieces]
+    return dataclasses.replace(programs[0], name=kernel.name), renderer.render_pieces(kernel.name, programs)
 
 
 def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parallel_threshold: int = 1 << 15) -> LoopProgram:

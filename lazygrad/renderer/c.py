@@ -25,6 +25,7 @@ no vector types (a GNU extension), so gcc packs a tile's copies itself there.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -336,15 +337,28 @@ class CRenderer(CStyleRenderer):
             return STANDALONE_INCLUDES + [text for marker, text in STANDALONE_HELPERS.items() if marker in function]
         return [MATH_DECLARATIONS, "#include <stdbool.h>"] + [text for marker, text in HELPERS.items() if marker in function]
 
-    def render_function(self, program: LoopProgram) -> str:
-        """The kernel as one C function named program.name (its outputs first, then its inputs)."""
-        params = []
-        for name, dtype, is_output in program.params:
-            qualifier = "" if is_output else "const "
-            params.append(f"{qualifier}{self.type_name(dtype)}* restrict {name}")
+    def render_pieces(self, name: str, programs: list[LoopProgram]) -> str:
+        """A kernel split into pieces (codegen/pieces.py) as one function named `name` that calls
+        each piece's function in turn (their parameters are the kernel's, all alike)."""
+        functions = [self.render_function(dataclasses.replace(program, name=f"{name}_piece{number}"), static=True)
+                     for number, program in enumerate(programs)]
+        params = programs[0].params
+        calls = [f"  {name}_piece{number}({', '.join(param for param, _, _ in params)});" for number in range(len(programs))]
+        wrapper = "\n".join([f"{'static ' if self.standalone else ''}void {name}({self.render_params(params)}) {{", *calls, "}"])
+        source = "\n\n".join(functions + [wrapper])
+        return "\n".join(self.prelude(source)) + "\n\n" + source + "\n"
+
+    def render_params(self, params) -> str:
+        """A kernel function's parameters: its outputs first, then its inputs (const)."""
+        return ", ".join(f"{'' if is_output else 'const '}{self.type_name(dtype)}* restrict {name}"
+                         for name, dtype, is_output in params)
+
+    def render_function(self, program: LoopProgram, static: bool = False) -> str:
+        """The kernel as one C function named program.name (its outputs first, then its inputs);
+        `static`: local to its source (a piece of a kernel split into pieces)."""
         standalone = self.standalone
-        attribute = "static " if standalone else self.function_attribute(program)
-        lines = [f"{attribute}void {program.name}({', '.join(params)}) {{"]
+        attribute = "static " if standalone else ("static " if static else "") + self.function_attribute(program)
+        lines = [f"{attribute}void {program.name}({self.render_params(program.params)}) {{"]
         depth = 1
 
         def line(text: str) -> None:
