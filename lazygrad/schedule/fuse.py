@@ -4,7 +4,7 @@ The contract (docs/architecture.md):
   * elementwise ops and movement ops never start a kernel of their own: they are inlined into
     every kernel that uses them (recomputed), unless recomputing a value in each of the kernels
     that read it costs more than storing it once (`worth_storing_shared`: an unrolled recurrence's
-    state);
+    state, a residual stream);
   * a reduce joins the kernel of its user when the path between them is elementwise ops and
     reshapes only, and that kernel has no other reduce; otherwise it is stored (also below a cast
     to bfloat16 or a float8: the reduce's kernel keeps float32 stores);
@@ -68,6 +68,10 @@ UNPADDED_VECTOR = 8  # lanes of a vector along an unpadded last axis that make a
 # A value read by several kernels is stored once when recomputing it in each costs more than this
 # (op costs as in worth_storing). One step of an LSTM's cell state costs about 95.
 SHARED_RECOMPUTE_LIMIT = 64
+# ... or when it reads this many buffers of its own size (each kernel would read them all again):
+# ViT-B/16's residual stream, never stored, was summed again from its first layer's input in every
+# later layer's layer norm and matmul operands (27 layer norms of 197x768: 35 ms of a 320 ms run).
+SHARED_RECOMPUTE_BUFFERS = 4
 # A value of at least this many elements read through an EXPAND outside a reduce is stored when
 # recomputing it costs more than BROADCAST_RECOMPUTE_LIMIT (`worth_storing_broadcast`).
 BROADCAST_STORE_MIN_ELEMENTS = 1 << 16
@@ -148,10 +152,11 @@ class _FusionPlan:
     def is_leaf(self, node: LazyBuffer) -> bool:
         return node.realized or id(node) in self.materialized
 
-    def _recompute_cost_exceeds(self, node: LazyBuffer, limit: int, buffer_limit: int | None = None) -> bool:
+    def _recompute_cost_exceeds(self, node: LazyBuffer, limit: int, buffer_limit: int | None = None,
+                                min_elements: int = 0) -> bool:
         """Whether the ops computing `node` from stored values cost more than `limit` (an expensive
         op counts its cost, a movement op nothing), or, with `buffer_limit`, read that many
-        stored values. Stops as soon as they do."""
+        stored values of `min_elements` or more. Stops as soon as they do."""
         stack, seen, buffers, cost = [node], set(), 0, 0
         while stack:
             current = stack.pop()
@@ -159,7 +164,7 @@ class _FusionPlan:
                 continue
             seen.add(id(current))
             if current is not node and self.is_leaf(current):
-                buffers += 1
+                buffers += current.numel() >= min_elements
                 if buffer_limit is not None and buffers >= buffer_limit:
                     return True
                 continue
@@ -216,12 +221,13 @@ class _FusionPlan:
 
     def worth_storing_shared(self, node: LazyBuffer) -> bool:
         """Whether a value that several kernels compute costs more to recompute in each than to store
-        once (SHARED_RECOMPUTE_LIMIT). Without this, an unrolled recurrence (an LSTM's cell state)
-        would be recomputed from its first step in every step's kernel: the kernels, and the time to
-        plan and compile them, would grow with the square of the steps."""
+        once: its ops cost more than SHARED_RECOMPUTE_LIMIT, or it reads SHARED_RECOMPUTE_BUFFERS
+        buffers as large as itself. Without this, an unrolled recurrence (an LSTM's cell state) or a
+        residual stream would be recomputed from its first step in every step's kernel: the kernels,
+        and the time to plan and compile them, would grow with the square of the steps."""
         if id(node) in self.cheap:
             return False
-        if self._recompute_cost_exceeds(node, SHARED_RECOMPUTE_LIMIT):
+        if self._recompute_cost_exceeds(node, SHARED_RECOMPUTE_LIMIT, SHARED_RECOMPUTE_BUFFERS, node.numel()):
             return True
         self.cheap.add(id(node))
         return False

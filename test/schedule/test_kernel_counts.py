@@ -508,3 +508,21 @@ def test_a_sum_of_two_products_stays_two_tiled_kernels():
     assert len(products) == 2
     assert all(any(opt.op == "UPCAST" for opt in heuristic_opts(merge_dims(kernel), CRenderer())) for kernel in products)
     np.testing.assert_allclose(out.numpy(), np.maximum(x @ w1 + y @ w2, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_residual_stream_read_by_several_kernels_is_stored_every_few_layers():
+    """x = x + layer(norm(x)) eight times, as a transformer's residual stream: each x is read by its
+    layer's row statistics and by its layer's product. Recomputed there, the last layer's kernels
+    would sum all eight earlier layers' outputs again (ViT-B/16: its 27 layer norms took 35 ms of
+    320); stored once it reads four buffers of its size, each kernel reads only the latest few."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    weights = [rng.standard_normal((32, 32)).astype(np.float32) * 0.1 for _ in range(8)]
+    stream, expected = Tensor(x).realize(), x
+    for w in weights:
+        stream = stream + (stream - stream.mean(axis=1, keepdim=True)) @ Tensor(w).realize()
+        expected = expected + (expected - expected.mean(axis=1, keepdims=True)) @ w
+    items = [item for item in create_schedule([stream.lazydata]) if item.kernel is not None]
+    full_size = [[node for node in item.inputs if node.numel() == x.size] for item in items]
+    assert max(map(len, full_size)) <= 4
+    np.testing.assert_allclose(stream.numpy(), expected, rtol=1e-4, atol=1e-4)
