@@ -24,7 +24,8 @@ setup(
         "onnx": ["onnx==1.23.2"],
         "mpi": ["mpi4py", "mpich"],
         # extra/bench/bench_models.py's other columns: torch builds the models and exports them to
-        # ONNX (its exporter needs onnxscript), ONNX Runtime runs them
-        "bench": ["torch", "onnxruntime", "onnxscript", "onnx==1.23.2"],
+        # ONNX (its exporter needs onnxscript), ONNX Runtime runs them; bench_zoo.py takes thirteen
+        # more architectures from torchvision's definitions rather than writing them again
+        "bench": ["torch", "torchvision", "onnxruntime", "onnxscript", "onnx==1.23.2"],
     },
 )

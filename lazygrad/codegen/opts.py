@@ -48,8 +48,9 @@ OPT_OPS = ("UPCAST", "UNROLL", "BLOCK", "PANEL", "LOCAL", "GROUP", "THREADS")
 OPTS_VERSION = 4  # 4: byte dot tiles and a branchless scalar max render the same opts anew
 
 # Straight-line copies of the loop body: outputs computed together (upcast) times reduce steps
-# unrolled. Larger tiles spill registers and make the C compiler slow.
-MAX_UPCAST = 256
+# unrolled. Larger tiles spill registers and make the C compiler slow. 272: 17 rows of 16 columns,
+# 17 vector accumulators on AVX-512 (Inception-v3's 17x17 stage, whose rows nothing else divides).
+MAX_UPCAST = 272
 MAX_EXPANSION = 512
 
 # Work-items in one work-group (LOCAL sizes times the GROUP size): every GPU and PoCL allow 256.
@@ -371,7 +372,7 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
         # 7 before 8: channels last, 16 output channels by 8 columns (16 accumulators) left no
         # register for the weight's vectors (AVX2, 2 threads, 1x64x56x56 by 64x64x3x3: 90 GFLOP/s
         # as 16 x 8, 112 as 16 x 7)
-        vector_choices, row_choices = CONVOLUTION_VECTOR_CHOICES, (7, 8, 6, 4, 2)
+        vector_choices, row_choices = CONVOLUTION_VECTOR_CHOICES, (7, 8, 6, 4, 2) + ODD_ROW_CHOICES
     tile = _vector_and_row_tile(kernel, globals_, strides, vector_choices, row_choices, fits)
     if len(tile) == 1 and renderer is not None:
         tile = [_in_whole_vectors(kernel, tile[0], source.dtype, renderer)]
@@ -401,10 +402,11 @@ def reads_panels(kernel: Kernel, strides: list[dict[int, int | None]], width: in
 # positions (a stride-2 convolution's input gradient at batch 16, one thread: 196 x 256 by 256 x 1152
 # per image as 7 x 32, 33 -> 18 ms; as 4 x 32 the fma units waited on too few accumulators).
 MATMUL_ROW_CHOICES = (8, 7, 6, 4, 2)
-# Where none of those divides a matmul's rows (an odd count), the most of these that does: 13 for
-# 13x13 positions (SqueezeNet's last 1x1 convolution, 169 positions by 512 -> 1000 channels, 2
-# threads: 8.8 ms one row at a time, 1.7 as 13 x 8), 11 or 5 for 55x55.
-ODD_ROW_CHOICES = (15, 13, 11, 9, 5, 3)
+# Where none of those divides a product's rows (an odd count), the most of these that does and fits:
+# 13 for 13x13 positions (SqueezeNet's last 1x1 convolution, 169 positions by 512 -> 1000 channels,
+# 2 threads: 8.8 ms one row at a time, 1.7 as 13 x 8), 17 for Inception-v3's 17x17 stage, 11 or 5
+# for 55x55.
+ODD_ROW_CHOICES = (17, 15, 13, 11, 9, 5, 3)
 
 
 def panel_tile(renderer) -> tuple[int, int]:
