@@ -870,7 +870,8 @@ ELEMENTWISE_VECTORS = 2
 def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     """For a kernel without a reduce with padding (a masked load or validity test) whose loads and
     store all walk its last axis contiguously (or stay put along it), the padding not changing along
-    it: that axis upcast by two vectors, so the body is computed in vector expressions. gcc's own
+    it: that axis upcast by two vectors (one where two do not divide it: 144 channels), so the body
+    is computed in vector expressions. gcc's own
     vectorizer gives up on a body with a masked load: EfficientNet's SiLU into its depthwise
     convolution's padded input, channels last, 114x114x32, ran one element at a time, 3.3 ms
     against 0.33 as vectors of 32. Kernels without padding keep gcc's vectors (flat loops), which
@@ -878,7 +879,10 @@ def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     lanes = getattr(renderer, "simd_lanes", None)
     shape = kernel.full_shape
     last = len(shape) - 1
-    if lanes is None or kernel.reduce_axes or not shape or shape[last] % (lanes * ELEMENTWISE_VECTORS):
+    if lanes is None or kernel.reduce_axes or not shape:
+        return []
+    amount = _largest_divisor(shape[last], (lanes * ELEMENTWISE_VECTORS, lanes))
+    if amount is None:
         return []
     trackers = _trackers(kernel)
     if any(tracker.shape != shape for tracker in trackers) \
@@ -889,7 +893,7 @@ def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
         return []
     if any(_validity_varies_along(tracker, shape, last) for tracker in trackers):
         return []
-    return [Opt("UPCAST", last, lanes * ELEMENTWISE_VECTORS)]
+    return [Opt("UPCAST", last, amount)]
 
 
 def _byte_dot_operands(kernel: Kernel) -> tuple[KernelNode, KernelNode, KernelNode] | None:

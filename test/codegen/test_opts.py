@@ -1404,6 +1404,8 @@ def test_a_padded_elementwise_kernel_computes_vectors_along_its_unpadded_last_ax
     padded = silu.pad(((0, 0), (1, 1), (1, 1), (0, 0)))
     assert heuristic_opts(kernel_of(padded), AVX512) == [Opt("UPCAST", 2, 32)]
     assert heuristic_opts(kernel_of(padded), AVX2) == [Opt("UPCAST", 2, 16)]
+    channels_144 = Tensor(np.ones((1, 6, 6, 144), np.float32)).sigmoid().pad(((0, 0), (2, 2), (2, 2), (0, 0)))
+    assert heuristic_opts(kernel_of(channels_144), AVX512) == [Opt("UPCAST", 2, 16)]  # one vector: two do not divide
     assert heuristic_opts(kernel_of(silu.pad(((0, 0), (0, 0), (0, 0), (1, 31)))), AVX512) == []
     assert heuristic_opts(kernel_of(silu), AVX512) == []
     expected = np.pad(x.numpy() / (1 + np.exp(-x.numpy())), ((0, 0), (1, 1), (1, 1), (0, 0)))
