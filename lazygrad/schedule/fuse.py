@@ -752,9 +752,10 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
         reader also needs those results through another kernel (it would have to run in between);
       * reduces that read a common buffer and need nothing from each other run side by side (a
         row's sum and its sum of squares).
-    Neither is done for a product that gets a register tile on its own (`_gets_register_tile`),
-    which a kernel of several reduces has no tile for: the Q, K and V projections of one input side
-    by side; ResNet-50's unstrided 1x1 projection chained after the 1x1 convolution it is added to.
+    Neither is done for a product that gets a register tile on its own (`_gets_register_tile`; for
+    a chain, a sum of products of two loads, `_tiled_product`), which a kernel of several reduces has
+    no tile for: the Q, K and V projections of one input side by side; ResNet-50's unstrided 1x1
+    projection chained after the 1x1 convolution it is added to.
     At most MAX_KERNEL_OUTPUTS results per kernel."""
     original, items = items, list(items)
     producer = {id(item.outputs[0]): index for index, item in enumerate(items)}
@@ -773,12 +774,10 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
     def partner(index: int, item: ScheduleItem) -> int | None:
         """An earlier reduce kernel this one can join, or None."""
         loops = (item.kernel.full_shape, item.kernel.reduce_axes)
-        if _gets_register_tile(item.kernel):
-            return None
-        for source_index in sorted(needs[index]):  # a reduce whose result this one reads
-            source = items[source_index]
+        for source_index in sorted(needs[index]) if not _tiled_product(item.kernel) else ():
+            source = items[source_index]  # a reduce whose result this one reads
             if _is_reduce_kernel(source) and (source.kernel.full_shape, source.kernel.reduce_axes) == loops \
-                    and not _gets_register_tile(source.kernel) \
+                    and not _tiled_product(source.kernel) \
                     and not _reduces_windows(item.kernel) \
                     and len(source.outputs) < MAX_KERNEL_OUTPUTS and _fits_one_kernel(source, item) \
                     and _reads_only_per_position(item, source) \
@@ -788,7 +787,7 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
         for node in item.inputs:
             siblings |= readers.get(loops + (id(node),), 0)
         siblings &= ~ancestors[index]
-        if not siblings:
+        if not siblings or _gets_register_tile(item.kernel):
             return None
         while siblings:  # the earliest first
             sibling_index = (siblings & -siblings).bit_length() - 1
@@ -840,6 +839,16 @@ def _gets_register_tile(kernel: Kernel) -> bool:
     side with another reduce it would have none: three projections of one input (attention's Q, K
     and V) ran at 2 GFLOP/s as one kernel, against a tile's 40 or more each."""
     return bool(matmul_tile(merge_dims(kernel)))
+
+
+def _tiled_product(kernel: Kernel) -> bool:
+    """Whether every reduce of the kernel sums products of two loads (a matmul, a convolution) and
+    the default opts give it a register tile. A softmax's sum or a variance, which a tile may fit
+    too (a broadcast mask or mean stays put along an axis), chains as before."""
+    reduces = [node for node in kernel.ast.walk() if node.is_reduce]
+    return all(node.op is Ops.SUM and node.srcs[0].op is Ops.MUL
+               and all(src.op is Ops.LOAD for src in node.srcs[0].srcs) for node in reduces) \
+        and _gets_register_tile(kernel)
 
 
 def _mergeable(item: ScheduleItem) -> bool:
