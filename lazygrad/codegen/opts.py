@@ -871,11 +871,10 @@ def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     """For a kernel without a reduce with padding (a masked load or validity test) whose loads and
     store all walk its last axis contiguously (or stay put along it), the padding not changing along
     it: that axis upcast by two vectors (one where two do not divide it: 144 channels), so the body
-    is computed in vector expressions. gcc's own
-    vectorizer gives up on a body with a masked load: EfficientNet's SiLU into its depthwise
-    convolution's padded input, channels last, 114x114x32, ran one element at a time, 3.3 ms
-    against 0.33 as vectors of 32. Kernels without padding keep gcc's vectors (flat loops), which
-    measured the same as these."""
+    is computed in vector expressions. gcc's own vectorizer gives up on a body with a masked load:
+    EfficientNet's SiLU into its depthwise convolution's padded input, channels last, 114x114x32,
+    ran one element at a time, 3.3 ms against 0.33 as vectors of 32. Kernels without padding keep
+    gcc's vectors (flat loops), which measured the same as these."""
     lanes = getattr(renderer, "simd_lanes", None)
     shape = kernel.full_shape
     last = len(shape) - 1
@@ -997,7 +996,8 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     reduces, else a cache line of outputs for a reduce reading across them (`transposed_reduce_tile`,
     also for kernels with several reduces, where otherwise linearize's own loop choices serve:
     flat vectorized loops, inner accumulator arrays); for a kernel without a reduce,
-    `transposed_read_panel`, else `source_order_panel`, else `strided_spread_tile`. The GPU dialects get `work_item_tile` instead."""
+    `transposed_read_panel`, else `source_order_panel`, else `strided_spread_tile`, else
+    `contiguous_vector_tile`. The GPU dialects get `work_item_tile` instead."""
     if not getattr(renderer, "expands_tiles", False):
         return work_item_tile(kernel, renderer)
     tile = byte_dot_tile(kernel, renderer)
