@@ -11,7 +11,8 @@ from lazygrad.ops import Ops
 from lazygrad.shape.view import ShapeTracker
 
 
-def _trackers(ast: KernelNode) -> set[ShapeTracker]:
+def kernel_trackers(ast: KernelNode) -> set[ShapeTracker]:
+    """Every view of an AST: its loads', stores', masked constants' and validity tests'."""
     found = set()
     for node in ast.walk():
         if node.op in (Ops.LOAD, Ops.STORE):
@@ -46,7 +47,7 @@ def reshape_kernel(kernel: Kernel, new_full: tuple[int, ...], new_axes: set[int]
     out_shape = kernel.output_shape
     new_out = tuple(1 if axis in new_axes else size for axis, size in enumerate(new_full))
     mapping = {}
-    for tracker in _trackers(kernel.ast):
+    for tracker in kernel_trackers(kernel.ast):
         if tracker.shape not in (kernel.full_shape, out_shape):
             return None  # the source of an indexed load (TAKE) has a dim more, and keeps its shape
         reshaped = tracker.reshape(new_full if tracker.shape == kernel.full_shape else new_out)
@@ -77,7 +78,7 @@ def refine_dims(kernel: Kernel) -> Kernel:
     166 -> 11-14 ms)."""
     if kernel.reduce_axes:
         return kernel
-    for tracker in _trackers(kernel.ast):
+    for tracker in kernel_trackers(kernel.ast):
         if len(tracker.views) < 2 or tracker.shape != kernel.full_shape:
             continue
         finer = tracker.views[-2].shape
@@ -103,7 +104,7 @@ def full_reduce_in_stored_order(kernel: Kernel) -> Kernel:
     order = sorted(range(len(shape)), key=lambda dim: -abs(strides[dim]))  # stable: ties keep their order
     if order == list(range(len(shape))):
         return kernel
-    mapping = {tracker: tracker.permute(order) for tracker in _trackers(kernel.ast)}
+    mapping = {tracker: tracker.permute(order) for tracker in kernel_trackers(kernel.ast)}
     new_axes = tuple(position for position, dim in enumerate(order) if dim in kernel.reduce_axes)
     return Kernel(_reshape_ast(kernel.ast, mapping), tuple(shape[dim] for dim in order), new_axes, kernel.buffer_dtypes)
 
@@ -141,7 +142,7 @@ def move_dim(kernel: Kernel, source: int, destination: int) -> Kernel:
     so each still reads and writes the same elements)."""
     order = [dim for dim in range(len(kernel.full_shape)) if dim != source]
     order.insert(destination, source)
-    mapping = {tracker: tracker.permute(order) for tracker in _trackers(kernel.ast)}
+    mapping = {tracker: tracker.permute(order) for tracker in kernel_trackers(kernel.ast)}
     new_full = tuple(kernel.full_shape[dim] for dim in order)
     new_axes = tuple(position for position, dim in enumerate(order) if dim in kernel.reduce_axes)
     return Kernel(_reshape_ast(kernel.ast, mapping), new_full, new_axes, kernel.buffer_dtypes)
@@ -150,6 +151,6 @@ def move_dim(kernel: Kernel, source: int, destination: int) -> Kernel:
 def shrink_kernel(kernel: Kernel, window: tuple[tuple[int, int], ...]) -> Kernel:
     """The kernel over a window of its iteration space (a (start, end) per dim, no reduce dim cut):
     every view shrunk alike, so the stores write that window of the outputs."""
-    mapping = {tracker: tracker.shrink(window) for tracker in _trackers(kernel.ast)}
+    mapping = {tracker: tracker.shrink(window) for tracker in kernel_trackers(kernel.ast)}
     shape = tuple(end - start for start, end in window)
     return Kernel(_reshape_ast(kernel.ast, mapping), shape, kernel.reduce_axes, kernel.buffer_dtypes)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lazygrad.codegen.axes import move_dim, split_dim
+from lazygrad.codegen.axes import kernel_trackers, move_dim, split_dim
 from lazygrad.codegen.kernel import Kernel, KernelNode
 from lazygrad.dtype import dtypes
 from lazygrad.ops import Ops
@@ -836,12 +836,6 @@ def strided_spread_tile(kernel: Kernel) -> list[Opt]:
     return [Opt("UPCAST", axis, stride) for axis, stride in sorted(strides.items(), reverse=True)]
 
 
-def _trackers(kernel: Kernel) -> list:
-    """The views of a kernel's loads, stores and validity tests."""
-    return [node.arg if node.op is Ops.VALID else node.arg[1]
-            for node in kernel.ast.walk() if node.op in (Ops.LOAD, Ops.STORE, Ops.VALID)]
-
-
 def _padding_checks(tracker, shape: tuple[int, ...]) -> list:
     """The bounds checks of a view's validity (its padding) over the kernel's shape; empty for none."""
     return tracker.index_and_valid(_probe(shape))[1]
@@ -883,7 +877,7 @@ def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     amount = _largest_divisor(shape[last], (lanes * ELEMENTWISE_VECTORS, lanes))
     if amount is None:
         return []
-    trackers = _trackers(kernel)
+    trackers = kernel_trackers(kernel.ast)
     if any(tracker.shape != shape for tracker in trackers) \
             or not any(_padding_checks(tracker, shape) for tracker in trackers):
         return []
