@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from lazygrad import Tensor, dtypes, stats  # noqa: E402
 from lazygrad.onnx import OnnxModel, UnsupportedError  # noqa: E402
 from lazygrad.onnx.model import FOLD_LIMIT  # noqa: E402
+from lazygrad.ops import Ops  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -366,6 +367,35 @@ def test_a_padded_conv_and_a_gather_get_the_kernels_of_the_same_ops_written_with
     assert lookup.full_shape == (1, 3, 8) and lookup.reduce_axes == ()
     np.testing.assert_allclose(result["y"].numpy(), conv.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(result["rows"].numpy(), table[ids])
+
+
+@pytest.mark.parametrize("index, expected, view", [
+    (np.array(1), lambda x: x[:, 1], True), (np.array(-1), lambda x: x[:, 2], True),
+    (np.array([1, 2]), lambda x: x[:, 1:3], True), (np.array([2, 0]), lambda x: x[:, [2, 0]], False),
+    (np.array([[0, 1]]), lambda x: x[:, [[0, 1]]], False)])
+def test_a_gather_of_known_indices_is_a_view_where_they_are_one_index_or_a_run(index, expected, view):
+    """ViT's packed query/key/value projection split by Gathers of 0, 1 and 2: with the index known,
+    x[:, i] is a view, so y + 1 is one kernel reading x, not a kernel of indexed loads; index sets
+    that are no run of one axis still take them."""
+    x_value = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    nodes = [helper.make_node("Gather", ["x", "index"], ["picked"], axis=1), helper.make_node("Add", ["picked", "one"], ["y"])]
+    graph = helper.make_graph(nodes, "gather", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(index.astype(np.int64), "index"),
+                               numpy_helper.from_array(np.array(1, np.float32), "one")])
+    model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), device="CPU")
+    y = model(x=Tensor(x_value).realize())["y"]
+    kernels = _schedule_of(y)
+    takes = [node for kernel in kernels for node in kernel.ast.walk() if node.op is Ops.TAKE]
+    assert (len(kernels) == 1 and not takes) == view
+    np.testing.assert_array_equal(y.numpy(), expected(x_value) + 1)
+
+
+def test_a_gather_of_known_indices_out_of_range_is_an_error():
+    nodes = [helper.make_node("Gather", ["x", "index"], ["y"], axis=0)]
+    model = OnnxModel(graph_of(nodes, [numpy_helper.from_array(np.array(3, np.int64), "index")]), device="CPU")
+    with pytest.raises(RuntimeError, match="Gather: indices \\[3\\] out of range for an axis of size 3"):
+        model(x=np.zeros(3, np.float32))
 
 
 def _integer_conv_reference(x: np.ndarray, x_zero_point: int, w: np.ndarray, pads: int, stride: int) -> np.ndarray:
