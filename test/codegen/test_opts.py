@@ -912,6 +912,16 @@ def test_row_tiles_no_panel_divides_run_inside_each_panel_of_a_large_weight(monk
             assert panels == ([] if panel is None else [panel]), rows
 
 
+def test_a_convolution_whose_positions_no_row_tile_divides_takes_all_its_channel_groups():
+    """Inception-v3's stem, 3 -> 32 channels over 149x149 positions (prime: no row tile), computed
+    channels last with its output channels in groups: every group is upcast, so each input value
+    loaded serves all 32 channels, not one group (2 threads, kernel alone: 4.2 -> 0.57 ms)."""
+    x, w = Tensor(np.ones((1, 3, 299, 299), np.float32)), Tensor(np.ones((32, 3, 3, 3), np.float32))
+    kernel, _ = product_kernel_of(x.conv2d(w, stride=2))
+    upcasts = [opt for opt in heuristic_opts(kernel, CRenderer()) if opt.op == "UPCAST"]
+    assert len(upcasts) == 2 and math.prod(opt.amount for opt in upcasts) == 32, upcasts
+
+
 def test_an_odd_number_of_matmul_rows_takes_the_largest_row_tile_that_divides_it(monkeypatch):
     """SqueezeNet's last 1x1 convolution, 512 -> 1000 channels over 13x13 = 169 positions: 13 rows
     by 8 channels (2 threads: 8.8 ms one row at a time, 1.7 as 13 x 8)."""
