@@ -170,7 +170,7 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
     outputs = windows.shape[2:2 + dims]
     if _pointwise(x.device, groups, weight.shape, batch * math.prod(outputs)):
         return _pointwise_product(windows, weight)
-    if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride)):
+    if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride), columns=outputs[-1]):
         return _output_channels_last_product(windows, weight)
     if stored_out_of_order(first_shard(x.lazydata)):  # stored channels last: the vector below walks x's columns,
         windows = pool_windows(x.contiguous(), kernel, stride, dilation)  # so read a copy in this order
@@ -246,10 +246,10 @@ DEPTHWISE_CHANNEL_VECTOR = 8
 CHANNELS_LAST_MIN_WINDOW = 512
 
 
-def _channels_last(device: str, groups: int, weight_shape, strided: bool = False) -> bool:
+def _channels_last(device: str, groups: int, weight_shape, strided: bool = False, columns: int = 0) -> bool:
     """Whether a convolution runs as `_output_channels_last_product`: on the CPU device, ungrouped,
-    with whole panels of output channels, and either a 1x1 kernel, a stride or windows of at least
-    CHANNELS_LAST_MIN_WINDOW elements. A 1x1 convolution (over more positions than
+    with whole panels of output channels, and either a 1x1 kernel, a stride, windows of at least
+    CHANNELS_LAST_MIN_WINDOW elements or output rows of `columns` that `_in_vectors` does not take. A 1x1 convolution (over more positions than
     `_pointwise_product` takes) computes channels last so that a depthwise convolution after it,
     which computes channels last too (`_depthwise_channels_last_product`), copies its input without
     a transpose: MobileNetV2, one thread, AVX-512, its kernels' times summed, 11.5 -> 10.3 ms with
@@ -272,7 +272,17 @@ def _channels_last(device: str, groups: int, weight_shape, strided: bool = False
     if device_kind(device) != "CPU" or groups != 1 or out_channels % _channel_panel(out_channels) \
             or out_channels < CHANNEL_PANEL:
         return False
-    return strided or math.prod(kernel) == 1 or channels * math.prod(kernel) >= CHANNELS_LAST_MIN_WINDOW
+    return strided or math.prod(kernel) == 1 or channels * math.prod(kernel) >= CHANNELS_LAST_MIN_WINDOW \
+        or not _in_vectors(columns)
+
+
+def _in_vectors(columns: int) -> bool:
+    """Whether output rows of `columns` make vectors in the layout with channels in the middle, whose
+    register tile runs along them: only where 4 divides them (the narrowest vector; codegen/opts.py
+    takes the widest run up to 32 that divides them, and one of 11 is scalar code). SqueezeNet's 3x3
+    convolutions, 16 -> 64 channels over 55x55 positions, 2 threads, with bias and ReLU: 1.74-1.96 ms
+    as 11 columns by 8 channels, 0.55 channels last with the copy back to this layout."""
+    return columns % 4 == 0
 
 
 def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
