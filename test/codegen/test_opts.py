@@ -222,6 +222,20 @@ def test_a_convolution_whose_rows_make_no_vectors_computes_output_channels_last(
         np.testing.assert_allclose(out.numpy(), np.einsum("nchwij,kcij->nkhw", windows, w_value), rtol=1e-4, atol=1e-4)
 
 
+def test_output_channels_a_panel_does_not_divide_are_padded_to_whole_panels_when_few_are_added():
+    """SqueezeNet's last convolution, 512 -> 1000 channels at 13x13: computed as 1008 channels in
+    panels of 16 (whole AVX-512 vectors; 2.8 ms in panels of 8, 1.5 so), the 8 zero channels cut
+    off after. 24 channels would take a third more: they keep panels of 8. Values match numpy."""
+    rng = np.random.default_rng(5)
+    for out_channels, panel in ((1000, (63, 16)), (24, (3, 8))):
+        x_value = rng.standard_normal((1, 32, 13, 13)).astype(np.float32)
+        w_value = rng.standard_normal((out_channels, 32, 1, 1)).astype(np.float32)
+        out = Tensor(x_value).conv2d(Tensor(w_value))
+        kernel, _ = product_kernel_of(out)
+        assert panel in zip(kernel.full_shape, kernel.full_shape[1:]), kernel.full_shape  # (panels, channels each)
+        np.testing.assert_allclose(out.numpy(), np.einsum("nchw,kc->nkhw", x_value, w_value[:, :, 0, 0]), rtol=1e-4, atol=1e-4)
+
+
 def test_a_strided_convolution_computes_output_channels_last():
     """ResNet's downsampling, 1x1 with stride 2: channels in the middle, the tile's vector of columns
     is gathered from every other input column (16x64x56x56 by 128x64: 9.7 ms, 28 x 2); channels
@@ -943,12 +957,12 @@ def test_a_convolution_whose_positions_no_row_tile_divides_takes_all_its_channel
 
 def test_an_odd_number_of_matmul_rows_takes_the_largest_row_tile_that_divides_it(monkeypatch):
     """SqueezeNet's last 1x1 convolution, 512 -> 1000 channels over 13x13 = 169 positions: 13 rows
-    by 8 channels (2 threads: 8.8 ms one row at a time, 1.7 as 13 x 8)."""
+    (2 threads: 8.8 ms one row at a time, 1.7 as 13 x 8) by 16 channels of the 1008 it computes."""
     monkeypatch.setattr(linalg, "panel_shape", lambda device: (8, 32))
     x, w = Tensor(np.ones((1, 512, 13, 13), np.float32)), Tensor(np.ones((1000, 512, 1, 1), np.float32))
     kernel, _ = product_kernel_of(x.conv2d(w))
     opts = heuristic_opts(kernel, AVX512)
-    assert sorted(opt.amount for opt in opts if opt.op == "UPCAST") == [8, 13]
+    assert sorted(opt.amount for opt in opts if opt.op == "UPCAST") == [13, 16]
 
 
 def test_a_constant_weight_is_packed_from_eight_rows_once():
