@@ -266,25 +266,25 @@ CHANNELS_LAST_MIN_WINDOW = 512
 def _channels_last(device: str, groups: int, weight_shape, strided: bool = False, columns: int = 0) -> bool:
     """Whether a convolution runs as `_output_channels_last_product`: on the CPU device, ungrouped,
     with whole panels of output channels, and either a 1x1 kernel, a stride, windows of at least
-    CHANNELS_LAST_MIN_WINDOW elements or output rows of `columns` that `_in_vectors` does not take. A 1x1 convolution (over more positions than
-    `_pointwise_product` takes) computes channels last so that a depthwise convolution after it,
-    which computes channels last too (`_depthwise_channels_last_product`), copies its input without
-    a transpose: MobileNetV2, one thread, AVX-512, its kernels' times summed, 11.5 -> 10.3 ms with
-    both; 12.0 with the depthwise convolutions alone channels last. Output channels that 16 does not
-    divide keep the other layout: in panels of 8 (half an AVX-512 vector) MobileNetV2's 1x1
-    convolutions to 24 channels at 56x56 took 0.28-0.38 ms, 0.19-0.29 with channels in the middle,
-    and the model 10.4 ms against 10.1. AVX2, 2 threads, conv2d + bias + relu, ms (channels in the
-    middle -> last): 1x512x7x7 by 512x512x3x3 7.5 -> 3.0, 1x256x14x14 by 256 5.1 -> 3.4,
-    1x128x28x28 by 128 4.4 -> 3.1, 1x64x56x56 by 64 5.1 -> 4.2, 16x512x7x7 by 512 124 -> 34,
-    1x256x14x14 by 512 stride 2 5.9 -> 2.2. Below: 32x16x28x28 by 32 5.7 -> 6.7 (16 channels fill a
-    28 x 8 tile of the other layout well); 1x1 convolutions (MobileNetV2's) measured slower too. The
-    GPU dialects choose their tiles otherwise and keep the other layout. A strided convolution
-    computes channels last whatever its size: in the other layout its vector of columns is gathered
-    from every other input column, where channels last broadcasts one input value at a time
-    (products alone: ResNet's 1x1 downsampling 16x64x56x56 by 128 9.7 -> 4.3 ms; its first layer,
-    3x7x7 at 224x224, 4.0-5.6 -> 2.7 ms at batch 1, 65 -> 34-40 ms at 16, though the BatchNorm after it
-    then reads across channels, 0.5-0.7 -> 1.0-1.1 ms; MobileNetV2's first, 3x3x3 to 32 channels,
-    0.73-0.91 -> 0.36-0.39 ms)."""
+    CHANNELS_LAST_MIN_WINDOW elements or output rows of `columns` that `_in_vectors` does not take.
+    A 1x1 convolution (over more positions than `_pointwise_product` takes) computes channels last so
+    that a depthwise convolution after it, which computes channels last too
+    (`_depthwise_channels_last_product`), copies its input without a transpose: MobileNetV2, one thread,
+    AVX-512, its kernels' times summed, 11.5 -> 10.3 ms with both; 12.0 with the depthwise convolutions
+    alone channels last. Output channels that 16 does not divide keep the other layout: in panels of 8
+    (half an AVX-512 vector) MobileNetV2's 1x1 convolutions to 24 channels at 56x56 took 0.28-0.38 ms,
+    0.19-0.29 with channels in the middle, and the model 10.4 ms against 10.1. AVX2, 2 threads, conv2d +
+    bias + relu, ms (channels in the middle -> last): 1x512x7x7 by 512x512x3x3 7.5 -> 3.0, 1x256x14x14
+    by 256 5.1 -> 3.4, 1x128x28x28 by 128 4.4 -> 3.1, 1x64x56x56 by 64 5.1 -> 4.2, 16x512x7x7 by 512 124
+    -> 34, 1x256x14x14 by 512 stride 2 5.9 -> 2.2. Below: 32x16x28x28 by 32 5.7 -> 6.7 (16 channels fill
+    a 28 x 8 tile of the other layout well); 1x1 convolutions (MobileNetV2's) measured slower too. The
+    GPU dialects choose their tiles otherwise and keep the other layout. A strided convolution computes
+    channels last whatever its size: in the other layout its vector of columns is gathered from every
+    other input column, where channels last broadcasts one input value at a time (products alone:
+    ResNet's 1x1 downsampling 16x64x56x56 by 128 9.7 -> 4.3 ms; its first layer, 3x7x7 at 224x224,
+    4.0-5.6 -> 2.7 ms at batch 1, 65 -> 34-40 ms at 16, though the BatchNorm after it then reads across
+    channels, 0.5-0.7 -> 1.0-1.1 ms; MobileNetV2's first, 3x3x3 to 32 channels, 0.73-0.91 -> 0.36-0.39
+    ms)."""
     out_channels, channels, kernel = weight_shape[0], weight_shape[1], weight_shape[2:]
     if device_kind(device) != "CPU" or groups != 1 or out_channels % _channel_panel(out_channels) \
             or out_channels < CHANNEL_PANEL:
@@ -321,7 +321,7 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
     computed, width = _panelled_channels(out_channels)
     spatial, kernel_axes = tuple(range(2, 2 + dims)), tuple(range(2 + dims, 2 + 2 * dims))
     with no_grad():
-        padded = weight.pad(((0, computed - out_channels),) + ((0, 0),) * (1 + dims)) if computed != out_channels else weight
+        padded = weight.pad(((0, computed - out_channels),) + ((0, 0),) * (1 + dims))  # zero channels, if any
         panels = padded.reshape((computed // width, width, channels) + kernel)
         panels = panels.permute((0, 2) + tuple(range(3, 3 + dims)) + (1,)).contiguous()  # (O/P, C, *kernel, P)
         right = panels.permute((0, 2 + dims, 1) + tuple(range(2, 2 + dims)))              # (O/P, P, C, *kernel)

@@ -16,8 +16,9 @@ The contract (docs/architecture.md):
     broadcast copy costs more than a few ops (`worth_storing_broadcast`: a max pool's gradient per
     window);
   * a padded value read through an EXPAND inside a sum of products (a convolution's padded input,
-    however the padding was written) or a reduce over short windows (a pool's) is stored with its zeros when it is not small and its last
-    axis is padded too (`worth_storing_padded`), so the product's loads carry no bounds tests;
+    however the padding was written) or a reduce over short windows (a pool's) is stored with its
+    zeros when it is not small and its last axis is padded too (`worth_storing_padded`), so the
+    reduce's loads carry no bounds tests;
   * the user's outputs, CONTIGUOUS, ASSIGN, TAKE (an indexed load) and device copies are always
     materialized;
   * kernels without a reduce that have the same shape and read a common buffer, where neither
@@ -136,12 +137,12 @@ class _FusionPlan:
 
     Each sweep visits the nodes once, users before their sources. A node learns from its users
     which root's kernel computes it (or that several do) and along which paths: a path is
-    (reshapes only so far, under a reduce, through an EXPAND, under a tiled reduce: `_vectorizes_outputs`). Its users
-    are decided by then, so what reaches it is final, and it is stored when that breaks the
-    contract; below a stored node its own kernel begins. The costs it weighs are counted before
-    the nodes below are decided, and stores there only lower them, except the buffers a value read
-    through an EXPAND in a reduce reads (`worth_storing`: a store below can add one). So it sweeps
-    again when one of the values a sweep declined to store is worth storing after all, or when
+    (reshapes only so far, under a reduce, through an EXPAND, under a reduce that
+    `_vectorizes_outputs`). Its users are decided by then, so what reaches it is final, and it is
+    stored when that breaks the contract; below a stored node its own kernel begins. The costs it weighs
+    are counted before the nodes below are decided, and stores there only lower them, except the buffers
+    a value read through an EXPAND in a reduce reads (`worth_storing`: a store below can add one). So it
+    sweeps again when one of the values a sweep declined to store is worth storing after all, or when
     `_split_wide_kernels` stored values to keep a kernel's buffers few; usually it sweeps once."""
 
     def __init__(self, outputs: list[LazyBuffer], nodes: list[LazyBuffer]):
@@ -249,10 +250,10 @@ class _FusionPlan:
         padding first: read as a view, every load tests its bounds, and gcc then builds each vector
         of a register tile from scalar loads (a pool's windows of a padded view, read through two
         views, also compute every index anew: Inception-v3's 3x3 average pools over 768 channels at
-        17x17, 2 threads, 0.72 ms from the view, 0.10 from the stored padding). Small ones keep the view, so a small convolution with bias stays one kernel, and
-        so does one padded only outside its last axis when that fills vectors (a depthwise
-        convolution's channels-last input): a vector along that axis is valid all together or not
-        at all, one test per load."""
+        17x17, 2 threads, 0.72 ms from the view, 0.10 from the stored padding). Small ones keep the
+        view, so a small convolution with bias stays one kernel, and so does one padded only
+        outside its last axis when that fills vectors (a depthwise convolution's channels-last
+        input): a vector along that axis is valid all together or not at all, one test per load."""
         if pad.arg[-1] == (0, 0) and pad.shape[-1] % UNPADDED_VECTOR == 0:
             return False
         return pad.numel() >= PADDED_COPY_MIN_ELEMENTS
