@@ -504,10 +504,11 @@ def _column_group(kernel: Kernel, globals_: list[int], strides: list[dict[int, i
         return None
     walking = [load for load in strides if load.get(upcast.axis) == 1]
     others = [load for load in strides if load.get(upcast.axis) == 0]
+    if not walking or not others:
+        return None
     for axis in reversed(globals_):
-        if axis == upcast.axis or not others or not walking:
-            continue
-        if all(load.get(axis) not in (0, None) for load in walking) and any(load.get(axis) == 0 for load in others):
+        if axis != upcast.axis and all(load.get(axis) not in (0, None) for load in walking) \
+                and any(load.get(axis) == 0 for load in others):
             limit = LONE_VECTOR_REGISTERS * lanes // upcast.amount
             amount = next((count for count in range(limit, 1, -1) if kernel.full_shape[axis] % count == 0), None)
             return None if amount is None else Opt("UPCAST", axis, amount)
@@ -556,11 +557,16 @@ def reused_across_rows(kernel: Kernel, strides: list[dict[int, int | None]], vec
     thread, 32x4096 @ 4096x512 2.9 -> 2.2 ms in blocks of 64 steps. Where it fits, the blocks only
     cost: Winograd's 16 matmuls of 784x256 @ 256x256 (ResNet-18's 14x14 stage at batch 16) 16.5 ->
     22.5 ms, 4 of 3136x1024 @ 1024x64 15.3 -> 22.7, though their left operands are large."""
+    return max((_positions_in_one_matmul(kernel, strides, load) for load in strides if load[vector_axis] != 0), default=0)
+
+
+def _positions_in_one_matmul(kernel: Kernel, strides: list[dict[int, int | None]], load: dict[int, int | None]) -> int:
+    """Elements `load` (one of `strides`) reads in one matmul of a batch: the sizes of the axes it
+    moves along multiplied, leaving out the output axes every load moves along (the batch)."""
     shape = kernel.full_shape
     batch = {axis for axis in range(len(shape))
-             if axis not in kernel.reduce_axes and all(load[axis] != 0 for load in strides)}
-    return max((math.prod(shape[axis] for axis, step in load.items() if step != 0 and axis not in batch)
-                for load in strides if load[vector_axis] != 0), default=0)
+             if axis not in kernel.reduce_axes and all(other.get(axis, 0) != 0 for other in strides)}
+    return math.prod(shape[axis] for axis, step in load.items() if step != 0 and axis not in batch)
 
 
 def _vector_and_row_tile(kernel: Kernel, globals_: list[int], strides: list[dict[int, int | None]],
@@ -1371,11 +1377,8 @@ def wide_vector_panel(tiled: OptimizedKernel, renderer) -> Opt | None:
     row_axis = panel_row_axis(tiled)
     if row_axis is None or getattr(renderer, "simd_lanes", 0) < 16:
         return None
-    shape = tiled.kernel.full_shape
     loads = load_strides(tiled.kernel, _reduce_source(tiled.kernel).walk())
-    batch = {axis for axis in tiled.axes_of(GLOBAL) if all(load.get(axis, 0) != 0 for load in loads)}
-    shared = max((math.prod(shape[axis] for axis, step in load.items() if step != 0 and axis not in batch)
-                  for load in loads if load[row_axis] == 0), default=0)
+    shared = max((_positions_in_one_matmul(tiled.kernel, loads, load) for load in loads if load[row_axis] == 0), default=0)
     return panel_opt(tiled) if shared >= WIDE_VECTOR_PANEL_ELEMENTS else None
 
 

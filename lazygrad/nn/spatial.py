@@ -321,8 +321,11 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
     computed, width = _panelled_channels(out_channels)
     spatial, kernel_axes = tuple(range(2, 2 + dims)), tuple(range(2 + dims, 2 + 2 * dims))
     with no_grad():
-        padded = weight.pad(((0, computed - out_channels),) + ((0, 0),) * (1 + dims))  # zero channels, if any
-        panels = padded.reshape((computed // width, width, channels) + kernel)
+        if computed != out_channels:  # zero channels to whole panels
+            weight_panels = weight.pad(((0, computed - out_channels),) + ((0, 0),) * (1 + dims))
+        else:
+            weight_panels = weight
+        panels = weight_panels.reshape((computed // width, width, channels) + kernel)
         panels = panels.permute((0, 2) + tuple(range(3, 3 + dims)) + (1,)).contiguous()  # (O/P, C, *kernel, P)
         right = panels.permute((0, 2 + dims, 1) + tuple(range(2, 2 + dims)))              # (O/P, P, C, *kernel)
         right = right.reshape((1,) * (1 + dims) + right.shape)
