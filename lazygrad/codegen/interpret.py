@@ -76,7 +76,7 @@ class _Interpreter:
                     self.store(store, 1)
                 self.execute(program.outer)
                 for store in program.stores:
-                    self.store(store, program.vector_width)
+                    self.store(store, store.width)
 
     def run_stage(self, stage, block_step: int) -> None:
         program = self.program

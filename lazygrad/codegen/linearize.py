@@ -14,7 +14,8 @@ Vector copies: when the renderer reports a vector width W > 1 for the kernel's d
 body covers W neighbouring positions of the last upcast axis, its lanes. A value then is a vector
 (`Statement.width` W) or, when every lane computes the same value, a scalar; a load that is
 contiguous along the lanes and aligned to W is one vector load (`_is_vector_access`), other loads
-gather their lanes, and stores are vector stores. Every other kernel gets one position per copy.
+gather their lanes, and stores are vector stores, or lane by lane for a reduce's outputs strided
+along the lanes. Every other kernel gets one position per copy.
 """
 from __future__ import annotations
 
@@ -444,8 +445,15 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parall
         for node in after_reduce:
             emitter.emit(node, names, seen, outer, lanes)
         for store, store_index, value, guard in zip(kernel.stores, store_indices, values, guards):
-            stored = names[value] if vector_width == 1 else emitter.vector_operand(names[value], value.dtype, vector_width)
-            stores.append(Store(params[store.arg[0]][0], store_index, stored, None if guard is None else names[guard]))
+            param, guard = params[store.arg[0]][0], None if guard is None else names[guard]
+            if vector_width == 1:
+                stores.append(Store(param, store_index, names[value], guard))
+            elif _is_vector_access(store.arg[1], lanes):
+                stores.append(Store(param, store_index, emitter.vector_operand(names[value], value.dtype, vector_width),
+                                    guard, vector_width))
+            else:  # a reduce's outputs strided along the lanes (a split sum's partials): lane by lane
+                stores += [Store(param, _access(indexer, store.arg[1])[0], emitter.lane_operand(names[value], value.dtype, lane), guard)
+                           for lane, indexer in enumerate(lanes)]
         if reduction is not None and block_loops:
             partial_stores.append(Store(params[0][0], store_indices[0], reduction.targets[number]))
     return LoopProgram(name, params, global_loops, reduce_loops, reduction.inner if reduction else [],
@@ -507,8 +515,9 @@ def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool,
     width for the kernel's dtype and that axis's length, when every value has that dtype (or is a
     mask that one of the renderer's vector ops makes, a comparison, and is not stored),
     every op is one the renderer computes on vectors (`renderer.vector_ops`), the loops are plain
-    (no BLOCK, GROUP or accumulator arrays) and every store is contiguous and aligned along the
-    lanes; else 1. `skip`: as vector_dtype's."""
+    (no BLOCK, GROUP or accumulator arrays) and, without a reduce, every store is contiguous and
+    aligned along the lanes (a reduce's outputs, each stored once after its loops, may go lane by
+    lane); else 1. `skip`: as vector_dtype's."""
     dtype = vector_dtype(kernel, renderer, skip)
     # a guarded store is a test per element, kept scalar: where the guard does not vary along the
     # inner loops, C compilers hoist it out of them (a KV cache row written in 0.02 ms, not 0.9)
@@ -519,6 +528,8 @@ def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool,
     width = renderer.vector_width(dtype, kernel.full_shape[axis])
     if width <= 1:
         return 1
+    if any(node.is_reduce for node in kernel.ast.walk()):
+        return width  # a store per output after a whole reduce: one strided along the lanes goes lane by lane
     starts = [position for position in _combinations(kernel.full_shape, upcast_axes) if position[axis] % width == 0]
     for start in starts:
         lanes = lanes_at([{**start, axis: start[axis] + lane} for lane in range(width)])

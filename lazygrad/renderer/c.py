@@ -447,7 +447,7 @@ class CRenderer(CStyleRenderer):
             line(store_text(store))
         statement_lines(program.outer)
         for store in program.stores:
-            line(store_text(store, program.vector_width))
+            line(store_text(store, store.width))
         close_loops(inner_loops)
         if block is not None:
             depth -= 1

@@ -462,8 +462,8 @@ class CStyleRenderer(FloorSyntax):
         param_dtypes = {name: dtype for name, dtype, _ in program.params}
         for store in program.stores:
             index, value = store.index.render(self), self.render_expr(store.value)
-            if program.vector_width > 1:
-                text = self.render_vector_store(store.param, param_dtypes[store.param], index, value, program.vector_width)
+            if store.width > 1:
+                text = self.render_vector_store(store.param, param_dtypes[store.param], index, value, store.width)
             else:
                 text = self.render_store(store.param, param_dtypes[store.param], index, value)
             line(text if store.guard is None else f"if ({self.render_expr(store.guard)}) {text}")

@@ -199,8 +199,9 @@ class Statement:
 class Store:
     param: str
     index: Lin
-    value: Expr                  # a vector of `LoopProgram.vector_width` lanes when that exceeds 1
+    value: Expr                  # a vector of `width` lanes when that exceeds 1 (one vector store)
     guard: Expr | None = None    # stored only where this bool is true (a guarded STORE; scalar programs only)
+    width: int = 1
 
 
 @dataclass
@@ -254,7 +255,7 @@ class LoopProgram:
     group_lane: Loop | None = None  # GROUP: the lane axis (also in local_loops); each lane reduces every n-th step
     results: list[Accumulator] = field(default_factory=list)  # per output, the accumulator holding the last
     #                                                        reduce's result after `combine`
-    vector_width: int = 1        # > 1: every stored value is a vector of this many lanes (a vector store)
+    vector_width: int = 1        # > 1: the copies of the body are vectors of this many lanes
     select_only_loads: bool = False  # some load is used only as a value a WHERE chooses (see renderer/c.py)
 
     @property

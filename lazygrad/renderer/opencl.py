@@ -205,6 +205,10 @@ class OpenCLRenderer(CStyleRenderer):
     def render_broadcast(self, dtype: DType, width: int, value: str) -> str:
         return f"(({self.value_type_name(dtype, width)})({value}))"
 
+    def render_lane(self, name: str, dtype: DType, lane: int) -> str:
+        """One lane of a vector (a reduce's result stored lane by lane)."""
+        return f"{name}.{lane_names(lane + 1)[lane]}"
+
     def render_vector_op(self, op: OpDef, src_dtypes: list[DType], dtype: DType, operands: list[str], width: int) -> str:
         assert dtype == dtypes.float32, f"{op} on {dtype.name} vectors is not rendered"
         return super().render_vector_op(op, src_dtypes, dtype, operands, width)

@@ -136,6 +136,13 @@ def test_vector_column_sums_and_maxima():
     np.testing.assert_array_equal(maximum, x.max(0))
 
 
+def test_sums_strided_along_the_lanes_are_stored_lane_by_lane():
+    # the lanes walk the input's contiguous last axis; the sums they make are 64 apart in the output
+    x = floats(64, 64, 16)
+    total, used = run_kernel(on_opencl(x).permute(2, 0, 1).sum(2), 16, [Opt("UPCAST", 0, 16)])
+    assert used == 16
+    np.testing.assert_allclose(total, x.sum(1).T, rtol=1e-5, atol=1e-5)
+
 @pytest.mark.parametrize("dtype", [np.float16, np.int32, np.int8])
 def test_elementwise_of_other_dtypes_stays_scalar(dtype):
     x = RNG.integers(-20, 20, (64, 64)).astype(dtype)

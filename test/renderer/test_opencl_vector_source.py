@@ -154,6 +154,13 @@ def test_vector_reduce_accumulates_columns_in_vectors():
     assert "acc0 = ((v1>acc0 || v1!=v1) ? v1 : acc0);" in maximum   # NaN-keeping max, lane by lane
 
 
+def test_reduce_outputs_strided_along_the_lanes_are_stored_lane_by_lane():
+    # the loads walk axis 0 contiguously, the 16 sums are a row (64 elements) apart in the output
+    source = source_of(tensor((64, 64, 16)).permute(2, 0, 1).sum(2), 16, [Opt("UPCAST", 0, 16)])
+    assert "float16 acc0 = ((float16)(0.0f));" in source and vector_stores(source) == []
+    assert [line.strip().split(" = ")[1] for line in source.split("\n") if line.strip().startswith("data0[")] == \
+        [f"acc0.s{lane:x};" for lane in range(16)]
+
 def test_width_must_be_an_opencl_vector_length():
     with pytest.raises(ValueError, match="float_vector_width must be one of 1, 2, 4, 8, 16; got 3"):
         OpenCLRenderer(3)
