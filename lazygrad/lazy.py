@@ -332,6 +332,8 @@ def _common_stored_order(srcs: tuple) -> tuple[int, ...] | None:
     computed values it reads, when they all share one that is not their logical order."""
     orders = set()
     for source in srcs:
+        while source.op is Ops.PAD and source.buffer is None:  # a padded view keeps its source's order
+            source = source.srcs[0]
         stored = _stored_order(source)
         if stored is not None:
             orders.add(stored[1] if stored else None)
@@ -356,7 +358,10 @@ def stored_in_order(node: LazyBuffer) -> bool:
 
 
 def _in_order(node: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
-    """node permuted to `order`: a reshape of the computed value it reads when that is how it is stored."""
+    """node permuted to `order`: a reshape of the computed value it reads when that is how it is stored
+    (padded after, where node pads such a view: a concatenation's operands)."""
+    if node.op is Ops.PAD and node.buffer is None:
+        return _in_order(node.srcs[0], order).pad(tuple(node.arg[axis] for axis in order))
     stored = _stored_order(node)
     if stored and stored[1] == order:
         value, shape = stored[0], tuple(node.shape[axis] for axis in order)

@@ -150,7 +150,12 @@ def move_dim(kernel: Kernel, source: int, destination: int) -> Kernel:
 
 def shrink_kernel(kernel: Kernel, window: tuple[tuple[int, int], ...]) -> Kernel:
     """The kernel over a window of its iteration space (a (start, end) per dim, no reduce dim cut):
-    every view shrunk alike, so the stores write that window of the outputs."""
-    mapping = {tracker: tracker.shrink(window) for tracker in kernel_trackers(kernel.ast)}
+    every view shrunk alike, so the stores write that window of the outputs (a view of the outputs'
+    shape keeps its 1 on each reduce dim)."""
+    def window_of(tracker) -> tuple[tuple[int, int], ...]:
+        if tracker.shape == kernel.full_shape:
+            return window
+        return tuple((0, 1) if dim in kernel.reduce_axes else bounds for dim, bounds in enumerate(window))
+    mapping = {tracker: tracker.shrink(window_of(tracker)) for tracker in kernel_trackers(kernel.ast)}
     shape = tuple(end - start for start, end in window)
     return Kernel(_reshape_ast(kernel.ast, mapping), shape, kernel.reduce_axes, kernel.buffer_dtypes)

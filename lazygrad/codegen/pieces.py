@@ -2,9 +2,10 @@
 ranges of one axis (`Tensor.cat`'s `where` of padded pieces, and whatever is fused into it) becomes
 one kernel per range, each reading only the source valid there.
 
-Data path: linearize.kernel_source asks `concatenated_pieces` for a kernel without a reduce; where
-it gets pieces, each is linearized on its own (its own opts) and a renderer that can
-(`render_pieces`, the C dialect) prints them as one function that runs them in turn. Whole, every
+Data path: linearize.kernel_source asks `concatenated_pieces` for every kernel (a reduce is split
+along an axis it does not reduce: a global average pool of a concatenation); where it gets pieces,
+each is linearized on its own (its own opts) and a renderer that can (`render_pieces`, the C
+dialect) prints them as one function that runs them in turn. Whole, every
 element of a concatenation of k sources tests and loads all k of them: DenseNet-121's concatenations
 of up to 33 sources, with the batch norm and ReLU of the next layer fused in, took 3.3 ms for
 196x1024 elements.
@@ -43,13 +44,13 @@ def _cuts(kernel: Kernel, axis: int) -> tuple[set[int], int]:
 
 
 def concatenated_pieces(kernel: Kernel) -> list[Kernel] | None:
-    """The kernel split along the axis that the most distinct masked ranges (at least two) divide,
-    one kernel per range between their bounds; None for a kernel with a reduce or without such an
+    """The kernel split along the axis, not a reduce's, that the most distinct masked ranges (at
+    least two) divide, one kernel per range between their bounds; None for a kernel without such an
     axis."""
-    if kernel.reduce_axes:
-        return None
     best, best_ranges = None, 1
     for axis in range(len(kernel.full_shape)):
+        if axis in kernel.reduce_axes:
+            continue
         cuts, ranges = _cuts(kernel, axis)
         if ranges > best_ranges and len(cuts) + 1 <= MAX_PIECES:
             best, best_ranges = (axis, sorted(cuts)), ranges

@@ -41,9 +41,27 @@ def test_a_single_padding_is_not_split():
     assert concatenated_pieces(only_kernel(x.pad(((1, 1), (0, 0))) * 2)) is None
 
 
-def test_a_reduce_is_not_split():
+def test_a_reduce_along_the_concatenated_axis_is_not_split():
     x, y = Tensor(np.ones((4, 6), np.float32)).realize(), Tensor(np.ones((4, 2), np.float32)).realize()
     assert concatenated_pieces(only_kernel(x.cat(y, dim=1).sum(axis=1))) is None
+
+
+def test_a_reduce_over_other_axes_is_split_along_the_concatenated_one():
+    # a global average pool of a concatenation (DenseNet's last one joins 17 sources): each piece
+    # pools its own channels; the bias after the mean is read at the outputs' shape
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal((2, size, 5, 5)).astype(np.float32) for size in (3, 8, 5)]
+    bias = rng.standard_normal((1, 16)).astype(np.float32)
+    result = Tensor.cat([Tensor(array).realize() for array in arrays], dim=1).relu().mean(axis=(2, 3)) + Tensor(bias).realize()
+    kernel = only_kernel(result)
+    pieces = concatenated_pieces(kernel)
+    assert [piece.full_shape for piece in pieces] == [(2, 3, 5, 5), (2, 8, 5, 5), (2, 5, 5, 5)]
+    for piece in pieces:
+        assert len(leaves(piece, Ops.LOAD)) == 2 and not leaves(piece, Ops.WHERE)
+    _, source = kernel_source(kernel, CRenderer())
+    assert source.count(f"static void {kernel.name}_piece") == 3
+    expected = np.maximum(np.concatenate(arrays, axis=1), 0).mean(axis=(2, 3)) + bias
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int8, np.bool_, np.float16])

@@ -372,6 +372,26 @@ def test_elementwise_ops_on_a_transposed_reduce_compute_in_its_stored_order():
     np.testing.assert_allclose(mixed.numpy(), a.sum(0).T + a.max(0).T, rtol=1e-5)
 
 
+def test_a_concatenation_of_transposed_reduces_computes_in_their_stored_order():
+    """Two reduces stored (pixels, channels), viewed channels first and concatenated along the
+    channels (SqueezeNet's fire modules): the padded views keep their sources' order, so the
+    concatenation is computed and stored channels last, a permute on top, where it transposed both
+    into the logical order; the max pool after it reads it in order."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 25, 5)).astype(np.float32), rng.standard_normal((2, 25, 3)).astype(np.float32)
+    first = Tensor(a).sum(0).reshape(1, 5, 5, 5).permute(0, 3, 1, 2)   # stored (25, 5), viewed (1, 5, 5, 5)
+    second = Tensor(b).sum(0).reshape(1, 5, 5, 3).permute(0, 3, 1, 2)  # stored (25, 3)
+    joined = Tensor.cat([first, second], dim=1).relu()
+    assert joined.lazydata.op is Ops.PERMUTE
+    pooled = joined.max_pool2d(3, 2)
+    stores = [node.arg[1].shape for item in create_schedule([pooled.lazydata]) if item.kernel is not None
+              for node in item.kernel.ast.walk() if node.op is Ops.STORE and item.kernel.name.startswith("E_")]
+    assert (1, 5, 5, 8) in stores                                      # the concatenation, channels last
+    joined_np = np.maximum(np.concatenate([a.sum(0), b.sum(0)], axis=1), 0).reshape(5, 5, 8).transpose(2, 0, 1)
+    windows = np.lib.stride_tricks.sliding_window_view(joined_np, (3, 3), axis=(1, 2))[:, ::2, ::2]
+    np.testing.assert_allclose(pooled.numpy()[0], windows.max(axis=(3, 4)), rtol=1e-5, atol=1e-6)
+
+
 def test_elementwise_ops_on_a_prefix_of_a_transposed_reduce_compute_in_its_stored_order():
     """A matmul's result without the rows its panels padded (a 1x1 convolution over 49 positions
     computed as a (56, C) matmul, cut to 49 rows, viewed channels first) is a prefix of its storage:
