@@ -5,10 +5,9 @@ one kernel per range, each reading only the source valid there.
 Data path: linearize.kernel_source asks `concatenated_pieces` for every kernel (a reduce is split
 along an axis it does not reduce: a global average pool of a concatenation); where it gets pieces,
 each is linearized on its own (its own opts) and a renderer that can (`render_pieces`, the C
-dialect) prints them as one function that runs them in turn. Whole, every
-element of a concatenation of k sources tests and loads all k of them: DenseNet-121's concatenations
-of up to 33 sources, with the batch norm and ReLU of the next layer fused in, took 3.3 ms for
-196x1024 elements.
+dialect) prints them as one function that runs them in turn. Whole, every element of a
+concatenation of k sources tests and loads all k of them: DenseNet-121's concatenations of up to 33
+sources, with the batch norm and ReLU of the next layer fused in, took 3.3 ms for 196x1024 elements.
 
 A piece is the kernel with every view shrunk to its range (`ShapeTracker.shrink`): a view whose
 mask covers the range loses the test, one outside it reads nothing (its loads render as zeros), and
