@@ -49,7 +49,7 @@ from lazygrad.codegen.linearize import SHORT_WINDOW
 from lazygrad.codegen.opts import matmul_tile
 from lazygrad.dependency_order import dependency_order
 from lazygrad.dtype import STORAGE_FLOATS, dtypes
-from lazygrad.lazy import LazyBuffer
+from lazygrad.lazy import LazyBuffer, stored_out_of_order
 from lazygrad.ops import GATHER, MOVEMENT, REDUCE, Ops
 from lazygrad.ops.table import EXPENSIVE
 from lazygrad.shape.view import ShapeTracker
@@ -253,8 +253,12 @@ class _FusionPlan:
         17x17, 2 threads, 0.72 ms from the view, 0.10 from the stored padding). Small ones keep the
         view, so a small convolution with bias stays one kernel, and so does one padded only
         outside its last axis when that fills vectors (a depthwise convolution's channels-last
-        input): a vector along that axis is valid all together or not at all, one test per load."""
-        if pad.arg[-1] == (0, 0) and pad.shape[-1] % UNPADDED_VECTOR == 0:
+        input): a vector along that axis is valid all together or not at all, one test per load.
+        Not where the padded value is stored in another order (a convolution's channels-last output
+        padded channels first): no vector walks that last axis there, and each scalar a register tile
+        broadcasts is tested alone (Inception-v3's 3x1 convolutions over 384 channels at 8x8 read
+        their padded input so)."""
+        if pad.arg[-1] == (0, 0) and pad.shape[-1] % UNPADDED_VECTOR == 0 and not stored_out_of_order(pad.srcs[0]):
             return False
         return pad.numel() >= PADDED_COPY_MIN_ELEMENTS
 
