@@ -224,10 +224,12 @@ class LinalgMethods:
 # On the CPU device, a matmul with at least PANEL_MIN_ROWS rows and a right operand of at least
 # PANEL_MIN_ELEMENTS elements first copies its right operand into panels (_panel_product), and its
 # left one where its rows fill no whole tile; from PANEL_MIN_ROWS_CONSTANT rows when the right operand
-# is a stored weight no gradient is recorded for (`_is_constant_weight`).
+# is a stored weight no gradient is recorded for (`_is_constant_weight`); a smaller right operand too
+# where the product has PANEL_MIN_PRODUCT multiply-adds and fills no whole tile in place.
 PANEL_MIN_ROWS = 64
 PANEL_MIN_ROWS_CONSTANT = 8
 PANEL_MIN_ELEMENTS = 1 << 17
+PANEL_MIN_PRODUCT = 1 << 20
 
 
 def packs_operands(device: str, m: int, k: int, n: int, constant_right: bool = False) -> bool:
@@ -236,15 +238,29 @@ def packs_operands(device: str, m: int, k: int, n: int, constant_right: bool = F
     no whole tile or it is a transposed view, `_panel_product`). The GPU dialects tile each
     work-item otherwise (codegen/opts.py) and read the operands in place.
 
+    A product of PANEL_MIN_PRODUCT multiply-adds per matrix or more whose rows or columns fill no
+    whole tile read in place (`_fills_no_tile`) is packed whatever its right operand's size: padded
+    to whole tiles it is tiled, where in place the heuristic left it untiled (ViT's attention over 197
+    tokens, 12 heads of 197x64 @ 64x197, 2 threads, AVX-512: 45 -> 148 GFLOP/s).
+
     A constant right operand (`_is_constant_weight`) is packed from fewer rows: its panels are a
     value of unchanged buffers, which an eager call keeps (derived_values) and a jit replay skips,
     so only the product runs, and in panels it runs 1.3-1.6x faster (2 threads, AVX-512, x @ W.T
     with W 3072x768: 32 rows 1.87 -> 1.32 ms, 16 rows 1.27 -> 0.78; GPT-2's 32-token prompt's
     kernels 164 -> 91 ms).
     Below 8 rows the product is a set of dot products over W's rows, which read it in place."""
-    if device_kind(device) != "CPU" or k * n < PANEL_MIN_ELEMENTS:
+    if device_kind(device) != "CPU":
+        return False
+    if k * n < PANEL_MIN_ELEMENTS and not (m * k * n >= PANEL_MIN_PRODUCT and _fills_no_tile(device, m, n)):
         return False
     return m >= PANEL_MIN_ROWS or (constant_right and m >= PANEL_MIN_ROWS_CONSTANT)
+
+
+def _fills_no_tile(device: str, m: int, n: int) -> bool:
+    """Whether an (m, k) @ (k, n) product read in place has no whole register tile: its columns
+    fill no whole panel or its rows no whole tile (a prime count, ViT's 197 tokens)."""
+    rows, width = panel_shape(device)
+    return n % width != 0 or all(m % tile for tile in (rows, rows - 1))
 
 
 def panel_shape(device: str) -> tuple[int, int]:
@@ -269,15 +285,18 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
     first. One thread, products alone, packed -> in place, copies included (ms): 196x576 @ 576x96
     0.233 -> 0.199, 49x960 @ 960x320 0.319 -> 0.266 (no padding rows to 56), 1024x1536 @ 1536x384
     10.95 -> 10.83, 784x512 @ 512x256 1.90 -> 1.81; the product alone within 1.5% either way up
-    to k = 2048. Its transposed view (a weight gradient's x.T) and rows that fill no whole tile are
-    copied into panels of `rows` rows instead, (m / rows, k, rows), padded with zeros; an x computed
-    with expensive ops is stored before it is packed, since packing reads it across its rows (BERT's
-    gelu was computed one element at a time), while a cheap one is computed in the pack."""
+    to k = 2048. Rows that fill no whole tile are padded with zero rows to whole tiles in a row-major
+    copy (ViT's 197 tokens, 12x197x64: 0.23 ms into panels, 0.06 so); its transposed view (a weight
+    gradient's x.T) is copied into panels of `rows` rows instead, (m / rows, k, rows), padded with
+    zeros. An x computed with expensive ops is stored before either copy (BERT's gelu, packed where
+    computed, ran one element at a time; softmax's division in a padded copy was not vectorized), a
+    cheap one is computed in it."""
     m, k, n = x.shape[-2], x.shape[-1], w.shape[-1]
     rows, width = panel_shape(x.device)
     columns = -(-n // width) * width
     tile = next((t for t in (rows, rows - 1) if m % t == 0), None)
-    if tile is not None and not _walks_k_contiguously(x):
+    transposed = _walks_k_contiguously(x)
+    if tile is not None and not transposed:
         rows, padded = tile, m
         left = _stored_by_rows(x)
     else:
@@ -286,8 +305,11 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
             x = x.contiguous()
         if padded != m:
             x = x.pad(((0, 0),) * (x.ndim - 2) + ((0, padded - m), (0, 0)))
-        left_panels = x.reshape(x.shape[:-2] + (padded // rows, rows, k)).transpose(-1, -2).contiguous()
-        left = left_panels.transpose(-1, -2)  # (..., m / rows, rows, k), a view of the panels
+        if transposed:
+            left_panels = x.reshape(x.shape[:-2] + (padded // rows, rows, k)).transpose(-1, -2).contiguous()
+            left = left_panels.transpose(-1, -2)  # (..., m / rows, rows, k), a view of the panels
+        else:
+            left = x.contiguous()  # zero rows to whole tiles, stored row by row
     left = left.reshape(x.shape[:-2] + (padded // rows, rows, 1, 1, k))
     if columns != n:  # a computed w is stored first: panels of a padded view of windows index slowly
         w = (w if w.lazydata.realized else w.contiguous()).pad(((0, 0),) * (w.ndim - 1) + ((0, columns - n),))

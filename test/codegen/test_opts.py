@@ -893,11 +893,13 @@ def test_a_large_matmul_copies_its_right_operand_into_panels_and_panels_its_row_
 
 @pytest.mark.usefixtures("avx2_panels")
 def test_rows_that_fill_no_whole_panel_are_padded_and_cut_off():
-    """256 rows make 42 panels of 6 and 4 rows over: x is padded to 258 rows, and the product's
-    last 2 rows are cut off by a copy of the result (a user of it would read it through the cut)."""
+    """256 rows make 42 panels of 6 and 4 rows over: x is padded to 258 rows (a copy, row by row,
+    beside the weight's panels), and the product's last 2 rows are cut off by a copy of the result
+    (a user of it would read it through the cut)."""
     x, w = Tensor(np.ones((256, 2048), np.float32)), Tensor(np.ones((2048, 1024), np.float32))
     kernel, count = product_kernel_of(x @ w)
-    assert count == 4 and kernel.full_shape[:2] == (43, 6)
+    assert count == 4 and kernel.full_shape[0] == 258
+    assert heuristic_opts(kernel, AVX2)[-1] == Opt("UPCAST", 0, 6)
 
 
 @pytest.mark.usefixtures("avx2_panels")
@@ -929,6 +931,29 @@ def test_attention_scores_copy_the_keys_to_tile_along_them():
     kernel, count = last_kernel_of(q @ k.transpose(-1, -2))
     assert count == 2  # the keys' copy, then the product
     assert [opt.op for opt in heuristic_opts(kernel, AVX2)] == ["UPCAST", "UPCAST"]
+
+
+@pytest.mark.usefixtures("avx2_panels")
+def test_attention_over_a_prime_count_of_tokens_is_padded_into_panels():
+    """ViT's 197 tokens: q @ k.T (12 heads of 197x64 @ 64x197) and the probabilities @ v (197x197 @
+    197x64) fill no whole tile read in place, whose heuristic then left them untiled (45 and 73
+    GFLOP/s, 2 threads, AVX-512); padded to whole tiles, k's columns in panels and q's rows copied
+    row by row, each is a register tile (the model's attention products 26 -> 9 ms of 12 layers)."""
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((12, 197, 64)).astype(np.float32) for _ in range(3))
+    scores = Tensor(q) @ Tensor(k).transpose(-1, -2)
+    attended = scores.softmax(-1) @ Tensor(v)
+    for result in (scores, attended):
+        items = [item for item in create_schedule([result.lazydata]) if item.kernel is not None and item.kernel.reduce_axes]
+        product = max((item.kernel for item in items), key=lambda kernel: math.prod(kernel.full_shape))
+        assert [opt.op for opt in heuristic_opts(merge_dims(product), AVX2)][:2] == ["UPCAST", "UPCAST"]
+    expected = q @ k.transpose(0, 2, 1)
+    np.testing.assert_allclose(scores.numpy(), expected, rtol=1e-4, atol=1e-4)
+    weights = np.exp(expected - expected.max(-1, keepdims=True))
+    np.testing.assert_allclose(attended.numpy(), (weights / weights.sum(-1, keepdims=True)) @ v, rtol=1e-4, atol=1e-4)
+    small = Tensor(np.ones((12, 49, 32), np.float32)) @ Tensor(np.ones((12, 32, 49), np.float32))
+    _, count = product_kernel_of(small)  # Swin's windows of 49 tokens: small enough in place
+    assert count == 1
 
 
 def test_small_matmuls_read_their_operands_in_place():
@@ -1067,7 +1092,7 @@ def test_row_panels_that_take_no_panel_keep_the_tile_alone():
     for the tile alone (256x2048 @ 2048x1024, AVX2, 2 threads)."""
     x, w = Tensor(np.ones((256, 2048), np.float32)), Tensor(np.ones((2048, 1024), np.float32))
     kernel, _ = product_kernel_of(x @ w)
-    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 6)]
+    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 2, 16), Opt("UPCAST", 0, 6)]
 
 
 @pytest.mark.parametrize("opt,renderer,reason", [
