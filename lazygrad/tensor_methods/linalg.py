@@ -225,7 +225,7 @@ class LinalgMethods:
 # PANEL_MIN_ELEMENTS elements first copies its right operand into panels (_panel_product), and its
 # left one where its rows fill no whole tile; from PANEL_MIN_ROWS_CONSTANT rows when the right operand
 # is a stored weight no gradient is recorded for (`_is_constant_weight`); a smaller right operand too
-# where the product has PANEL_MIN_PRODUCT multiply-adds and fills no whole tile in place.
+# where the product has PANEL_MIN_PRODUCT multiply-adds and takes no register tile in place.
 PANEL_MIN_ROWS = 64
 PANEL_MIN_ROWS_CONSTANT = 8
 PANEL_MIN_ELEMENTS = 1 << 17
@@ -238,10 +238,10 @@ def packs_operands(device: str, m: int, k: int, n: int, constant_right: bool = F
     no whole tile or it is a transposed view, `_panel_product`). The GPU dialects tile each
     work-item otherwise (codegen/opts.py) and read the operands in place.
 
-    A product of PANEL_MIN_PRODUCT multiply-adds per matrix or more whose rows or columns fill no
-    whole tile read in place (`_fills_no_tile`) is packed whatever its right operand's size: padded
-    to whole tiles it is tiled, where in place the heuristic left it untiled (ViT's attention over 197
-    tokens, 12 heads of 197x64 @ 64x197, 2 threads, AVX-512: 45 -> 148 GFLOP/s).
+    A product of PANEL_MIN_PRODUCT multiply-adds per matrix or more that takes no register tile read
+    in place (`_fills_no_tile`) is packed whatever its right operand's size: padded to whole tiles
+    it is tiled, where in place the heuristic left it untiled (ViT's attention over 197 tokens, 12
+    heads of 197x64 @ 64x197, 2 threads, AVX-512: 45 -> 148 GFLOP/s).
 
     A constant right operand (`_is_constant_weight`) is packed from fewer rows: its panels are a
     value of unchanged buffers, which an eager call keeps (derived_values) and a jit replay skips,
@@ -251,16 +251,18 @@ def packs_operands(device: str, m: int, k: int, n: int, constant_right: bool = F
     Below 8 rows the product is a set of dot products over W's rows, which read it in place."""
     if device_kind(device) != "CPU":
         return False
-    if k * n < PANEL_MIN_ELEMENTS and not (m * k * n >= PANEL_MIN_PRODUCT and _fills_no_tile(device, m, n)):
+    if k * n < PANEL_MIN_ELEMENTS and not (m * k * n >= PANEL_MIN_PRODUCT and _fills_no_tile(m, n)):
         return False
     return m >= PANEL_MIN_ROWS or (constant_right and m >= PANEL_MIN_ROWS_CONSTANT)
 
 
-def _fills_no_tile(device: str, m: int, n: int) -> bool:
-    """Whether an (m, k) @ (k, n) product read in place has no whole register tile: its columns
-    fill no whole panel or its rows no whole tile (a prime count, ViT's 197 tokens)."""
-    rows, width = panel_shape(device)
-    return n % width != 0 or all(m % tile for tile in (rows, rows - 1))
+def _fills_no_tile(m: int, n: int) -> bool:
+    """Whether an (m, k) @ (k, n) product read in place takes no register tile (codegen/opts.py
+    `matmul_tile`): no row count of a tile divides its rows (a prime above them, ViT's 197 tokens)
+    or no vector of 8 its columns. Winograd's products over 74x74 tiles (5476 rows) take 4 rows
+    in place; padded, their left operand's copy cost more than they gained (Inception-v3)."""
+    from lazygrad.codegen.opts import MATMUL_ROW_CHOICES, ODD_ROW_CHOICES
+    return n % 8 != 0 or all(m % rows for rows in MATMUL_ROW_CHOICES + ODD_ROW_CHOICES)
 
 
 def panel_shape(device: str) -> tuple[int, int]:
