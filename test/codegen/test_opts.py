@@ -225,6 +225,24 @@ def test_a_convolution_with_wide_windows_tiles_output_channels_by_columns(size, 
     assert count == 4  # the padded input, the weight's panels, the product, its (N, C, H, W) copy
 
 
+def test_avx512_takes_two_groups_of_output_channels_by_a_run_of_columns(direct_convolutions):
+    """With 32 registers, 16 output channels by 7 columns (7 accumulators) become 2 groups of 16 by 7
+    (`_channel_group`): each input value feeds twice the fmas. Inception-v3's 5x5 convolutions, 48
+    -> 64 channels at 35x35, kernel alone 0.85-1.11 -> 0.65-0.85 ms. AVX2 keeps its tile (16
+    channels are 2 of its vectors already); 17 columns leave no room on either."""
+    rng = np.random.default_rng(9)
+    x_value, w_value = rng.standard_normal((1, 48, 35, 35)).astype(np.float32), rng.standard_normal((64, 48, 5, 5)).astype(np.float32)
+    out = Tensor(x_value).conv2d(Tensor(w_value), padding=2)
+    kernel, _ = product_kernel_of(out)
+    assert heuristic_opts(kernel, AVX512) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 2, 2), Opt("UPCAST", 1, 7)]
+    assert heuristic_opts(kernel, AVX2) == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 7)]
+    wide, _ = product_kernel_of(Tensor(np.ones((1, 192, 17, 17), np.float32)).conv2d(Tensor(np.ones((192, 192, 1, 7), np.float32)), padding=(0, 3)))
+    assert [opt.amount for opt in heuristic_opts(wide, AVX512)] == [16, 17]
+    padded = np.pad(x_value[0], ((0, 0), (2, 2), (2, 2)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (5, 5), axis=(1, 2))  # (48, 35, 35, 5, 5)
+    np.testing.assert_allclose(out.numpy()[0], np.einsum("chwij,ocij->ohw", windows, w_value), rtol=1e-4, atol=1e-3)
+
+
 def test_a_convolution_whose_rows_make_no_vectors_computes_output_channels_last():
     """SqueezeNet's 3x3 convolutions, 16 -> 64 channels over 55x55 positions: small windows (144
     elements) keep channels in the middle where their rows make vectors (56 columns), but 55 would
