@@ -539,7 +539,7 @@ def _channel_group(kernel: Kernel, globals_: list[int], strides: list[dict[int, 
     walking = [load for load in strides if load.get(vector.axis) == 1]
     others = [load for load in strides if load.get(vector.axis) == 0]
     for axis in reversed(globals_):
-        if axis in (vector.axis, row.axis) or not others or any(load.get(axis) in (0, None) for load in walking) \
+        if axis in (vector.axis, row.axis) or any(load.get(axis) in (0, None) for load in walking) \
                 or not any(load.get(axis) == 0 for load in others):
             continue
         counts = [count for count in range(2, kernel.full_shape[axis] + 1) if kernel.full_shape[axis] % count == 0
