@@ -528,7 +528,7 @@ def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool,
     width = renderer.vector_width(dtype, kernel.full_shape[axis])
     if width <= 1:
         return 1
-    if any(node.is_reduce for node in kernel.ast.walk()):
+    if kernel.reduce_axes:
         return width  # a store per output after a whole reduce: one strided along the lanes goes lane by lane
     starts = [position for position in _combinations(kernel.full_shape, upcast_axes) if position[axis] % width == 0]
     for start in starts:

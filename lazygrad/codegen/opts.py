@@ -506,17 +506,27 @@ def _column_group(kernel: Kernel, globals_: list[int], strides: list[dict[int, i
     lanes = renderer.vector_width(dtype, size)
     if upcast.amount != size or lanes <= 1:
         return None
-    walking = [load for load in strides if load.get(upcast.axis) == 1]
-    others = [load for load in strides if load.get(upcast.axis) == 0]
+    axis = _group_axis(globals_, strides, upcast.axis)
+    if axis is None:
+        return None
+    limit = LONE_VECTOR_REGISTERS * lanes // upcast.amount
+    amount = next((count for count in range(limit, 1, -1) if kernel.full_shape[axis] % count == 0), None)
+    return None if amount is None else Opt("UPCAST", axis, amount)
+
+
+def _group_axis(globals_: list[int], strides: list[dict[int, int | None]], vector_axis: int,
+                skip: tuple[int, ...] = ()) -> int | None:
+    """The last output axis (not `vector_axis`, not in `skip`) along which every load walking the
+    vector axis moves on while some load that stays put along the vector stays put along it too: a
+    convolution's groups of output channels computed channels last, whose weight moves with them
+    and whose input does not."""
+    walking = [load for load in strides if load.get(vector_axis) == 1]
+    others = [load for load in strides if load.get(vector_axis) == 0]
     if not walking or not others:
         return None
-    for axis in reversed(globals_):
-        if axis != upcast.axis and all(load.get(axis) not in (0, None) for load in walking) \
-                and any(load.get(axis) == 0 for load in others):
-            limit = LONE_VECTOR_REGISTERS * lanes // upcast.amount
-            amount = next((count for count in range(limit, 1, -1) if kernel.full_shape[axis] % count == 0), None)
-            return None if amount is None else Opt("UPCAST", axis, amount)
-    return None
+    return next((axis for axis in reversed(globals_) if axis != vector_axis and axis not in skip
+                 and all(load.get(axis) not in (0, None) for load in walking)
+                 and any(load.get(axis) == 0 for load in others)), None)
 
 
 def _channel_group(kernel: Kernel, globals_: list[int], strides: list[dict[int, int | None]], tile: list[Opt],
@@ -535,18 +545,13 @@ def _channel_group(kernel: Kernel, globals_: list[int], strides: list[dict[int, 
     if lanes is None or vector is None:
         return None
     row = next(opt for opt in tile if opt is not vector)
+    axis = _group_axis(globals_, strides, vector.axis, skip=(row.axis,))
+    if axis is None:
+        return None
     pieces = vector_pieces(vector.amount, lanes)
-    walking = [load for load in strides if load.get(vector.axis) == 1]
-    others = [load for load in strides if load.get(vector.axis) == 0]
-    for axis in reversed(globals_):
-        if axis in (vector.axis, row.axis) or any(load.get(axis) in (0, None) for load in walking) \
-                or not any(load.get(axis) == 0 for load in others):
-            continue
-        counts = [count for count in range(2, kernel.full_shape[axis] + 1) if kernel.full_shape[axis] % count == 0
-                  and pieces * count * (row.amount + 1) + 1 <= registers
-                  and vector.amount * row.amount * count <= MAX_UPCAST]
-        return Opt("UPCAST", axis, max(counts)) if counts else None
-    return None
+    counts = [count for count in range(2, kernel.full_shape[axis] + 1) if kernel.full_shape[axis] % count == 0
+              and pieces * count * (row.amount + 1) + 1 <= registers and vector.amount * row.amount * count <= MAX_UPCAST]
+    return Opt("UPCAST", axis, max(counts)) if counts else None
 
 
 def _in_whole_vectors(kernel: Kernel, upcast: Opt, dtype, renderer) -> Opt:
