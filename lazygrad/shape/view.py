@@ -178,6 +178,99 @@ def unravel(flat: Lin, shape: tuple[int, ...]) -> list[Lin]:
     return indices
 
 
+def _flat_steps(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """How far a row-major flat index moves per step of each dim (size-1 dims included)."""
+    steps, running = [], 1
+    for size in reversed(shape):
+        steps.append(running)
+        running *= size
+    return tuple(reversed(steps))
+
+
+def _stepped_dim(stride: int, shape: tuple[int, ...], steps: tuple[int, ...]) -> tuple[int, int] | None:
+    """The dim of `shape` a positive flat stride moves along, and by how many of its steps (None if
+    the stride is no whole number of that dim's steps)."""
+    for dim, size in enumerate(shape):
+        if size > 1 and stride >= steps[dim]:
+            return (dim, stride // steps[dim]) if stride % steps[dim] == 0 else None
+    return None
+
+
+def merge_views(outer: View, inner: View) -> View | None:
+    """One view reading what `outer` reads through `inner` (outer indexes inner's elements in
+    row-major order), when each dim of outer moves along a single dim of inner without ever carrying
+    into the next one: the second half of a channel shuffle (a transposed reshape, then split)
+    read as channel pairs. None otherwise."""
+    if 0 in inner.shape or 0 in outer.shape or outer.is_empty_mask or inner.is_empty_mask:
+        return None
+    bounds = outer.mask or tuple((0, size) for size in outer.shape)
+    base = outer.offset + sum(lo * stride for (lo, _), stride in zip(bounds, outer.strides))
+    if not 0 <= base < math.prod(inner.shape):
+        return None
+    steps = _flat_steps(inner.shape)
+    start = [base // step % size for step, size in zip(steps, inner.shape)]
+    reach, movers, strides = list(start), [[] for _ in inner.shape], []
+    for dim, (stride, (lo, hi)) in enumerate(zip(outer.strides, bounds)):
+        if stride == 0 or hi - lo <= 1:
+            strides.append(0)
+            continue
+        moved = _stepped_dim(stride, inner.shape, steps) if stride > 0 else None
+        if moved is None:
+            return None
+        inner_dim, multiple = moved
+        reach[inner_dim] += multiple * (hi - lo - 1)
+        movers[inner_dim].append((dim, multiple))
+        strides.append(multiple * inner.strides[inner_dim])
+    if any(last >= size for last, size in zip(reach, inner.shape)):
+        return None
+    mask = list(bounds)
+    for inner_dim, (lo, hi) in enumerate(inner.mask or ()):
+        if not movers[inner_dim]:
+            if not lo <= start[inner_dim] < hi:
+                return None
+            continue
+        if (lo, hi) == (0, inner.shape[inner_dim]):
+            continue
+        if len(movers[inner_dim]) != 1 or movers[inner_dim][0][1] != 1:
+            return None
+        dim = movers[inner_dim][0][0]
+        first = mask[dim][0]  # outer index `first` reads inner index start
+        mask[dim] = (max(mask[dim][0], lo - start[inner_dim] + first), min(mask[dim][1], hi - start[inner_dim] + first))
+    offset = inner.offset + sum(index * stride for index, stride in zip(start, inner.strides))
+    offset -= sum(lo * stride for (lo, _), stride in zip(bounds, strides))
+    return outer._canonical(outer.shape, tuple(strides), offset, tuple(mask))
+
+
+def split_along(outer: View, inner_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """outer's shape with each dim that carries from one dim of inner_shape into the next split at
+    the carry, where that can be done evenly (116 channels two apart over inner dims (116, 2) become
+    58 x 2), so that `merge_views` can then make the two views one."""
+    if 0 in inner_shape or not 0 <= outer.offset < math.prod(inner_shape):
+        return outer.shape
+    steps = _flat_steps(inner_shape)
+    start = [outer.offset // step % size for step, size in zip(steps, inner_shape)]
+    finer: list[int] = []
+    for axis, (size, stride) in enumerate(zip(outer.shape, outer.strides)):
+        pieces, remaining = [], size
+        while stride > 0 and remaining > 1 and (outer.mask is None or outer.mask[axis] == (0, size)):
+            moved = _stepped_dim(stride, inner_shape, steps)
+            if moved is None:
+                break
+            inner_dim, multiple = moved
+            if start[inner_dim] + multiple * (remaining - 1) < inner_shape[inner_dim]:
+                break
+            piece = inner_shape[inner_dim] // multiple
+            if piece <= 1 or piece * multiple != inner_shape[inner_dim] or remaining % piece \
+                    or start[inner_dim] + multiple * (piece - 1) >= inner_shape[inner_dim]:
+                pieces, remaining = [], size
+                break
+            pieces.insert(0, piece)
+            remaining //= piece
+            stride *= piece
+        finer += [remaining] + pieces
+    return tuple(finer)
+
+
 @dataclass(frozen=True)
 class ShapeTracker:
     views: tuple[View, ...]
@@ -195,7 +288,10 @@ class ShapeTracker:
         return len(self.views) == 1 and self.views[0].is_contiguous
 
     def _replace_last(self, view: View) -> "ShapeTracker":
-        return ShapeTracker(self.views[:-1] + (view,))
+        below = self.views[:-1]
+        while below and (merged := merge_views(view, below[-1])) is not None:
+            below, view = below[:-1], merged
+        return ShapeTracker(below + (view,))
 
     def permute(self, order) -> "ShapeTracker":
         return self._replace_last(self.views[-1].permute(tuple(order)))

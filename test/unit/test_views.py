@@ -1,12 +1,13 @@
 """Views and index math: a ShapeTracker's index expression must read what numpy's view reads."""
 import itertools
+import math
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from lazygrad.ops import OPS
 from lazygrad.shape.symbolic import Lin, condition, render_condition, var
-from lazygrad.shape.view import ShapeTracker, View
+from lazygrad.shape.view import ShapeTracker, View, merge_views, split_along
 
 
 def read_through(tracker: ShapeTracker, data: np.ndarray) -> np.ndarray:
@@ -82,6 +83,46 @@ def test_tracker_reads_what_numpy_views_read(chain):
         expected = numpy_movement(expected, op, arg)
         tracker = tracker.apply(OPS[op.upper()], arg)
     np.testing.assert_array_equal(read_through(tracker, data), expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(movement_chains())
+def test_a_stack_of_views_split_along_the_view_below_reads_the_same(chain):
+    # view.split_along splits the top view's dims where they carry into the next dim below; the
+    # tracker reshaped so (merge_views makes the two views one where it can) reads the same elements
+    shape, ops = chain
+    data = np.arange(1, int(np.prod(shape)) + 1, dtype=np.int64)
+    expected = data.reshape(shape)
+    tracker = ShapeTracker.from_shape(shape)
+    for op, arg in ops:
+        expected = numpy_movement(expected, op, arg)
+        tracker = tracker.apply(OPS[op.upper()], arg)
+    if len(tracker.views) > 1:
+        finer = split_along(tracker.views[-1], tracker.views[-2].shape)
+        assert math.prod(finer) == math.prod(tracker.shape)
+        np.testing.assert_array_equal(read_through(tracker.reshape(finer), data), expected.reshape(finer))
+
+
+def test_half_of_a_channel_shuffle_split_into_channel_pairs_is_one_view():
+    # ShuffleNetV2: (1, 2, 116, 14, 14) transposed to (1, 116, 2, 14, 14), flattened to 232 channels
+    # and split in halves. The second half read over its own shape needs both views (a division and
+    # a remainder per element); over channel pairs it is one view, a sum of steps
+    tracker = ShapeTracker.from_shape((1, 2, 116, 14, 14)).permute((0, 2, 1, 3, 4)).reshape((1, 232, 14, 14))
+    half = tracker.shrink(((0, 1), (116, 232), (0, 14), (0, 14)))
+    assert len(half.views) == 2
+    finer = split_along(half.views[-1], half.views[-2].shape)
+    assert finer == (1, 58, 2, 14, 14)
+    paired = half.reshape(finer)
+    assert paired.views == (View((1, 58, 2, 14, 14), (0, 196, 22736, 14, 1), 11368),)
+    data = np.arange(2 * 116 * 196)
+    expected = data.reshape(1, 2, 116, 14, 14).transpose(0, 2, 1, 3, 4).reshape(1, 232, 14, 14)[:, 116:]
+    np.testing.assert_array_equal(read_through(paired, data), expected.reshape(finer))
+
+
+def test_views_that_carry_stay_two():
+    # 232 channels one plane apart over (116, 2) planes: every second channel carries
+    tracker = ShapeTracker.from_shape((1, 2, 116, 14, 14)).permute((0, 2, 1, 3, 4)).reshape((1, 232, 14, 14))
+    assert merge_views(tracker.views[-1], tracker.views[-2]) is None and len(tracker.views) == 2
 
 
 def test_a_condition_that_confines_a_variable_folds_the_views_below():
