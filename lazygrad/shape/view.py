@@ -142,11 +142,17 @@ class View:
             run_size, run_stride, run_mask = runs[run_index]
             if remaining is None:
                 remaining = run_size
-            if remaining % size != 0 or (run_mask is not None and size != run_size):
+            if remaining % size != 0:
                 return None
-            remaining //= size
+            outermost, remaining = remaining == run_size, remaining // size
+            if run_mask is not None and outermost:
+                # a masked run splits only where its bounds fall between whole inner blocks
+                if run_mask[0] % remaining or run_mask[1] % remaining:
+                    return None
+                new_mask.append((run_mask[0] // remaining, run_mask[1] // remaining))
+            else:
+                new_mask.append((0, size))
             new_strides.append(run_stride * remaining)
-            new_mask.append(run_mask if run_mask is not None else (0, size))
             if remaining == 1:
                 run_index, remaining = run_index + 1, None
         if run_index != len(runs):
@@ -244,30 +250,34 @@ def merge_views(outer: View, inner: View) -> View | None:
 def split_along(outer: View, inner_shape: tuple[int, ...]) -> tuple[int, ...]:
     """outer's shape with each dim that carries from one dim of inner_shape into the next split at
     the carry, where that can be done evenly (116 channels two apart over inner dims (116, 2) become
-    58 x 2), so that `merge_views` can then make the two views one."""
-    if 0 in inner_shape or not 0 <= outer.offset < math.prod(inner_shape):
+    58 x 2; a masked dim only where its bounds fall between the pieces), so that `merge_views` can
+    then make the two views one."""
+    bounds = outer.mask or tuple((0, size) for size in outer.shape)
+    base = outer.offset + sum(lo * stride for (lo, _), stride in zip(bounds, outer.strides))
+    if 0 in inner_shape or outer.is_empty_mask or not 0 <= base < math.prod(inner_shape):
         return outer.shape
     steps = _flat_steps(inner_shape)
-    start = [outer.offset // step % size for step, size in zip(steps, inner_shape)]
+    start = [base // step % size for step, size in zip(steps, inner_shape)]
     finer: list[int] = []
-    for axis, (size, stride) in enumerate(zip(outer.shape, outer.strides)):
-        pieces, remaining = [], size
-        while stride > 0 and remaining > 1 and (outer.mask is None or outer.mask[axis] == (0, size)):
+    for size, stride, (lo, hi) in zip(outer.shape, outer.strides, bounds):
+        pieces, span = [], hi - lo  # span: the valid steps of the part not yet split off
+        while stride > 0 and span > 1:
             moved = _stepped_dim(stride, inner_shape, steps)
             if moved is None:
                 break
             inner_dim, multiple = moved
-            if start[inner_dim] + multiple * (remaining - 1) < inner_shape[inner_dim]:
+            if start[inner_dim] + multiple * (span - 1) < inner_shape[inner_dim]:
                 break
             piece = inner_shape[inner_dim] // multiple
-            if piece <= 1 or piece * multiple != inner_shape[inner_dim] or remaining % piece \
+            block = piece * math.prod(pieces)
+            if piece <= 1 or piece * multiple != inner_shape[inner_dim] or size % block or lo % block or hi % block \
                     or start[inner_dim] + multiple * (piece - 1) >= inner_shape[inner_dim]:
-                pieces, remaining = [], size
+                pieces = []
                 break
             pieces.insert(0, piece)
-            remaining //= piece
+            span //= piece
             stride *= piece
-        finer += [remaining] + pieces
+        finer += [size // math.prod(pieces)] + pieces
     return tuple(finer)
 
 

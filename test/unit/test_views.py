@@ -119,6 +119,14 @@ def test_half_of_a_channel_shuffle_split_into_channel_pairs_is_one_view():
     np.testing.assert_array_equal(read_through(paired, data), expected.reshape(finer))
 
 
+def test_a_masked_dim_splits_where_its_bounds_fall_between_whole_blocks():
+    # the first half of a 232-channel concatenation, split into channel pairs: the pair axis keeps
+    # the bound (58 pairs), the axis inside a pair is whole; a bound inside a pair cannot split
+    padded = View.contiguous((116, 196)).pad(((0, 116), (0, 0)))
+    assert padded.reshape((116, 2, 196)) == View((116, 2, 196), (392, 196, 1), 0, ((0, 58), (0, 2), (0, 196)))
+    assert View.contiguous((115, 196)).pad(((0, 117), (0, 0))).reshape((116, 2, 196)) is None
+
+
 def test_views_that_carry_stay_two():
     # 232 channels one plane apart over (116, 2) planes: every second channel carries
     tracker = ShapeTracker.from_shape((1, 2, 116, 14, 14)).permute((0, 2, 1, 3, 4)).reshape((1, 232, 14, 14))
