@@ -267,6 +267,21 @@ def test_softmax_edge_cases(device):
           F32, rtol=1e-5)
 
 
+def test_softmax_weights_below_the_smallest_normal_are_zero(device):
+    # a mask of -100 (Swin's shifted windows): numpy's weights 3.7e-44 are subnormal, each operation
+    # on them a microcode assist on x86; softmax gives 0 there, and numpy's value everywhere else
+    scores = np.array([[0.0, -100.0, -86.0, -87.5, -1.0], [-100.0, -100.0, 0.0, -90.0, np.nan]], np.float32)
+    expected = np_softmax(scores, 1).astype(np.float32)
+    with np.errstate(under="ignore"):
+        subnormal = (expected != 0) & (np.abs(expected) < np.finfo(np.float32).tiny)
+    assert subnormal[0, 1] and subnormal[0, 3] and not subnormal[0, 2]
+    result = tensor(scores, device).softmax(1)
+    check(result, np.where(subnormal, 0.0, expected).astype(np.float32), F32)
+    assert np.all(result.numpy()[subnormal] == 0)
+    # float64's smallest normal is 2.2e-308: -100 keeps its weight there
+    check(tensor(scores[:1], device).softmax(1, dtype=F64), np_softmax(scores[:1].astype(np.float64), 1), F64)
+
+
 @pytest.mark.parametrize("name,limit", [("softmax", 2), ("log_softmax", 2), ("logsumexp", 2)])
 def test_softmax_family_kernel_counts(name, limit):
     a = np.random.default_rng(5).standard_normal((32, 48)).astype(np.float32)

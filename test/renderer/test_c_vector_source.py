@@ -363,3 +363,20 @@ def test_a_bool_mask_read_from_memory_in_a_matmul_epilogue_widens_into_a_vector_
     assert program.vector_width == lanes and f"lg_bool{lanes}_unaligned" in renderer.render_program(program)
     expected = np.where(mask, (q @ k.transpose(0, 1, 3, 2)) * 0.25, -np.inf)
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_scalar_that_a_mask_picks_leaves_the_loop_vectorizer_on():
+    """Attention scores with a mask's fill value read from a one-element buffer (Swin's -100 on its
+    shifted windows): the C compiler reads that element once, outside the loops, so it cannot
+    become the masked load that keeps gcc's loop vectorizer off a kernel (renderer/c.py); a value a
+    mask picks from a whole tensor still does. Each case computes numpy's values."""
+    q, k, bias = realized((6, 49, 32)), realized((6, 32, 49), seed=1), realized((6, 49, 49), seed=2)
+    masked = realized((49, 49), seed=3) > 0.5
+    scores = q.numpy() @ k.numpy()
+    for fill, fill_value in ((Tensor(np.array([-100.0], np.float32)).realize().reshape(()), -100.0), (bias, bias.numpy())):
+        result = q @ k + masked.where(fill, 0.0)
+        renderer, program = program_of(result, 16)
+        assert program.select_only_loads is (fill is bias)
+        assert ('optimize("no-tree-loop-vectorize")' in renderer.render_program(program)) is (fill is bias)
+        expected = scores + np.where(masked.numpy(), fill_value, 0.0)
+        np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-4)
