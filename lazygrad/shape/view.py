@@ -202,19 +202,26 @@ def _stepped_dim(stride: int, shape: tuple[int, ...], steps: tuple[int, ...]) ->
     return None
 
 
+def _first_valid(outer: View, inner_shape: tuple[int, ...]) -> tuple[tuple[tuple[int, int], ...], list[int]] | None:
+    """outer's valid range per dim, and the index into inner_shape that its first valid element
+    reads (None when that lies outside inner_shape, or nothing is valid)."""
+    bounds = outer.mask or tuple((0, size) for size in outer.shape)
+    base = outer.offset + sum(lo * stride for (lo, _), stride in zip(bounds, outer.strides))
+    if 0 in inner_shape or 0 in outer.shape or outer.is_empty_mask or not 0 <= base < math.prod(inner_shape):
+        return None
+    return bounds, [base // step % size for step, size in zip(_flat_steps(inner_shape), inner_shape)]
+
+
 def merge_views(outer: View, inner: View) -> View | None:
     """One view reading what `outer` reads through `inner` (outer indexes inner's elements in
     row-major order), when each dim of outer moves along a single dim of inner without ever carrying
     into the next one: the second half of a channel shuffle (a transposed reshape, then split)
     read as channel pairs. None otherwise."""
-    if 0 in inner.shape or 0 in outer.shape or outer.is_empty_mask or inner.is_empty_mask:
+    first = None if inner.is_empty_mask else _first_valid(outer, inner.shape)
+    if first is None:
         return None
-    bounds = outer.mask or tuple((0, size) for size in outer.shape)
-    base = outer.offset + sum(lo * stride for (lo, _), stride in zip(bounds, outer.strides))
-    if not 0 <= base < math.prod(inner.shape):
-        return None
+    bounds, start = first
     steps = _flat_steps(inner.shape)
-    start = [base // step % size for step, size in zip(steps, inner.shape)]
     reach, movers, strides = list(start), [[] for _ in inner.shape], []
     for dim, (stride, (lo, hi)) in enumerate(zip(outer.strides, bounds)):
         if stride == 0 or hi - lo <= 1:
@@ -240,8 +247,8 @@ def merge_views(outer: View, inner: View) -> View | None:
         if len(movers[inner_dim]) != 1 or movers[inner_dim][0][1] != 1:
             return None
         dim = movers[inner_dim][0][0]
-        first = mask[dim][0]  # outer index `first` reads inner index start
-        mask[dim] = (max(mask[dim][0], lo - start[inner_dim] + first), min(mask[dim][1], hi - start[inner_dim] + first))
+        shift = mask[dim][0] - start[inner_dim]  # outer index mask[dim][0] reads inner index start
+        mask[dim] = (max(mask[dim][0], lo + shift), min(mask[dim][1], hi + shift))
     offset = inner.offset + sum(index * stride for index, stride in zip(start, inner.strides))
     offset -= sum(lo * stride for (lo, _), stride in zip(bounds, strides))
     return outer._canonical(outer.shape, tuple(strides), offset, tuple(mask))
@@ -252,12 +259,10 @@ def split_along(outer: View, inner_shape: tuple[int, ...]) -> tuple[int, ...]:
     the carry, where that can be done evenly (116 channels two apart over inner dims (116, 2) become
     58 x 2; a masked dim only where its bounds fall between the pieces), so that `merge_views` can
     then make the two views one."""
-    bounds = outer.mask or tuple((0, size) for size in outer.shape)
-    base = outer.offset + sum(lo * stride for (lo, _), stride in zip(bounds, outer.strides))
-    if 0 in inner_shape or outer.is_empty_mask or not 0 <= base < math.prod(inner_shape):
+    first = _first_valid(outer, inner_shape)
+    if first is None:
         return outer.shape
-    steps = _flat_steps(inner_shape)
-    start = [base // step % size for step, size in zip(steps, inner_shape)]
+    (bounds, start), steps = first, _flat_steps(inner_shape)
     finer: list[int] = []
     for size, stride, (lo, hi) in zip(outer.shape, outer.strides, bounds):
         pieces, span = [], hi - lo  # span: the valid steps of the part not yet split off
