@@ -72,9 +72,8 @@ def movement_chains(draw):
     return shape, ops
 
 
-@settings(max_examples=300, deadline=None)
-@given(movement_chains())
-def test_tracker_reads_what_numpy_views_read(chain):
+def followed(chain) -> tuple[np.ndarray, np.ndarray, ShapeTracker]:
+    """A chain's flat source data, numpy's view of it, and the tracker of the same movement ops."""
     shape, ops = chain
     data = np.arange(1, int(np.prod(shape)) + 1, dtype=np.int64)
     expected = data.reshape(shape)
@@ -82,6 +81,13 @@ def test_tracker_reads_what_numpy_views_read(chain):
     for op, arg in ops:
         expected = numpy_movement(expected, op, arg)
         tracker = tracker.apply(OPS[op.upper()], arg)
+    return data, expected, tracker
+
+
+@settings(max_examples=300, deadline=None)
+@given(movement_chains())
+def test_tracker_reads_what_numpy_views_read(chain):
+    data, expected, tracker = followed(chain)
     np.testing.assert_array_equal(read_through(tracker, data), expected)
 
 
@@ -90,13 +96,7 @@ def test_tracker_reads_what_numpy_views_read(chain):
 def test_a_stack_of_views_split_along_the_view_below_reads_the_same(chain):
     # view.split_along splits the top view's dims where they carry into the next dim below; the
     # tracker reshaped so (merge_views makes the two views one where it can) reads the same elements
-    shape, ops = chain
-    data = np.arange(1, int(np.prod(shape)) + 1, dtype=np.int64)
-    expected = data.reshape(shape)
-    tracker = ShapeTracker.from_shape(shape)
-    for op, arg in ops:
-        expected = numpy_movement(expected, op, arg)
-        tracker = tracker.apply(OPS[op.upper()], arg)
+    data, expected, tracker = followed(chain)
     if len(tracker.views) > 1:
         finer = split_along(tracker.views[-1], tracker.views[-2].shape)
         assert math.prod(finer) == math.prod(tracker.shape)
