@@ -24,8 +24,9 @@ MAX_PIECES = 64
 
 
 def _cuts(kernel: Kernel, axis: int) -> tuple[set[int], int]:
-    """The positions along `axis` where some single-view mask begins or ends inside the axis, and
-    how many distinct such ranges there are (the sources a concatenation along it chooses among)."""
+    """The positions along `axis` where some mask of the kernel's shape (a view's, or the top view's
+    of a stack: a concatenation of shuffled channels) begins or ends inside the axis, and how many
+    distinct such ranges there are (the sources a concatenation along it chooses among)."""
     size = kernel.full_shape[axis]
     cuts, ranges = set(), set()
     for node in kernel.ast.walk():
@@ -33,7 +34,7 @@ def _cuts(kernel: Kernel, axis: int) -> tuple[set[int], int]:
             continue
         tracker = node.arg if node.op is Ops.VALID else node.arg[1]
         view = tracker.views[-1]
-        if len(tracker.views) != 1 or view.mask is None or view.shape != kernel.full_shape:
+        if view.mask is None or view.shape != kernel.full_shape:
             continue
         low, high = view.mask[axis]
         if (low, high) != (0, size) and low < high:
@@ -66,13 +67,14 @@ def concatenated_pieces(kernel: Kernel) -> list[Kernel] | None:
 
 
 def _validity(tracker) -> bool | None:
-    """True where a one-view tracker is valid everywhere, False where nowhere, else None."""
-    if len(tracker.views) != 1:
-        return None
-    view = tracker.views[0]
-    if view.mask is None or all(bounds == (0, size) for bounds, size in zip(view.mask, view.shape)):
+    """True where a tracker is valid everywhere (no view masks anything), False where nowhere (its
+    top view masks everything), else None."""
+    if tracker.views[-1].is_empty_mask:
+        return False
+    if all(view.mask is None or all(bounds == (0, size) for bounds, size in zip(view.mask, view.shape))
+           for view in tracker.views):
         return True
-    return False if view.is_empty_mask else None
+    return None
 
 
 def _folded(ast: KernelNode) -> KernelNode:

@@ -88,3 +88,23 @@ def test_a_stack_of_more_sources_than_pieces_runs_whole_and_right():
     result = Tensor.stack([Tensor(array).realize() for array in arrays], dim=1) + 1
     assert concatenated_pieces(only_kernel(result)) is None
     np.testing.assert_array_equal(result.numpy(), np.stack(arrays, axis=1) + 1)
+
+
+def test_a_concatenation_with_a_shuffled_source_is_split_and_each_piece_reads_one_view():
+    # ShuffleNetV2: the first half of a channel shuffle concatenated with a branch's output. The
+    # shuffled half is a stack of views whose top view carries the concatenation's mask; each
+    # piece reads one source, and the shuffled one, unmasked, runs over channel pairs (one view)
+    rng = np.random.default_rng(2)
+    before, branch = rng.standard_normal((1, 8, 3, 3)).astype(np.float32), rng.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    shuffled = Tensor(before).realize().reshape(1, 2, 4, 3, 3).permute(0, 2, 1, 3, 4).reshape(1, 8, 3, 3)
+    result = Tensor.cat([shuffled[:, :4], Tensor(branch).realize()], dim=1)
+    kernel = only_kernel(result)
+    assert any(len(node.arg[1].views) > 1 for node in leaves(kernel, Ops.LOAD))
+    pieces = concatenated_pieces(kernel)
+    assert [piece.full_shape for piece in pieces] == [(1, 4, 3, 3), (1, 4, 3, 3)]
+    for piece in pieces:
+        assert len(leaves(piece, Ops.LOAD)) == 1 and not leaves(piece, Ops.WHERE)
+    _, source = kernel_source(kernel, CRenderer())
+    assert "/" not in source.split("_piece0(")[1].split("}")[0]  # no division in the shuffled piece's index
+    expected = np.concatenate([before.reshape(1, 2, 4, 3, 3).transpose(0, 2, 1, 3, 4).reshape(1, 8, 3, 3)[:, :4], branch], 1)
+    np.testing.assert_array_equal(result.numpy(), expected)
