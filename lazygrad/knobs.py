@@ -178,6 +178,13 @@ def export_pocl_cache_settings() -> None:
         os.environ.setdefault("POCL_KERNEL_CACHE", "0")
 
 
+def openmp_threads_setting() -> int | None:
+    """The thread count OMP_NUM_THREADS gives the kernels' parallel loops (its first entry, the
+    outermost level's), or None where it is unset or not a count (OpenMP then uses every core)."""
+    setting = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(setting) if setting.isdigit() and int(setting) > 0 else None
+
+
 def export_openmp_threads_default(threads: int) -> None:
     """OMP_NUM_THREADS for the kernels, unless the user set it: OpenMP reads it once, when the first
     kernel loads. lazygrad.distributed calls this so that ranks sharing a machine split its cores."""

@@ -52,7 +52,7 @@ def renderer_for(device_name: str):
             renderer = OpenCLRenderer(get_device(device_name).float_vector_width)
         elif kind == "CPU":
             device = get_device(device_name)
-            renderer = CRenderer(*device.simd, byte_dot_lanes=device.byte_dot_lanes)
+            renderer = CRenderer(*device.simd, byte_dot_lanes=device.byte_dot_lanes, threads=device.threads)
         else:
             renderer = {"CPU": CRenderer, "CUDA": CUDARenderer}[kind]()
         _RENDERERS[device_name] = renderer

@@ -29,9 +29,10 @@ import weakref
 import numpy as np
 
 from lazygrad.devices.buffer import Buffer, HostAllocator
+from lazygrad.devices.compile_pool import usable_cores
 from lazygrad.diskcache import cache_get, cache_key, cache_put
 from lazygrad.dtype import DType
-from lazygrad.knobs import knobs
+from lazygrad.knobs import knobs, openmp_threads_setting
 from lazygrad.stats import stats
 
 BASE_FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
@@ -256,6 +257,12 @@ class CPUDevice:
     def byte_dot_lanes(self) -> int:
         """int32 lanes of one uint8-by-int8 dot-product instruction: 16 with AVX-512 VNNI, else 0."""
         return 16 if "avx512_vnni" in cpu_flags() and self.simd[0] == 16 else 0
+
+    @functools.cached_property
+    def threads(self) -> int:
+        """How many threads OpenMP runs a kernel's parallel loop on: OMP_NUM_THREADS's first count,
+        else every core this process may use (OpenMP reads both when the first kernel loads)."""
+        return openmp_threads_setting() or usable_cores()
 
     @property
     def compiler(self) -> Compiler:

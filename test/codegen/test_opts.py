@@ -13,7 +13,8 @@ from lazygrad import Tensor, dtypes, no_grad, stats
 from lazygrad.nn import functional as F
 from lazygrad.ops import Ops
 from lazygrad.codegen.axes import kernel_trackers, merge_dims
-from lazygrad.renderer.c import CRenderer
+from lazygrad.renderer.c import CRenderer, parallel_loops
+from lazygrad.renderer.loop_program import Loop
 from lazygrad.renderer.cuda import CUDARenderer
 from lazygrad.codegen.linearize import linearize
 from lazygrad.renderer.opencl import OpenCLRenderer
@@ -1484,6 +1485,35 @@ def test_threads_set_the_outer_loops_thread_count(monkeypatch, threads, pragma):
     with_opts(monkeypatch, opts)
     values = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)
     np.testing.assert_array_equal((Tensor(values) * 2 + 1).numpy(), values * 2 + 1)
+
+
+@pytest.mark.parametrize("sizes,threads,collapsed", [
+    ((7, 32, 4), 2, 2),      # 7 rows of tiles would run as 4 + 3
+    ((28, 32, 4), 2, 1),     # even already
+    ((7, 32, 4), 7, 1),
+    ((3, 5, 7, 9), 2, 3),    # 3, 15, 105: never the innermost
+    ((7, 4), 2, 1),
+    ((65, 8, 8), 2, 1),      # many: little to gain
+    ((17, 12, 4), 1, 1),
+])
+def test_the_threads_split_the_outer_loops_together_where_the_first_splits_unevenly(sizes, threads, collapsed):
+    assert parallel_loops([Loop(f"i{n}", size, False) for n, size in enumerate(sizes)], threads) == collapsed
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_matmul_whose_rows_of_tiles_split_unevenly_runs_collapsed_and_matches_numpy(monkeypatch, threads):
+    """196 x 256 @ 256 x 1024 (ResNet-50's 1x1 convolutions at 14x14): 7 rows of tiles of 28 rows by
+    32 panels; the pragma collapses both loops, and the product is numpy's."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((196, 256)).astype(np.float32), rng.standard_normal((256, 1024)).astype(np.float32)
+    avx512 = CRenderer(simd_lanes=16, simd_registers=32, threads=threads)
+    kernel, _ = product_kernel_of(Tensor(a) @ Tensor(b))
+    program = linearize(kernel, avx512, opts=heuristic_opts(kernel, avx512))
+    assert [loop.size for loop in program.global_loops] == [7, 32, 4] and program.parallel
+    assert "#pragma omp parallel for collapse(2)\n" in avx512.render_program(program)
+    monkeypatch.setattr(realize, "_RENDERERS", {"CPU": CRenderer(*realize.get_device("CPU").simd, threads=threads)})
+    monkeypatch.setattr(realize, "_PROGRAMS", {})
+    np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lazygrad.knobs import KNOB_NAMES, KNOBS, Context, Knobs, describe, knobs
+from lazygrad.knobs import KNOB_NAMES, KNOBS, Context, Knobs, describe, knobs, openmp_threads_setting
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -259,3 +259,9 @@ def test_no_module_but_knobs_reads_the_environment():
 def test_a_path_under_the_home_of_a_user_that_does_not_exist_is_an_error():
     with pytest.raises(ValueError, match="LAZYGRAD_CACHE: cannot expand '~no-such-user-lazygrad': no such user"):
         Knobs.from_environ({"LAZYGRAD_CACHE": "~no-such-user-lazygrad/cache"})
+
+
+@pytest.mark.parametrize("setting,threads", [("3", 3), ("4,2", 4), (" 2 ", 2), ("0", None), ("many", None), ("", None)])
+def test_the_openmp_thread_count_is_read_from_its_first_entry(monkeypatch, setting, threads):
+    monkeypatch.setenv("OMP_NUM_THREADS", setting)
+    assert openmp_threads_setting() == threads
