@@ -12,9 +12,10 @@ The contract (docs/architecture.md):
     for every broadcast copy would cost more than storing it (`worth_storing`);
   * a float value of realized buffers and constants alone with an expensive op, read through an
     EXPAND, is stored (`worth_storing_parameter_value`: a batch norm's per-channel scale);
-  * a large value read through an EXPAND outside any reduce is stored when recomputing it for every
-    broadcast copy costs more than a few ops (`worth_storing_broadcast`: a max pool's gradient per
-    window);
+  * a value read through an EXPAND outside any reduce is stored when recomputing it for every
+    broadcast copy costs more than a few ops if it is large (`worth_storing_broadcast`: a max pool's
+    gradient per window), more than an exp and a division if it is small (a squeeze-and-excitation
+    gate);
   * a padded value read through an EXPAND inside a sum of products (a convolution's padded input,
     however the padding was written) or a reduce over short windows (a pool's) is stored with its
     zeros when it is not small and its last axis is padded too (`worth_storing_padded`), so the
@@ -81,6 +82,14 @@ BROADCAST_RECOMPUTE_LIMIT = 8
 # point (a rounding and clamping of -min / ((max - min) / 255), about 40 ops with two divisions),
 # recomputed for each of ResNet-18's 64 x 114 x 114 activations, made that kernel 17 ms, not 0.4.
 SMALL_BROADCAST_RECOMPUTE_LIMIT = 32
+# ... or when its own ops, above the reduces it reads (stored in any case, being read through an
+# EXPAND), cost more than this: a squeeze-and-excitation gate, sigmoid(fc + bias) per channel (about
+# 21), recomputed for each position it scales (EfficientNet-B0's 14x14 x 480 gate times SiLU 0.12 ->
+# 0.065 ms); it becomes the reduce's epilogue, or a kernel of a few microseconds. A batch norm's or
+# layer norm's 1 / sqrt(variance + eps) (about 10) stays inlined, where the compiler hoists it, and the
+# variance stays stored: a training step's running-variance update reads it after the optimizer has
+# written the layers below in place (test_jit's batch norm training step).
+SMALL_BROADCAST_OWN_OPS_LIMIT = 16
 # Nodes `worth_storing_parameter_value` walks before it gives up (a batch norm's scale is about 10).
 PARAMETER_VALUE_MAX_NODES = 64
 GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes a PAD's padding
@@ -164,16 +173,19 @@ class _FusionPlan:
         return node.realized or id(node) in self.materialized
 
     def _recompute_cost_exceeds(self, node: LazyBuffer, limit: int, buffer_limit: int | None = None,
-                                min_elements: int = 0) -> bool:
+                                min_elements: int = 0, above_reduces: bool = False) -> bool:
         """Whether the ops computing `node` from stored values cost more than `limit` (an expensive
         op counts its cost, a movement op nothing), or, with `buffer_limit`, read that many
-        stored values of `min_elements` or more. Stops as soon as they do."""
+        stored values of `min_elements` or more; `above_reduces`: only the ops above the reduces
+        below it count. Stops as soon as they do."""
         stack, seen, buffers, cost = [node], set(), 0, 0
         while stack:
             current = stack.pop()
             if id(current) in seen:
                 continue
             seen.add(id(current))
+            if above_reduces and _is_reduce(current):
+                continue
             if current is not node and self.is_leaf(current):
                 buffers += current.numel() >= min_elements
                 if buffer_limit is not None and buffers >= buffer_limit:
@@ -225,10 +237,12 @@ class _FusionPlan:
         step; stored, it costs 60 ms, and the pool backward 190. Small values (a batch norm's
         per-channel statistics, a layer norm's per-row ones) stay inlined, where a kernel of their
         own costs more than recomputing them: unless that costs more than
-        SMALL_BROADCAST_RECOMPUTE_LIMIT."""
-        large = node.numel() >= BROADCAST_STORE_MIN_ELEMENTS
-        limit = BROADCAST_RECOMPUTE_LIMIT if large else SMALL_BROADCAST_RECOMPUTE_LIMIT
-        return self._recompute_cost_exceeds(node, limit)
+        SMALL_BROADCAST_RECOMPUTE_LIMIT, or their own ops above the reduces they read more than
+        SMALL_BROADCAST_OWN_OPS_LIMIT."""
+        if node.numel() >= BROADCAST_STORE_MIN_ELEMENTS:
+            return self._recompute_cost_exceeds(node, BROADCAST_RECOMPUTE_LIMIT)
+        return self._recompute_cost_exceeds(node, SMALL_BROADCAST_OWN_OPS_LIMIT, above_reduces=True) \
+            or self._recompute_cost_exceeds(node, SMALL_BROADCAST_RECOMPUTE_LIMIT)
 
     def worth_storing_shared(self, node: LazyBuffer) -> bool:
         """Whether a value that several kernels compute costs more to recompute in each than to store

@@ -244,6 +244,35 @@ def test_batch_norm_statistics_follow_the_plain_loop():
         assert plain[2] == jitted[2] == len(batches)
 
 
+def test_a_training_step_whose_batch_norm_reads_a_layer_the_step_updates_replays_the_plain_loop():
+    """The second batch norm's running statistics are updated after the optimizer step has written the
+    first layer's weights in place: its batch variance must be the one computed in the forward pass
+    (the scheduler keeps it stored), not computed again from the updated weights."""
+    x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    labels = rng.integers(0, 5, 4)
+
+    def run(use_jit):
+        lazygrad.manual_seed(0)
+        convs = [nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)]
+        norms, head = [nn.BatchNorm2d(8), nn.BatchNorm2d(8)], nn.Linear(8, 5)
+        optimizer = SGD(get_parameters([convs, norms, head]), lr=0.1, momentum=0.9)
+
+        def step(images, targets):
+            optimizer.zero_grad()
+            hidden = norms[0](convs[0](images)).relu()
+            hidden = norms[1](convs[1](hidden)).relu() + hidden
+            loss = F.cross_entropy(head(hidden.mean((2, 3))), targets)
+            loss.backward()
+            optimizer.step()
+            return loss
+        step = jit(step) if use_jit else step
+        losses = [step(Tensor(x), Tensor(labels)).item() for _ in range(4)]
+        return losses, norms[1].running_var.numpy()
+    (plain_losses, plain_var), (jit_losses, jit_var) = run(False), run(True)
+    np.testing.assert_allclose(jit_losses, plain_losses, rtol=1e-5)
+    np.testing.assert_allclose(jit_var, plain_var, rtol=1e-5)
+
+
 def test_a_replay_reuses_an_output_buffer_only_when_nothing_refers_to_it(monkeypatch):
     @jit
     def f(x):

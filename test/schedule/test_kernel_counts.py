@@ -578,3 +578,26 @@ def test_a_pool_over_a_large_padded_value_stores_its_padding(channels, pooled_ke
     padded = np.pad(a + 1, ((0, 0), (0, 0), (1, 1), (1, 1)))
     windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
     np.testing.assert_allclose(out.numpy(), windows.sum(axis=(-1, -2)) / 9, rtol=1e-5, atol=1e-5)  # padding counted
+
+
+def test_a_small_gate_of_an_exp_and_a_division_over_a_reduce_is_stored_and_a_norms_scale_is_not():
+    """A per-channel value read through an EXPAND whose own ops above the reduce it reads cost more
+    than SMALL_BROADCAST_OWN_OPS_LIMIT (a squeeze-and-excitation gate, the sigmoid of a channel sum) is
+    stored, so the kernel scaling every position computes no exp; 1 / sqrt(variance + eps) (a batch
+    norm's) stays inlined in the normalizing kernel."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 32, 9, 9)).astype(np.float32)
+    bias = rng.standard_normal((1, 32, 1, 1)).astype(np.float32)
+    features, shift = Tensor(x), Tensor(bias)
+    gated = features * (features.mean((2, 3), keepdim=True) + shift).sigmoid()
+    centered = features - features.mean((0, 2, 3), keepdim=True)
+    normalized = centered * ((centered * centered).mean((0, 2, 3), keepdim=True) + 1e-5).rsqrt()
+    for value, op, stored in ((gated, Ops.EXP2, True), (normalized, Ops.SQRT, False)):
+        items = [item for item in create_schedule([value.lazydata]) if item.kernel is not None]
+        (last,) = [item.kernel for item in items if item.outputs[0] is value.lazydata]
+        assert (op not in {node.op for node in last.ast.walk()}) == stored
+    gate = 1 / (1 + np.exp(-(x.mean((2, 3), keepdims=True, dtype=np.float64) + bias)))
+    np.testing.assert_allclose(gated.numpy(), x * gate, rtol=1e-5, atol=1e-6)
+    mean = x.mean((0, 2, 3), keepdims=True, dtype=np.float64)
+    variance = ((x - mean) ** 2).mean((0, 2, 3), keepdims=True)
+    np.testing.assert_allclose(normalized.numpy(), (x - mean) / np.sqrt(variance + 1e-5), rtol=1e-4, atol=1e-5)
