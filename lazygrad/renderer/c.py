@@ -43,11 +43,15 @@ def _vector_exp2_helper(lanes: int) -> str:
     so each lane's result is the scalar one's bit for bit: rint as the sum and difference with 1.5 *
     2^23 (exact rounding to nearest even for |x| <= 2^22, and the argument is clamped to [-150,
     134]; without -ffast-math the compiler keeps both), the powers of two from the integer lanes'
-    bits (a cast between vector types of one size keeps the bits)."""
+    bits (a cast between vector types of one size keeps the bits), each polynomial step's fma written
+    lane by lane as a tile's are (render_vector_fma), one vector fma once compiled."""
     vector, mask = f"lg_float{lanes}", f"lg_mask{lanes}"
 
     def select(condition: str, chosen: str, other: str) -> str:  # lg_select's bits, which may not be defined
         return f"({vector})((({condition}) & ({mask})({chosen})) | (~({condition}) & ({mask})({other})))"
+
+    def lane_fma(product: str, factor: str, addend: str) -> str:  # packed into one vector fma
+        return f"({vector}){{{', '.join(f'__builtin_fmaf({product}[{lane}], {factor}[{lane}], {addend})' for lane in range(lanes))}}}"
     lines = [f"/* lg_exp2f{lanes}: lg_exp2f lane by lane */",
              f"static inline {vector} lg_exp2f{lanes}({vector} x) {{",
              f"  {vector} zeros = ({vector}){{0.0f}};",
@@ -55,7 +59,7 @@ def _vector_exp2_helper(lanes: int) -> str:
              f"  {vector} clamped = {select('x > 134.0f', 'zeros + 134.0f', select('zero', 'zeros', 'x'))};",
              f"  {vector} n = (clamped + 12582912.0f) - 12582912.0f;",
              f"  {vector} f = clamped - n;",
-             f"  {vector} p = zeros + {taylor_steps(7, 'f')};"]
+             f"  {vector} p = zeros + {taylor_steps(7, 'f', lane_fma)};"]
     lines += [f"  {mask} whole = __builtin_convertvector({select('n == n', 'n', 'zeros')}, {mask});",
               f"  {mask} half = whole / 2;",
               f"  {mask} low_bits = (half + 127) << 23, high_bits = (whole - half + 127) << 23;",
@@ -161,18 +165,22 @@ HELPERS = {marker: define_once(text, marker) for marker, text in HELPERS.items()
 # The helpers of a standalone kernel (an exported file, lazygrad/export/): ISO C99 with math.h, no
 # OpenMP, so no declared reductions; BITCAST is a union (CRenderer.render_bitcast). The file that holds
 # the kernels includes each helper once.
-STANDALONE_HELPERS = {
-    # A fused multiply-add where math.h says it is fast (FP_FAST_FMAF: an FMA instruction, e.g.
-    # -march=native on x86-64 since Haswell), as lazygrad computes it; elsewhere fmaf is a library
-    # call (the digits CNN 5x slower), and a product and a sum rounded separately stand in.
+# A fused multiply-add where math.h says it is fast (FP_FAST_FMAF: an FMA instruction, e.g.
+# -march=native on x86-64 since Haswell), as lazygrad computes it; elsewhere fmaf is a library
+# call (the digits CNN 5x slower), and a product and a sum rounded separately stand in.
+STANDALONE_FMAS = {
     "lg_fmaf(": define_once("#if defined(FP_FAST_FMAF)\n#define lg_fmaf(a, b, c) fmaf(a, b, c)\n#else\n"
                       "#define lg_fmaf(a, b, c) ((a) * (b) + (c))\n#endif"),
     "lg_fma(": define_once("#if defined(FP_FAST_FMA)\n#define lg_fma(a, b, c) fma(a, b, c)\n#else\n"
                      "#define lg_fma(a, b, c) ((a) * (b) + (c))\n#endif"),
+}
+STANDALONE_HELPERS = {
+    **STANDALONE_FMAS,
     "lg_floordiv": HELPERS["lg_floordiv"],
     "lg_floormod": HELPERS["lg_floormod"],
-    "lg_exp2f": define_once(exp2_helper("float", "c99")),
-    "lg_exp2(": define_once(exp2_helper("double", "c99")),
+    # exp2's polynomial steps are lg_fmaf's (lg_fma's): each comes with its definition
+    "lg_exp2f": define_once(STANDALONE_FMAS["lg_fmaf("] + "\n" + exp2_helper("float", "c99"), "lg_exp2f"),
+    "lg_exp2(": define_once(STANDALONE_FMAS["lg_fma("] + "\n" + exp2_helper("double", "c99"), "lg_exp2("),
     "lg_log2f": HELPERS["lg_log2f"],
     "lg_log2(": HELPERS["lg_log2("],
     "lg_maxf(": HELPERS["lg_maxf("],

@@ -50,11 +50,22 @@ def define_once(text: str, name: str | None = None) -> str:
     return f"#ifndef {guard}\n#define {guard}\n{text}\n#endif"
 
 
-def taylor_steps(degree: int, suffix: str) -> str:
-    """2^f as a Taylor polynomial of `degree` in Horner's steps, each product and sum rounded (the
-    kernels compile with -ffp-contract=off): `c0;\n  p = p * f + c1; ...`, after `p = `."""
+def taylor_steps(degree: int, suffix: str, fma) -> str:
+    """2^f as a Taylor polynomial of `degree` in Horner's steps, each one fused multiply-add written
+    by `fma(product, factor, addend)` (the kernels compile with -ffp-contract=off, so a product and
+    a sum would be rounded apart: 7 more instructions of about 55 per vector of a softmax's exps,
+    whose kernels ran 9-10% slower so): `c0;\n  p = fma(p, f, c1); ...`, after `p = `."""
     coefficients = [math.log(2) ** k / math.factorial(k) for k in range(degree, -1, -1)]
-    return ";\n".join([f"{coefficients[0]!r}{suffix}"] + [f"  p = p * f + {c!r}{suffix}" for c in coefficients[1:]])
+    return ";\n".join([f"{coefficients[0]!r}{suffix}"]
+                       + [f"  p = {fma('p', 'f', f'{c!r}{suffix}')}" for c in coefficients[1:]])
+
+
+# The fused multiply-add of each dialect of exp2_helper, by floating type: the CPU device's builtins
+# (an FMA instruction with -march=native wherever the CPU has one), an exported file's lg_fmaf and
+# lg_fma (math.h's fmaf where it is fast, else a product and a sum; c.py), OpenCL's fma.
+EXP2_FMAS = {"gnu": {"float": "__builtin_fmaf", "double": "__builtin_fma"},
+             "c99": {"float": "lg_fmaf", "double": "lg_fma"},
+             "opencl": {"float": "fma", "double": "fma"}}
 
 
 # Per floating type: the Taylor polynomial's degree, the exponent's bias and the mantissa's bits.
@@ -67,7 +78,7 @@ def exp2_helper(ctype: str, dialect: str) -> str:
     "gnu" (the CPU device's gcc/clang C), "c99" (ISO C for an exported file: math.h's rint, the powers
     of two built in a union) or "opencl" (its rint and as_float).
 
-    x = n + f with n = rint(x), |f| <= 1/2; 2^f is a Taylor polynomial (float: degree 7, truncation
+    x = n + f with n = rint(x), |f| <= 1/2; 2^f is a Taylor polynomial in fused multiply-adds (float: degree 7, truncation
     error ~5e-9; double: 13, ~4e-18, within 1 ulp of numpy); 2^n is applied as two exact power-of-two
     factors, so results reach the subnormal range and overflow cleanly to inf. Below the smallest
     subnormal the result rounds to 0 and is given as 0 from a harmless input: computed, it would
@@ -87,7 +98,7 @@ def exp2_helper(ctype: str, dialect: str) -> str:
              f": (zero ? 0.0{suffix} : x);",
              f"  {ctype} n = {rint}(clamped);",
              f"  {ctype} f = clamped - n;",
-             f"  {ctype} p = {taylor_steps(degree, suffix)};",
+             f"  {ctype} p = {taylor_steps(degree, suffix, lambda a, b, c: f'{EXP2_FMAS[dialect][ctype]}({a}, {b}, {c})')};",
              f"  int whole = (int)(n == n ? n : 0.0{suffix});",
              "  int halved = whole / 2;  /* not `half`, a type in OpenCL */",
              f"  {integer} low_bits = ({integer})(halved + {exponent_bias}) << {mantissa_bits}, "
