@@ -12,6 +12,12 @@ processes run one after the other cannot separate a 5% change from that; two cap
 model in one process, called alternately, can (a replacement that changes nothing measured
 0.98-1.02).
 
+Side A, captured first, can hold an edge of its own: the function replaced by itself on ResNet-50
+measured B/A 1.015-1.017 in three runs of 21 rounds, whichever side was captured or called first,
+and once 1.10 on ViT-B/16 while the machine was busy. Below a few percent, measure the change both
+ways (the rule switched off on side A, then the rule switched on by the replacement with the
+module's default off) and take the geometric mean.
+
 The replacement (side A) is `--replacement module:function`, or by default a function returning
 None, which switches off rules written as "an opt, or None". The function is replaced in its module,
 so callers that look it up there at call time see it. Between the two captures the loaded programs
