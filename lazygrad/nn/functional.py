@@ -172,9 +172,11 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         if count <= 1:
             raise ValueError(f"{name}: expected more than 1 value per channel when training, got input of shape "
                              f"{input.shape}")
-        mean = input.mean(axes, keepdim=True)
+        # stored (contiguous), as the reduces they are: the running statistics' update below is
+        # realized later, maybe after an optimizer step has written the layers that computed input
+        mean = input.mean(axes, keepdim=True).contiguous()
         centered = input - mean
-        variance = (centered * centered).mean(axes, keepdim=True)
+        variance = (centered * centered).mean(axes, keepdim=True).contiguous()
         out = centered * (variance + eps).rsqrt()
         with no_grad():
             for running, batch_value in ((running_mean, mean), (running_var, variance * (count / (count - 1)))):

@@ -86,9 +86,7 @@ SMALL_BROADCAST_RECOMPUTE_LIMIT = 32
 # EXPAND), cost more than this: a squeeze-and-excitation gate, sigmoid(fc + bias) per channel (about
 # 21), recomputed for each position it scales (EfficientNet-B0's 14x14 x 480 gate times SiLU 0.12 ->
 # 0.065 ms); it becomes the reduce's epilogue, or a kernel of a few microseconds. A batch norm's or
-# layer norm's 1 / sqrt(variance + eps) (about 10) stays inlined, where the compiler hoists it, and the
-# variance stays stored: a training step's running-variance update reads it after the optimizer has
-# written the layers below in place (test_jit's batch norm training step).
+# layer norm's 1 / sqrt(variance + eps) (about 10) stays inlined, where the compiler hoists it.
 SMALL_BROADCAST_OWN_OPS_LIMIT = 16
 # Nodes `worth_storing_parameter_value` walks before it gives up (a batch norm's scale is about 10).
 PARAMETER_VALUE_MAX_NODES = 64

@@ -247,7 +247,7 @@ def test_batch_norm_statistics_follow_the_plain_loop():
 def test_a_training_step_whose_batch_norm_reads_a_layer_the_step_updates_replays_the_plain_loop():
     """The second batch norm's running statistics are updated after the optimizer step has written the
     first layer's weights in place: its batch variance must be the one computed in the forward pass
-    (the scheduler keeps it stored), not computed again from the updated weights."""
+    (F.batch_norm stores it), not computed again from the updated weights."""
     x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
     labels = rng.integers(0, 5, 4)
 
