@@ -7,7 +7,9 @@ import pytest
 import lazygrad.nn.spatial as spatial
 from lazygrad import Tensor, nn, no_grad, stats
 from lazygrad.nn import functional as F
+from lazygrad.ops import Ops
 from lazygrad.codegen.axes import merge_dims
+from lazygrad.codegen.opts import heuristic_opts, load_strides
 from lazygrad.renderer.c import CRenderer
 from lazygrad.codegen.linearize import linearize
 from lazygrad.schedule.fuse import create_schedule
@@ -131,8 +133,8 @@ def test_its_kernels_compute_along_the_channels(winograd_calls):
     is a tile of 16-lane vectors (with the tiles contiguous the input's transform read every other
     column, scalar by scalar). A weight computed in the call (backward's flipped one) is first copied
     with its output channels last: read in place its transform took 9.7 ms at 512 channels, 1.1 ms
-    from the copy. Seven kernels: the input stored channels last, the weight's copy, the four, and
-    the (N, K, H, W) copy with the relu. A stored weight (a parameter) is read in place, six
+    from the copy. Seven kernels: the input stored channels last, the weight's copy, the four (the
+    relu joins the output's transform), and the result's (N, K, H, W) copy. A stored weight (a parameter) is read in place, six
     kernels: its transform then reads only unchanged buffers, and later calls keep it
     (derived_values.py), where a transform of the copy, an intermediate, ran every call."""
     x, w, _ = conv_case(1, 64, 14)
@@ -145,6 +147,34 @@ def test_its_kernels_compute_along_the_channels(winograd_calls):
         widths = sorted(linearize(merge_dims(kernel), CRenderer(16, 32)).vector_width
                         for kernel in kernels if kernel.reduce_axes)
         assert len(kernels) == count and widths == expected_widths
+
+
+def test_its_output_is_stored_channels_last_with_the_bias_and_activation(winograd_calls):
+    """The output's transform stores each tile's 2x2 outputs channels last, (N, H, W, K): the bias and
+    the relu after it join that kernel, and a 1x1 convolution after it (computed channels last)
+    reads it along the channels, its reduce axis. The transform's register tile takes a vector of
+    channels by both the 2 rows and the 2 columns of a tile's outputs, which share each loaded
+    vector of the 16 planes."""
+    x, w, b = conv_case(1, 64, 28)  # 784 positions: more than a matmul in panels takes (POINTWISE_MAX_POSITIONS)
+    pointwise = (rng.standard_normal((128, 64, 1, 1)) / 8).astype(np.float32)
+    with no_grad():
+        out = F.conv2d(F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), Tensor(b, device="CPU"),
+                                padding=1).relu(), Tensor(pointwise, device="CPU"))
+    assert len(winograd_calls) == 1
+    kernels = [item.kernel for item in create_schedule([out.lazydata]) if item.kernel is not None]
+    transform = next(kernel for kernel in kernels if kernel.reduce_axes and kernel.full_shape[0] == 16
+                     and kernel.full_shape[-1] == 64 and 2 in kernel.full_shape)
+    assert {Ops.MAX, Ops.ADD} <= {node.op for node in transform.ast.walk()}  # relu(sum + bias)
+    (pointwise_product,) = [kernel for kernel in kernels if kernel.reduce_axes and kernel.full_shape[-3:] == (64, 1, 1)]
+    (reduce_axis,) = [axis for axis in pointwise_product.reduce_axes if pointwise_product.full_shape[axis] == 64]
+    strides = load_strides(pointwise_product, pointwise_product.ast.walk())
+    assert any(load[reduce_axis] == 1 for load in strides)
+    merged = merge_dims(transform)
+    upcasts = [opt for opt in heuristic_opts(merged, CRenderer(16, 32)) if opt.op == "UPCAST"]
+    assert sorted(merged.full_shape[opt.axis] for opt in upcasts if opt.amount == merged.full_shape[opt.axis]) == [2, 2]
+    expected = convolved(x, w, b, 1).clip(0, None)
+    np.testing.assert_allclose(out.numpy(), np.einsum("nchw,kc->nkhw", expected, pointwise[:, :, 0, 0]),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_a_stored_weights_transform_is_kept_between_eager_calls(winograd_calls):
