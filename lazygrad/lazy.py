@@ -357,6 +357,30 @@ def stored_in_order(node: LazyBuffer) -> bool:
     return bool(stored) and stored[1] == tuple(range(len(node.shape)))
 
 
+# Nodes `reads_stored_in` looks at below the one asked about.
+STORED_READ_WALK_NODES = 64
+
+
+def reads_stored_in(node: LazyBuffer, order: tuple[int, ...]) -> bool:
+    """Whether node's elementwise ops (through pads: a concatenation's operands) read some computed
+    value stored in `order` of node's axes (a convolution's channels-last output). The walk stops
+    after STORED_READ_WALK_NODES nodes."""
+    stack, seen = [node], set()
+    while stack and len(seen) < STORED_READ_WALK_NODES:
+        current = stack.pop()
+        while current.op is Ops.PAD and current.buffer is None:
+            current = current.srcs[0]
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        stored = _stored_order(current)
+        if stored and stored[1] == order:
+            return True
+        if current.buffer is None and current.op.is_elementwise:
+            stack.extend(current.srcs)
+    return False
+
+
 def _in_order(node: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
     """node permuted to `order`: a reshape of the computed value it reads when that is how it is stored
     (padded after, where node pads such a view: a concatenation's operands)."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from lazygrad.devices import device_kind
 from lazygrad.dtype import dtypes
-from lazygrad.lazy import LazyBuffer, stored_in_order, stored_out_of_order
+from lazygrad.lazy import LazyBuffer, reads_stored_in, stored_in_order, stored_out_of_order
 from lazygrad.multi import first_shard
 from lazygrad.tensor import Tensor, no_grad
 from lazygrad.tensor_methods.helpers import computes_in_float32
@@ -171,6 +171,8 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
     if _pointwise(x.device, groups, weight.shape, batch * math.prod(outputs)):
         return _pointwise_product(windows, weight)
     if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride), columns=outputs[-1]):
+        if math.prod(kernel) == 1 and _reads_channels_last_values(x):
+            windows = pool_windows(_channels_last_copy(x), kernel, stride, dilation)
         return _output_channels_last_product(windows, weight)
     if stored_out_of_order(first_shard(x.lazydata)):  # stored channels last: the vector below walks x's columns,
         windows = pool_windows(x.contiguous(), kernel, stride, dilation)  # so read a copy in this order
@@ -339,6 +341,24 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
     laid_out_windows = windows.permute((0,) + spatial + (1,) + kernel_axes).unsqueeze(1).unsqueeze(1)
     grouped = result.reshape((batch, 1, out_channels) + outputs)
     return grouped._with_gradient((laid_out_weight, laid_out_windows), _windowed_product_gradient).reshape(result.shape)
+
+
+def _reads_channels_last_values(x: Tensor) -> bool:
+    """Whether x (N, C, *spatial), not itself read in the order it is stored, is computed from some
+    value stored channels last (a convolution's output): a concatenation of Winograd outputs and
+    an earlier block's (DenseNet's batch norm and ReLU before each 1x1 convolution), where its
+    operands' orders differ, so the elementwise ops compute in x's own order."""
+    dims = x.ndim - 2
+    to_last = (0,) + tuple(range(2, 2 + dims)) + (1,)
+    node = first_shard(x.lazydata)
+    return not stored_in_order(node.permute(to_last)) and reads_stored_in(node, to_last)
+
+
+def _channels_last_copy(x: Tensor) -> Tensor:
+    """x (N, C, *spatial) as a view of its channels-last copy."""
+    dims = x.ndim - 2
+    stored = x.permute((0,) + tuple(range(2, 2 + dims)) + (1,)).contiguous()
+    return stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
 
 
 def _depthwise_channels_last(device: str, groups: int, weight_shape) -> bool:

@@ -451,6 +451,33 @@ def test_a_convolution_with_channels_in_the_middle_reads_a_channels_last_input_f
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_a_pointwise_convolution_of_channels_last_values_and_others_reads_a_channels_last_copy():
+    """DenseNet's 1x1 convolutions, each of the batch norm and ReLU of a concatenation of
+    channels-last values (its Winograd outputs) and a channels-first one (the pooled block input):
+    the operands' orders differ, so the ReLU computes in the logical order, and the convolution
+    (output channels last) reads a channels-last copy of it, along its reduce, where it read each
+    position's channels 400 floats apart (256 -> 128 channels at 56x56, the kernel alone: 2.14 ->
+    1.39 ms). A channels-first input that reads no channels-last value is read in place."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((1, 8, 20, 20)).astype(np.float32), rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    w1, w2 = rng.standard_normal((16, 8, 1, 1)).astype(np.float32), rng.standard_normal((32, 32, 1, 1)).astype(np.float32)
+    grown = Tensor(a).conv2d(Tensor(w1))                # stored (1, 20, 20, 16)
+    joined = Tensor.cat([grown, Tensor(b) * 2], dim=1).relu()
+    out = joined.conv2d(Tensor(w2))
+    kernels = [item.kernel for item in create_schedule([out.lazydata]) if item.kernel is not None]
+    product = next(kernel for kernel in kernels if kernel.reduce_axes and kernel.full_shape[kernel.reduce_axes[0]] == 32)
+    (reduce_axis,) = product.reduce_axes
+    loads = [node.arg[1].views[-1].strides[reduce_axis] for node in product.ast.walk() if node.op is Ops.LOAD]
+    assert 1 in loads and 400 not in loads
+    expected_joined = np.maximum(np.concatenate([np.einsum("oc,nchw->nohw", w1[:, :, 0, 0], a), b * 2], axis=1), 0)
+    np.testing.assert_allclose(out.numpy(), np.einsum("oc,nchw->nohw", w2[:, :, 0, 0], expected_joined),
+                               rtol=1e-4, atol=1e-4)
+    alone = (Tensor(b) * 2).relu().conv2d(Tensor(w2[:, :16]))
+    stores = [node.arg[1].shape for item in create_schedule([alone.lazydata]) if item.kernel is not None
+              for node in item.kernel.ast.walk() if node.op is Ops.STORE]
+    assert (1, 20, 20, 16) not in stores
+
+
 def test_a_strided_depthwise_convolution_reads_its_channels_last_input_through_the_padding():
     """MobileNetV2's stride-2 depthwise convolutions: the 1x1 convolution before them stores its
     output channels last, and the depthwise kernel reads it through the zero padding as a view (each
