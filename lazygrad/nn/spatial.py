@@ -171,8 +171,9 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
     if _pointwise(x.device, groups, weight.shape, batch * math.prod(outputs)):
         return _pointwise_product(windows, weight)
     if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride), columns=outputs[-1]):
-        if math.prod(kernel) == 1 and _reads_channels_last_values(x):
+        if _reads_channels_last_values(x):
             windows = pool_windows(_channels_last_copy(x), kernel, stride, dilation)
+            return _output_channels_last_product(windows, weight, channels_innermost=True)
         return _output_channels_last_product(windows, weight)
     if stored_out_of_order(first_shard(x.lazydata)):  # stored channels last: the vector below walks x's columns,
         windows = pool_windows(x.contiguous(), kernel, stride, dilation)  # so read a copy in this order
@@ -304,7 +305,7 @@ def _in_vectors(columns: int) -> bool:
     return columns % 4 == 0
 
 
-def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
+def _output_channels_last_product(windows: Tensor, weight: Tensor, channels_innermost: bool = False) -> Tensor:
     """The convolution of `windows` (N, C, *outputs, *kernel) with weight (O, C, *kernel), computed
     in (N, *outputs, O) order and returned as an (N, O, *outputs) view.
 
@@ -315,7 +316,11 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
     Channels in the middle instead, the columns are the vector: 7 or 14 columns (ResNet's last
     stages) fill vectors poorly, and every output row reads the whole weight again. The copy is
     O*C*kernel elements per call (ResNet-18: 11M, 5 ms at batch 1; a jit replay skips it while the
-    weight is unchanged). The gradient is
+    weight is unchanged). The reduce runs over the input channels, then the kernel positions, where
+    `windows` are a view of x (N, C, *padded) stored that way (a kernel row is then contiguous), and
+    with `channels_innermost` over the kernel positions, then the channels, the panels
+    (O/P, *kernel, C, P), where they are a view of a channels-last copy (`_channels_last_copy`): each
+    step's window value then lies next to the previous one's either way. The gradient is
     `_windowed_product_gradient`'s, of the same product laid out channels in the middle."""
     dims = weight.ndim - 2
     batch, channels, outputs = windows.shape[0], windows.shape[1], windows.shape[2:2 + dims]
@@ -328,11 +333,17 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor) -> Tensor:
         else:
             weight_panels = weight
         panels = weight_panels.reshape((computed // width, width, channels) + kernel)
-        panels = panels.permute((0, 2) + tuple(range(3, 3 + dims)) + (1,)).contiguous()  # (O/P, C, *kernel, P)
-        right = panels.permute((0, 2 + dims, 1) + tuple(range(2, 2 + dims)))              # (O/P, P, C, *kernel)
+        if channels_innermost:
+            panels = panels.permute((0,) + tuple(range(3, 3 + dims)) + (2, 1)).contiguous()  # (O/P, *kernel, C, P)
+            right = panels.permute((0, 2 + dims) + tuple(range(1, 2 + dims)))                # (O/P, P, *kernel, C)
+            left = windows.permute((0,) + spatial + kernel_axes + (1,))
+            left = left.reshape((batch,) + outputs + (1, 1) + kernel + (channels,))
+        else:
+            panels = panels.permute((0, 2) + tuple(range(3, 3 + dims)) + (1,)).contiguous()  # (O/P, C, *kernel, P)
+            right = panels.permute((0, 2 + dims, 1) + tuple(range(2, 2 + dims)))              # (O/P, P, C, *kernel)
+            left = windows.permute((0,) + spatial + (1,) + kernel_axes)
+            left = left.reshape((batch,) + outputs + (1, 1, channels) + kernel)
         right = right.reshape((1,) * (1 + dims) + right.shape)
-        left = windows.permute((0,) + spatial + (1,) + kernel_axes)
-        left = left.reshape((batch,) + outputs + (1, 1, channels) + kernel)
         # window values first: gcc's SLP packs the tile's fmas only with their operands in this order
         summed = (left * right)._reduce(Ops.SUM, tuple(range(3 + dims, 4 + 2 * dims)), False, "convolution")  # (N, *outputs, O/P, P)
         result = summed.reshape((batch,) + outputs + (computed,))[..., :out_channels]
@@ -347,7 +358,8 @@ def _reads_channels_last_values(x: Tensor) -> bool:
     """Whether x (N, C, *spatial), not itself read in the order it is stored, is computed from some
     value stored channels last (a convolution's output): a concatenation of Winograd outputs and
     an earlier block's (DenseNet's batch norm and ReLU before each 1x1 convolution), where its
-    operands' orders differ, so the elementwise ops compute in x's own order."""
+    operands' orders differ, so the elementwise ops compute in x's own order; a zero padding of a
+    channels-last ReLU (ResNet's strided 3x3 convolutions, Inception-v3's 1x7 ones)."""
     dims = x.ndim - 2
     to_last = (0,) + tuple(range(2, 2 + dims)) + (1,)
     node = first_shard(x.lazydata)
