@@ -15,7 +15,7 @@ import numpy as np
 
 from lazygrad.dtype import dtypes
 from lazygrad.nn import functional as F
-from lazygrad.nn.spatial import pool_windows
+from lazygrad.nn.spatial import max_over_windows, pool_windows
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
 from lazygrad.ops import Ops
@@ -94,9 +94,9 @@ def pool_geometry(x: Tensor, kernel_shape, strides, dilations, pads, auto_pad, c
 def max_pool(ctx, x, kernel_shape, strides=None, dilations=None, pads=None, auto_pad="NOTSET", ceil_mode=0,
              storage_order=0):
     strides, dilations, pairs, outputs = pool_geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    lowest = lowest_value(x.dtype)
-    padded = padded_input(x, pairs, outputs, kernel_shape, strides, dilations, lowest)
-    result = windows(padded, outputs, kernel_shape, strides, dilations).max(window_axes(x))
+    exact = [(before, (o - 1) * s + (k - 1) * d + 1 - size - before)  # padded to just the windows
+             for size, (before, _), o, k, s, d in zip(x.shape[2:], pairs, outputs, kernel_shape, strides, dilations)]
+    result = max_over_windows(x, exact, kernel_shape, strides, dilations)
     if len(ctx.node.output) < 2:
         return result
     return result, max_pool_indices(x, result, kernel_shape, strides, dilations, pairs, outputs, storage_order)
