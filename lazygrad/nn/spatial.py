@@ -799,14 +799,15 @@ def _max_pool(name: str, dims: int, input, kernel_size, stride, padding, dilatio
         # stored with its padding: its input is then usually a stored relu output (tensor_methods/
         # elementwise.py), whose padded view the scheduler would read through bounds tests (ResNet-18's
         # max pool at batch 16, 2 threads: 3 -> 46 ms)
-        padded = x.pad(((0, 0), (0, 0)) + pads, value=_lowest_value(x.dtype)).contiguous()
+        padded = x.pad(((0, 0), (0, 0)) + pads, value=lowest_value(x.dtype)).contiguous()
         out = _first_maximum(pool_windows(padded, kernel, stride, dilation), dims)
     else:
         out = max_over_windows(x, pads, kernel, stride, dilation)
     return out.squeeze(0) if unbatched else out
 
 
-def _lowest_value(dtype):
+def lowest_value(dtype):
+    """What padding a max over windows counts as nothing: -inf, or the integer dtype's least."""
     return -math.inf if dtype.is_float else np.iinfo(dtype.np).min
 
 
@@ -819,7 +820,7 @@ def max_over_windows(x: Tensor, pads, kernel, stride, dilation) -> Tensor:
     channels: ResNet-50 through lazygrad.onnx, 2 threads, kernels alone, the pool 0.20 -> 0.14 ms,
     the 1x1 convolution after it 0.23 -> 0.19 ms."""
     dims = len(kernel)
-    lowest = _lowest_value(x.dtype)
+    lowest = lowest_value(x.dtype)
     to_last = (0,) + tuple(range(2, 2 + dims)) + (1,)
     if device_kind(x.device) == "CPU" and not (Tensor.grad_enabled and x.requires_grad) \
             and stored_in_order(first_shard(x.lazydata).permute(to_last)):

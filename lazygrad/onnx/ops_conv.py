@@ -15,7 +15,7 @@ import numpy as np
 
 from lazygrad.dtype import dtypes
 from lazygrad.nn import functional as F
-from lazygrad.nn.spatial import max_over_windows, pool_windows
+from lazygrad.nn.spatial import lowest_value, max_over_windows, pool_windows
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
 from lazygrad.ops import Ops
@@ -76,10 +76,6 @@ def window_slices(x: Tensor, outputs, kernel, strides, dilations):
             start = k * d
             index.append(slice(start, start + (o - 1) * s + 1, s))
         yield x[tuple(index)]
-
-
-def lowest_value(dtype):
-    return -math.inf if dtype.is_float else np.iinfo(dtype.np).min
 
 
 def pool_geometry(x: Tensor, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode):
