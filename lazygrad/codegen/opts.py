@@ -499,7 +499,7 @@ POOL_VECTORS = 4
 
 def pool_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     """A max over windows whose every load walks the last output axis contiguously (a max pool
-    computed channels last, nn/spatial.py `_channels_last_max_pool`): that axis upcast in whole
+    computed channels last, nn/spatial.py `_channels_last_pool`): that axis upcast in whole
     vectors, up to POOL_VECTORS, so each window step is a vector load and a vector max into
     accumulators held in registers (the C renderer's vector MAX_REDUCE). Without it, linearize's
     loop over an array of accumulators loads and stores each one at every step. ResNet-18's pool

@@ -802,7 +802,7 @@ def _max_pool(name: str, dims: int, input, kernel_size, stride, padding, dilatio
         padded = x.pad(((0, 0), (0, 0)) + pads, value=lowest_value(x.dtype)).contiguous()
         out = _first_maximum(pool_windows(padded, kernel, stride, dilation), dims)
     else:
-        out = max_over_windows(x, pads, kernel, stride, dilation)
+        out = reduce_over_windows(x, pads, kernel, stride, dilation, "max")
     return out.squeeze(0) if unbatched else out
 
 
@@ -811,23 +811,27 @@ def lowest_value(dtype):
     return -math.inf if dtype.is_float else np.iinfo(dtype.np).min
 
 
-def max_over_windows(x: Tensor, pads, kernel, stride, dilation) -> Tensor:
-    """The max over the windows of x (N, C, *spatial) padded by `pads` ((before, after) per spatial
-    dim; a negative after cuts) with its dtype's lowest value, as a reduce whose gradient is shared
-    among tied maxima: nn's max pools in inference and lazygrad.onnx's MaxPool. On the CPU device an
-    x read in the order it is stored channels last (a convolution's relu: ResNet's stem) pools
-    channels last (`_channels_last_max_pool`), so the convolutions after it read it along the
-    channels: ResNet-50 through lazygrad.onnx, 2 threads, kernels alone, the pool 0.20 -> 0.14 ms,
-    the 1x1 convolution after it 0.23 -> 0.19 ms."""
+def reduce_over_windows(x: Tensor, pads, kernel, stride, dilation, op: str) -> Tensor:
+    """The max (op "max", padding with the dtype's lowest value) or the sum (op "sum", padding with
+    zeros) over the windows of x (N, C, *spatial) padded by `pads` ((before, after) per spatial dim;
+    a negative after cuts), as a plain reduce (a max shares its gradient among tied maxima): nn's
+    max pools in inference, its average pools, and lazygrad.onnx's MaxPool and AveragePool. In
+    inference on the CPU device an x read in the order it is stored channels last (a convolution's
+    relu: ResNet's stem; DenseNet's transitions) pools channels last (`_channels_last_pool`), so
+    the convolutions after it read it along the channels: ResNet-50 through lazygrad.onnx, 2
+    threads, kernels alone, its max pool 0.20 -> 0.14 ms, the 1x1 convolution after it 0.23 -> 0.19
+    ms; DenseNet-121's first 2x2 average pool 0.34 -> 0.03 ms, its kernels 35.5 -> 32.4 ms, GoogLeNet's
+    15.5 -> 14.3, Inception-v3's 67.8 -> 65.9 (their pools of concatenations)."""
     dims = len(kernel)
-    lowest = lowest_value(x.dtype)
+    fill = lowest_value(x.dtype) if op == "max" else 0
     to_last = (0,) + tuple(range(2, 2 + dims)) + (1,)
     if device_kind(x.device) == "CPU" and not (Tensor.grad_enabled and x.requires_grad) \
             and stored_in_order(first_shard(x.lazydata).permute(to_last)):
-        return _channels_last_max_pool(x.permute(to_last).pad(((0, 0),) + tuple(pads) + ((0, 0),), value=lowest),
-                                       kernel, stride, dilation)
-    windows = pool_windows(x.pad(((0, 0), (0, 0)) + tuple(pads), value=lowest), kernel, stride, dilation)
-    return windows.max(tuple(range(2 + dims, 2 + 2 * dims)))
+        return _channels_last_pool(x.permute(to_last).pad(((0, 0),) + tuple(pads) + ((0, 0),), value=fill),
+                                   kernel, stride, dilation, op)
+    windows = pool_windows(x.pad(((0, 0), (0, 0)) + tuple(pads), value=fill), kernel, stride, dilation)
+    axes = tuple(range(2 + dims, 2 + 2 * dims))
+    return windows.max(axes) if op == "max" else windows.sum(axes)
 
 
 def _first_maximum(windows: Tensor, dims: int) -> Tensor:
@@ -848,16 +852,18 @@ def _first_maximum(windows: Tensor, dims: int) -> Tensor:
     return (countdown == first).where(windows, 0).sum(axes)
 
 
-def _channels_last_max_pool(padded: Tensor, kernel, stride, dilation) -> Tensor:
-    """Max pooling of a padded (N, *spatial, C) value stored channels last (a convolution's output,
-    through its batch norm and relu: ResNet-18's stem), computed in (N, *outputs, C) order and
-    returned as an (N, C, *outputs) view: the vector is the channels, every load contiguous, and
-    the residual sum after it stays channels last with the convolutions beside it."""
+def _channels_last_pool(padded: Tensor, kernel, stride, dilation, op: str) -> Tensor:
+    """The max or sum (`op`) over windows of a padded (N, *spatial, C) value stored channels last (a
+    convolution's output, through its batch norm and relu: ResNet-18's stem), computed in
+    (N, *outputs, C) order and returned as an (N, C, *outputs) view: the vector is the channels,
+    every load contiguous, and the residual sum after it stays channels last with the convolutions
+    beside it."""
     dims = len(kernel)
     channels_first = padded.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
     windows = pool_windows(channels_first, kernel, stride, dilation)                     # (N, C, *outputs, *kernel)
     by_position = windows.permute((0,) + tuple(range(2, 2 + dims)) + (1,) + tuple(range(2 + dims, 2 + 2 * dims)))
-    out = by_position.max(tuple(range(2 + dims, 2 + 2 * dims)))                            # (N, *outputs, C)
+    axes = tuple(range(2 + dims, 2 + 2 * dims))
+    out = by_position.max(axes) if op == "max" else by_position.sum(axes)                  # (N, *outputs, C)
     return out.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
 
 
@@ -901,8 +907,7 @@ def _avg_pool(name: str, dims: int, input, kernel_size, stride, padding, ceil_mo
         raise TypeError(f"{name}: expected a floating point input, got {x.dtype.name}")
     kernel, stride, _, padding, outputs, pads = _pool_geometry(name, x, dims, kernel_size, stride, padding, 1,
                                                                ceil_mode)
-    windows = pool_windows(x.pad(((0, 0), (0, 0)) + pads), kernel, stride, (1,) * dims)
-    total = windows.sum(tuple(range(2 + dims, 2 + 2 * dims)))
+    total = reduce_over_windows(x, pads, kernel, stride, (1,) * dims, "sum")
     if divisor_override is not None:
         if not _is_int(divisor_override) or divisor_override == 0:
             raise ValueError(f"{name}: divisor_override must be a non-zero int, got {divisor_override!r}")

@@ -15,7 +15,7 @@ import numpy as np
 
 from lazygrad.dtype import dtypes
 from lazygrad.nn import functional as F
-from lazygrad.nn.spatial import lowest_value, max_over_windows, pool_windows
+from lazygrad.nn.spatial import lowest_value, pool_windows, reduce_over_windows
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
 from lazygrad.ops import Ops
@@ -55,6 +55,13 @@ def padded_input(x: Tensor, pairs, outputs, kernel, strides, dilations, value) -
     return x.pad(((0, 0), (0, 0)) + tuple(full), value=value)
 
 
+def exact_pads(x: Tensor, pairs, outputs, kernel, strides, dilations) -> list[tuple[int, int]]:
+    """(before, after) per spatial dim that pad x to just the windows of the output (after cut
+    where the pads reach beyond the last window, grown where ceil_mode needs more)."""
+    return [(before, (o - 1) * s + (k - 1) * d + 1 - size - before)
+            for size, (before, _), o, k, s, d in zip(x.shape[2:], pairs, outputs, kernel, strides, dilations)]
+
+
 def windows(x: Tensor, outputs, kernel, strides, dilations) -> Tensor:
     """The padded input's windows as a view of shape x.shape[:2] + outputs + kernel: element
     [n, c, o..., k...] is x[n, c, o * stride + k * dilation]. Pads beyond the last window are cut."""
@@ -90,9 +97,8 @@ def pool_geometry(x: Tensor, kernel_shape, strides, dilations, pads, auto_pad, c
 def max_pool(ctx, x, kernel_shape, strides=None, dilations=None, pads=None, auto_pad="NOTSET", ceil_mode=0,
              storage_order=0):
     strides, dilations, pairs, outputs = pool_geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    exact = [(before, (o - 1) * s + (k - 1) * d + 1 - size - before)  # padded to just the windows
-             for size, (before, _), o, k, s, d in zip(x.shape[2:], pairs, outputs, kernel_shape, strides, dilations)]
-    result = max_over_windows(x, exact, kernel_shape, strides, dilations)
+    result = reduce_over_windows(x, exact_pads(x, pairs, outputs, kernel_shape, strides, dilations), kernel_shape,
+                                 strides, dilations, "max")
     if len(ctx.node.output) < 2:
         return result
     return result, max_pool_indices(x, result, kernel_shape, strides, dilations, pairs, outputs, storage_order)
@@ -122,8 +128,8 @@ def max_pool_indices(x, result, kernel, strides, dilations, pairs, outputs, stor
 def average_pool(ctx, x, kernel_shape, strides=None, dilations=None, pads=None, auto_pad="NOTSET", ceil_mode=0,
                  count_include_pad=0):
     strides, dilations, pairs, outputs = pool_geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    padded = padded_input(x, pairs, outputs, kernel_shape, strides, dilations, 0.0)
-    total = windows(padded, outputs, kernel_shape, strides, dilations).sum(window_axes(x))
+    total = reduce_over_windows(x, exact_pads(x, pairs, outputs, kernel_shape, strides, dilations), kernel_shape,
+                                strides, dilations, "sum")
     counts = window_counts(x.shape[2:], pairs, outputs, kernel_shape, strides, dilations, count_include_pad)
     if np.all(counts == counts.flat[0]):
         return total / float(counts.flat[0])

@@ -533,14 +533,16 @@ def test_a_strided_depthwise_convolution_reads_its_channels_last_input_through_t
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
-def _onnx_conv_relu_max_pool(w: np.ndarray):
-    """x -> MaxPool(Relu(Conv(x, w)), 3x3, stride 2, pads 1) through lazygrad.onnx, lazily."""
+def _onnx_conv_relu_pool(w: np.ndarray, pool: str):
+    """x -> pool(Relu(Conv(x, w)), 3x3, stride 2, pads 1) through lazygrad.onnx, lazily; pool is
+    "MaxPool" or "AveragePool" (with count_include_pad)."""
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
     from lazygrad.onnx import OnnxModel
+    extra = {"count_include_pad": 1} if pool == "AveragePool" else {}
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[1, 1]), helper.make_node("Relu", ["c"], ["r"]),
-         helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])], "pool",
+         helper.make_node(pool, ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], **extra)], "pool",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, w.shape[1], 12, 12])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
     model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
@@ -548,24 +550,28 @@ def _onnx_conv_relu_max_pool(w: np.ndarray):
 
 
 @pytest.mark.parametrize("route", ["nn", "onnx"])
-def test_a_max_pool_of_a_channels_last_value_pools_channels_last(route):
-    """ResNet's stem: the max pool of a channels-last convolution's relu reads it as it is stored
-    (the channels are the vector) and stores channels last, so the residual sum after it stays
-    channels last beside the next convolutions, by every route (lazygrad.onnx's MaxPool pads
-    explicitly, its own way). Values against numpy."""
+@pytest.mark.parametrize("pool", ["max", "average"])
+def test_a_pool_of_a_channels_last_value_pools_channels_last(route, pool):
+    """ResNet's stem (a max pool), DenseNet's transitions (an average pool): the pool of a
+    channels-last convolution's relu reads it as it is stored (the channels are the vector) and
+    stores channels last, so the residual sum or convolution after it stays channels last, by every
+    route (lazygrad.onnx's pools pad explicitly, their own way). Values against numpy."""
     from lazygrad import no_grad
     rng = np.random.default_rng(7)
     a, w = rng.standard_normal((1, 16, 12, 12)).astype(np.float32), rng.standard_normal((32, 16, 1, 1)).astype(np.float32)
     with no_grad():
+        hidden = Tensor(a).conv2d(Tensor(w)).relu()
         if route == "nn":
-            out = Tensor(a).conv2d(Tensor(w)).relu().max_pool2d(3, 2, 1)
+            out = hidden.max_pool2d(3, 2, 1) if pool == "max" else hidden.avg_pool2d(3, 2, 1)
         else:
-            out = _onnx_conv_relu_max_pool(w)(Tensor(a))
+            out = _onnx_conv_relu_pool(w, "MaxPool" if pool == "max" else "AveragePool")(Tensor(a))
         names = [item.kernel.name for item in create_schedule([out.lazydata]) if item.kernel is not None]
         assert "r_1_6_6_32_r3x3" in names, names
-        hidden = np.pad(np.maximum(np.einsum("oc,nchw->nohw", w[:, :, 0, 0], a), 0), ((0, 0), (0, 0), (1, 1), (1, 1)),
-                        constant_values=-np.inf)
-        expected = np.max([hidden[:, :, ky:ky + 12:2, kx:kx + 12:2] for ky in range(3) for kx in range(3)], axis=0)
+        fill = -np.inf if pool == "max" else 0
+        padded = np.pad(np.maximum(np.einsum("oc,nchw->nohw", w[:, :, 0, 0], a), 0), ((0, 0), (0, 0), (1, 1), (1, 1)),
+                        constant_values=fill)
+        windows = np.array([padded[:, :, ky:ky + 12:2, kx:kx + 12:2] for ky in range(3) for kx in range(3)])
+        expected = windows.max(axis=0) if pool == "max" else windows.sum(axis=0) / 9
         np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
