@@ -172,7 +172,8 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
         return _pointwise_product(windows, weight)
     if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride), columns=outputs[-1]):
         if _reads_channels_last_values(x):
-            windows = pool_windows(_channels_last_copy(x), kernel, stride, dilation)
+            stored = _channels_last_padded(x, dims, strided=False)  # (N, *padded, C), a copy
+            windows = pool_windows(stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims))), kernel, stride, dilation)
             return _output_channels_last_product(windows, weight, channels_innermost=True)
         return _output_channels_last_product(windows, weight)
     if stored_out_of_order(first_shard(x.lazydata)):  # stored channels last: the vector below walks x's columns,
@@ -319,7 +320,7 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor, channels_inne
     weight is unchanged). The reduce runs over the input channels, then the kernel positions, where
     `windows` are a view of x (N, C, *padded) stored that way (a kernel row is then contiguous), and
     with `channels_innermost` over the kernel positions, then the channels, the panels
-    (O/P, *kernel, C, P), where they are a view of a channels-last copy (`_channels_last_copy`): each
+    (O/P, *kernel, C, P), where they are a view of a channels-last copy (`_channels_last_padded`): each
     step's window value then lies next to the previous one's either way. The gradient is
     `_windowed_product_gradient`'s, of the same product laid out channels in the middle."""
     dims = weight.ndim - 2
@@ -364,13 +365,6 @@ def _reads_channels_last_values(x: Tensor) -> bool:
     to_last = (0,) + tuple(range(2, 2 + dims)) + (1,)
     node = first_shard(x.lazydata)
     return not stored_in_order(node.permute(to_last)) and reads_stored_in(node, to_last)
-
-
-def _channels_last_copy(x: Tensor) -> Tensor:
-    """x (N, C, *spatial) as a view of its channels-last copy."""
-    dims = x.ndim - 2
-    stored = x.permute((0,) + tuple(range(2, 2 + dims)) + (1,)).contiguous()
-    return stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
 
 
 def _depthwise_channels_last(device: str, groups: int, weight_shape) -> bool:
