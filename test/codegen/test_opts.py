@@ -1010,6 +1010,20 @@ def test_row_tiles_no_panel_divides_run_inside_each_panel_of_a_large_weight(monk
             assert panels == ([] if panel is None else [panel]), rows
 
 
+def test_row_tiles_no_panel_divides_run_inside_each_panel_of_a_weight_half_the_l2(monkeypatch):
+    """ViT's attention projection, 197 tokens by a 768x768 weight (2.25 MiB, where the L2 holds 2):
+    its 25 row tiles all run inside each panel of the weight, which with the tile alone every row
+    tile read whole from beyond L2 (2 threads, kernel alone: 1.56-1.76 -> 1.14-1.24 ms). A weight
+    below WIDE_VECTOR_PANEL_ELEMENTS, which the tiles reread from L2, keeps the tile alone."""
+    monkeypatch.setattr(linalg, "panel_shape", lambda device: (8, 32))
+    with no_grad():
+        for n, panel in ((768, Opt("PANEL", 0, 25)), (256, None)):
+            w = Tensor(np.ones((n, 768), np.float32)).realize()
+            kernel, _ = product_kernel_of(Tensor(np.ones((197, 768), np.float32)) @ w.T)
+            panels = [opt for opt in heuristic_opts(kernel, AVX512) if opt.op == "PANEL"]
+            assert panels == ([] if panel is None else [panel]), n
+
+
 def test_a_convolution_whose_positions_no_row_tile_divides_takes_all_its_channel_groups():
     """Inception-v3's stem, 3 -> 32 channels over 149x149 positions (prime: no row tile), computed
     channels last with its output channels in groups: every group is upcast, so each input value
