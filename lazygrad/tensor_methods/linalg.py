@@ -135,7 +135,7 @@ class LinalgMethods:
         sources = (x, w)
         dtype = result_type([x.dtype, w.dtype], [], [])
         rows = math.prod(x.shape[:-1]) if w.ndim == 2 else m  # x's batch dims join its rows
-        if packs_operands(x.device, rows, k, n, constant_right=_is_constant_weight(w)):
+        if packs_operands(x.device, rows, k, n, constant_right=_constant_kind(w)):
             left = x.reshape(rows, k) if w.ndim == 2 else x
             result = _panel_product(left.cast(dtype), w.cast(dtype)).reshape(x.shape[:-1] + (n,))
         else:
@@ -224,15 +224,17 @@ class LinalgMethods:
 # On the CPU device, a matmul with at least PANEL_MIN_ROWS rows and a right operand of at least
 # PANEL_MIN_ELEMENTS elements first copies its right operand into panels (_panel_product), and its
 # left one where its rows fill no whole tile; from PANEL_MIN_ROWS_CONSTANT rows when the right operand
-# is a stored weight no gradient is recorded for (`_is_constant_weight`); a smaller right operand too
-# where the product has PANEL_MIN_PRODUCT multiply-adds and takes no register tile in place.
+# is a stored weight no gradient is recorded for (`_constant_kind`); a smaller right operand too
+# where the product has PANEL_MIN_PRODUCT multiply-adds and takes no register tile in place, and one
+# computed from stored weights of PANEL_MIN_ELEMENTS_CONSTANT elements (more than L1 holds) there.
 PANEL_MIN_ROWS = 64
 PANEL_MIN_ROWS_CONSTANT = 8
 PANEL_MIN_ELEMENTS = 1 << 17
+PANEL_MIN_ELEMENTS_CONSTANT = 1 << 14
 PANEL_MIN_PRODUCT = 1 << 20
 
 
-def packs_operands(device: str, m: int, k: int, n: int, constant_right: bool = False) -> bool:
+def packs_operands(device: str, m: int, k: int, n: int, constant_right: str | None = None) -> bool:
     """Whether an (m, k) @ (k, n) matmul on the device copies its right operand into panels (so a
     copy of it made just for the matmul would be a second one; the left one too where its rows fill
     no whole tile or it is a transposed view, `_panel_product`). The GPU dialects tile each
@@ -243,17 +245,25 @@ def packs_operands(device: str, m: int, k: int, n: int, constant_right: bool = F
     it is tiled, where in place the heuristic left it untiled (ViT's attention over 197 tokens, 12
     heads of 197x64 @ 64x197, 2 threads, AVX-512: 45 -> 148 GFLOP/s).
 
-    A constant right operand (`_is_constant_weight`) is packed from fewer rows: its panels are a
-    value of unchanged buffers, which an eager call keeps (derived_values) and a jit replay skips,
-    so only the product runs, and in panels it runs 1.3-1.6x faster (2 threads, AVX-512, x @ W.T
-    with W 3072x768: 32 rows 1.87 -> 1.32 ms, 16 rows 1.27 -> 0.78; GPT-2's 32-token prompt's
-    kernels 164 -> 91 ms).
+    A constant right operand (`_constant_kind`, "stored" or "derived") is packed from fewer rows:
+    its panels are a value of unchanged buffers, which an eager call keeps (derived_values) and a
+    jit replay skips, so only the product runs, and in panels it runs 1.3-1.6x faster (2 threads,
+    AVX-512, x @ W.T with W 3072x768: 32 rows 1.87 -> 1.32 ms, 16 rows 1.27 -> 0.78; GPT-2's
+    32-token prompt's kernels 164 -> 91 ms). A smaller derived one too, in a product of
+    PANEL_MIN_PRODUCT multiply-adds: stored for the product in any case, it is stored in panels
+    instead, once; read in place, its rows a power of two apart share a few cache sets (Winograd's
+    16 products of a 3x3 convolution's transformed input by its transformed weight, ResNet-50's
+    14x14 stage, 16 x 49x256 @ 256x256, 2 threads, kernel alone: 3.3-4.2 -> 2.6-3.5 ms; its 28x28
+    stage's 16 x 196x128 @ 128x128 1.84 -> 1.77).
     Below 8 rows the product is a set of dot products over W's rows, which read it in place."""
     if device_kind(device) != "CPU":
         return False
+    if constant_right == "derived" and m >= PANEL_MIN_ROWS_CONSTANT and k * n >= PANEL_MIN_ELEMENTS_CONSTANT \
+            and m * k * n >= PANEL_MIN_PRODUCT:
+        return True
     if k * n < PANEL_MIN_ELEMENTS and not (m * k * n >= PANEL_MIN_PRODUCT and _fills_no_tile(m, n)):
         return False
-    return m >= PANEL_MIN_ROWS or (constant_right and m >= PANEL_MIN_ROWS_CONSTANT)
+    return m >= PANEL_MIN_ROWS or (constant_right is not None and m >= PANEL_MIN_ROWS_CONSTANT)
 
 
 def _fills_no_tile(m: int, n: int) -> bool:
@@ -374,17 +384,33 @@ def _matmul_gradient(grad, out, sources, arg) -> list:
     return [grad.matmul(w.T), grad_w]
 
 
-def _is_constant_weight(tensor) -> bool:
-    """Whether tensor is a stored buffer, or a view of one, whose gradient is not being recorded
-    (a layer's weight in inference, `x @ W.T`): a value that stays the same from call to call, so
-    copies of it are made once (derived_values makes them again after a write to it)."""
+CONSTANT_WALK_NODES = 64
+
+
+def _constant_kind(tensor) -> str | None:
+    """"stored" where tensor is a stored buffer or a view of one (a layer's weight in inference,
+    `x @ W.T`), "derived" where it is computed from stored buffers and constants alone, within
+    CONSTANT_WALK_NODES nodes (Winograd's transformed weight), else None; None too where its
+    gradient is being recorded. Either is a value that stays the same from call to call, so copies
+    of it are made once (derived_values makes them again after a write to a buffer it reads)."""
     from lazygrad.tensor import Tensor
     if Tensor.grad_enabled and tensor.requires_grad:
-        return False
+        return None
     node = first_shard(tensor.lazydata)
     while not node.realized and node.op.kind == MOVEMENT:
         node = node.srcs[0]
-    return node.realized
+    if node.realized:
+        return "stored"
+    stack, seen = [node], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or node.realized or node.op is Ops.CONST:
+            continue
+        seen.add(id(node))
+        if len(seen) > CONSTANT_WALK_NODES or not node.srcs:
+            return None
+        stack.extend(node.srcs)
+    return "derived"
 
 
 def _walks_k_contiguously(tensor) -> bool:
