@@ -1395,10 +1395,12 @@ def panel_row_axis(tiled: OptimizedKernel) -> int | None:
     return None
 
 
-# A matmul in panels whose rows make at most FEW_ROW_TILES register tiles, or at most
-# UNDIVIDED_ROW_TILES that no PANEL_ROW_TILES divide, with a right operand of at least
-# STREAMED_PANEL_ELEMENTS elements, runs every row tile inside each panel of columns (few_rows_panel).
+# A matmul in panels whose rows make at most FEW_ROW_TILES register tiles, with a right operand of at
+# least FEW_ROWS_PANEL_ELEMENTS elements, or at most UNDIVIDED_ROW_TILES that no PANEL_ROW_TILES
+# divide, with one of at least STREAMED_PANEL_ELEMENTS, runs every row tile inside each panel of
+# columns (few_rows_panel).
 FEW_ROW_TILES = 7
+FEW_ROWS_PANEL_ELEMENTS = 1 << 16
 UNDIVIDED_ROW_TILES = 32
 STREAMED_PANEL_ELEMENTS = 1 << 20
 
@@ -1410,11 +1412,17 @@ def few_rows_panel(tiled: OptimizedKernel) -> Opt | None:
     the panels, not the row tiles. No BLOCK: the whole reduce runs per tile. Found by BEAM and
     measured with 12 layers' weights, so that each streams from memory (2 threads, AVX-512, kernel
     alone, ms): 32x768 @ 768x3072 1.72 -> 0.97, 32x3072 @ 3072x768 1.93 -> 1.08, 32x768 @ 768x2304
-    1.64 -> 0.82 (BEAM's own timing); with a right operand of 768x768 slower (0.31 -> 0.41), so
-    not below STREAMED_PANEL_ELEMENTS. Up to UNDIVIDED_ROW_TILES row tiles too where `panel_opt`
-    has no PANEL for them: ViT's 197 tokens, 25 tiles of 8 rows, ran with the tile alone, every row
-    tile streaming the whole weight (2 threads, kernel alone: 197x768 @ 768x3072 7.6-9.8 -> 3.9-4.1
-    ms, 197x3072 @ 3072x768 6.8-7.4 -> 3.8-4.7; ONNX Runtime about 5)."""
+    1.64 -> 0.82 (BEAM's own timing). From FEW_ROWS_PANEL_ELEMENTS on: the threads then share the
+    panels, where they shared few row tiles unevenly (7 of them, 7x7 positions, on 2 threads: 4
+    and 3), and each panel stays near while every row tile reads it (MNASNet's and
+    EfficientNet-B0's 1x1 convolutions at 7x7, 49x192 @ 192x1152 0.83 -> 0.56 ms in the model,
+    49x1152 @ 1152x192 0.65 -> 0.45; whole models in `bench_ab.py` 0.90x and 0.92-0.94x their
+    time; MobileNetV3-Small's, of 96x576 weights and smaller, measured slower, 1.03x). Up to
+    UNDIVIDED_ROW_TILES row tiles too where `panel_opt` has no PANEL for them and the right operand
+    has STREAMED_PANEL_ELEMENTS: ViT's 197 tokens, 25 tiles of 8 rows, ran with the tile alone,
+    every row tile streaming the whole weight (2 threads, kernel alone: 197x768 @ 768x3072 7.6-9.8
+    -> 3.9-4.1 ms, 197x3072 @ 3072x768 6.8-7.4 -> 3.8-4.7; ONNX Runtime about 5); by 768x256 and
+    384x384 weights, slower (1.09-1.16x)."""
     row_axis = panel_row_axis(tiled)
     if row_axis is None:
         return None
@@ -1424,8 +1432,9 @@ def few_rows_panel(tiled: OptimizedKernel) -> Opt | None:
         return None
     loads = load_strides(tiled.kernel, _reduce_source(tiled.kernel).walk())
     streamed = [load for load in loads if load[row_axis] == 0]
+    least = FEW_ROWS_PANEL_ELEMENTS if tiles <= FEW_ROW_TILES else STREAMED_PANEL_ELEMENTS
     if not streamed or max(math.prod(shape[axis] for axis, step in load.items() if step != 0)
-                           for load in streamed) < STREAMED_PANEL_ELEMENTS:
+                           for load in streamed) < least:
         return None
     return Opt("PANEL", row_axis, shape[row_axis])
 

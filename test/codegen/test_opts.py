@@ -985,10 +985,12 @@ def test_small_matmuls_read_their_operands_in_place():
 
 def test_few_rows_by_a_large_weight_run_every_row_tile_inside_each_panel():
     """A prompt's 32 rows by a layer's 3072x768 weight in panels: 4 row tiles, each panel of columns
-    streamed once with all 4 inside it (PANEL of the whole row axis, no BLOCK); a 768x768 weight,
-    which the row tiles read again from nearer, keeps the tile alone."""
+    streamed once with all 4 inside it (PANEL of the whole row axis, no BLOCK); so by a 768x768 one
+    and 1152x192 (MNASNet's 1x1 convolutions at 7x7); a 256x192 weight, which the row tiles read
+    again from L1 and L2, keeps the tile alone."""
     with no_grad():
-        for (n, k), panelled in (((3072, 768), True), ((768, 3072), True), ((768, 768), False)):
+        for (n, k), panelled in (((3072, 768), True), ((768, 3072), True), ((768, 768), True), ((1152, 192), True),
+                                 ((256, 192), False)):
             w = Tensor(np.ones((n, k), np.float32)).realize()
             kernel, _ = last_kernel_of(Tensor(np.ones((32, k), np.float32)) @ w.T)
             opts = heuristic_opts(kernel, CRenderer())
