@@ -83,6 +83,13 @@ ACCUMULATOR_LIMIT = 8192  # elements of a per-thread accumulator array (32 KiB o
 # 3x3 window over 64x112x112 (ResNet-18), 2 threads, AVX2: 3.3 ms as an `omp simd` reduction over 3
 # columns, 0.3 ms with the 56 output columns vectorized inside the window loops.
 SHORT_WINDOW = 8
+# Kernels of at least this many loop iterations (outputs times reduce steps) run their outermost
+# loop on the CPU threads.
+PARALLEL_THRESHOLD = 1 << 15
+# When the outputs' axis is a kernel's only one, choose_inner_axes moves runs of it inside, whole
+# vectors of RUN_LANES, as few runs as make CHUNKS_FOR_THREADS or more, not the whole axis.
+RUN_LANES = 16
+CHUNKS_FOR_THREADS = 4
 
 
 def choose_inner_axes(kernel: Kernel) -> tuple[Kernel, list[int]]:
@@ -106,6 +113,16 @@ def choose_inner_axes(kernel: Kernel) -> tuple[Kernel, list[int]]:
     if not strided and not short_window:
         return kernel, []
     inner = [last]
+    size = kernel.full_shape[last]
+    if len(globals_) == 1 and math.prod(kernel.full_shape) >= PARALLEL_THRESHOLD:
+        # moved inside whole, the only output axis would leave no loop for the threads (a squeeze-
+        # and-excitation block's pool of a channels-last value, 144 channels by 56x56 positions,
+        # ran on one thread): runs of it go inside, the loop over the runs outside
+        vectors = size // RUN_LANES if size % RUN_LANES == 0 else 0
+        runs = next((runs for runs in range(CHUNKS_FOR_THREADS, vectors + 1) if vectors % runs == 0), None)
+        split = None if runs is None else split_dim(kernel, last, size // runs)
+        if split is not None:
+            return split, [last + 1]
     if len(globals_) >= 2 and strided:  # (a window's rows overlap little: 2x slower with 8 of them)
         row_axis = globals_[-2]
         for rows in (8, 4, 2):
@@ -338,7 +355,8 @@ def kernel_source(kernel: Kernel, renderer, opts: list | None = None, optimize: 
     return dataclasses.replace(programs[0], name=kernel.name), renderer.render_pieces(kernel.name, programs)
 
 
-def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None, parallel_threshold: int = 1 << 15) -> LoopProgram:
+def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None,
+              parallel_threshold: int = PARALLEL_THRESHOLD) -> LoopProgram:
     """The loop program of a kernel for `renderer`, which says what its dialect can do (vector
     widths and ops, accumulator arrays, work-groups) and prints the program afterwards.
 

@@ -37,6 +37,26 @@ def test_column_sum_accumulates_along_rows(shape):
     np.testing.assert_allclose(result.numpy(), data.sum(0), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows, columns, runs", [(3136, 144, 9), (196, 480, 5), (49, 1152, 4), (64, 40, None)])
+def test_a_column_sum_with_no_other_output_axis_leaves_runs_of_columns_to_the_threads(rows, columns, runs):
+    """A squeeze-and-excitation block's pool of a channels-last value, silu(x + b) averaged over
+    the positions: moved inside whole, the channels left no loop for the threads, and the kernel
+    ran on one thread (2 threads, 144 channels by 56x56: 0.45-0.55 -> 0.33-0.39 ms; 480 by 14x14
+    0.105 -> 0.06-0.07). Runs of whole 16-lane vectors go inside, as few runs as make 4 or more;
+    a kernel too small for the threads, or channels that make no such runs, keeps them whole."""
+    rng = np.random.default_rng(1)
+    x, b = rng.standard_normal((rows, columns)).astype(np.float32), rng.standard_normal(columns).astype(np.float32)
+    result = (Tensor(x) + Tensor(b)).silu().mean(0)
+    program = program_for(result)
+    if runs is None:
+        assert [loop.size for loop in program.inner_loops] == [columns] and not program.parallel
+    else:
+        assert [loop.size for loop in program.global_loops] == [runs] and program.parallel
+        assert [loop.size for loop in program.inner_loops] == [columns // runs]
+    z = x.astype(np.float64) + b
+    np.testing.assert_allclose(result.numpy(), (z / (1 + np.exp(-z))).mean(0), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("pool, stride, reference", [
     ("max_pool2d", 2, lambda windows: windows.max((-2, -1))),
     ("max_pool2d", 1, lambda windows: windows.max((-2, -1))),
