@@ -1453,29 +1453,36 @@ def wide_vector_panel(tiled: OptimizedKernel, renderer) -> Opt | None:
     PANEL(8), 2 threads: BERT's FFN 1024x384 @ 384x1536 156 -> 183, 1024x1536 @ 1536x384 137 -> 163,
     1024^3 128 -> 168, 512^3 135 -> 145; one thread 67 -> 82 and 63 -> 77; 1024x384 @ 384x384
     (147K elements shared) 162 -> 167 only. Not on AVX2: there (a Zen core, 1 MiB L2 and a fast L3,
-    one thread) 1024x384 @ 384x1536 ran at 40 GFLOP/s with the PANEL against 53 with the tile alone."""
+    one thread) 1024x384 @ 384x1536 ran at 40 GFLOP/s with the PANEL against 53 with the tile alone.
+    From 8 to UNDIVIDED_ROW_TILES row tiles, the PANEL takes them all: each panel of the shared
+    operand is then read into L1 once and serves every row tile, where PANELs of 4 row tiles read
+    it once per 4 (the threads share the loop over the panels of columns, collapsed with the one
+    over row panels where that has few: `CRenderer` `parallel_loops`). In
+    the models, kernels alone, 2 threads: ResNet-50's 1x1 convolutions at 14x14 (28 tiles of 7
+    rows) 3.7-4.8 -> 3.3-4.1 ms, ConvNeXt-T's 196x384 @ 384x1536 and 196x1536 @ 1536x384 (with
+    their epilogues, 9 of each) 20.5 -> 18.2 and 18.1 -> 15.9 ms; ViT's 197 tokens by its 768x768
+    projection (25 tiles, which no PANEL of 8, 4 or 2 divides, ran with the tile alone, every row
+    tile streaming the weight) 1.56-1.76 -> 1.14-1.24 ms."""
     row_axis = panel_row_axis(tiled)
     if row_axis is None or getattr(renderer, "simd_lanes", 0) < 16:
         return None
     loads = load_strides(tiled.kernel, _reduce_source(tiled.kernel).walk())
     shared = max((_positions_in_one_matmul(tiled.kernel, loads, load) for load in loads if load[row_axis] == 0), default=0)
-    return panel_opt(tiled) if shared >= WIDE_VECTOR_PANEL_ELEMENTS else None
+    if shared < WIDE_VECTOR_PANEL_ELEMENTS:
+        return None
+    tiles = tiled.kernel.full_shape[row_axis]
+    if FEW_ROW_TILES < tiles <= UNDIVIDED_ROW_TILES:
+        return Opt("PANEL", row_axis, tiles)
+    return panel_opt(tiled)
 
 
 def panel_opt(tiled: OptimizedKernel) -> Opt | None:
     """PANEL of the row-tile axis of a matmul in panels (`panel_row_axis`): the global axis after
-    it, along which the right operand's load moves to the next panel, runs outside the panel. Row
-    tiles that no PANEL_ROW_TILES divide, more than FEW_ROW_TILES and at most UNDIVIDED_ROW_TILES,
-    all run inside each panel: ViT's 197 tokens (25 tiles of 8 rows) by its 768x768 attention
-    projection, which with the tile alone every row tile streamed whole (2 threads, AVX-512, kernel
-    alone: 1.56-1.76 -> 1.14-1.24 ms)."""
+    it, along which the right operand's load moves to the next panel, runs outside the panel."""
     row_axis = panel_row_axis(tiled)
     if row_axis is None:
         return None
-    tiles = tiled.kernel.full_shape[row_axis]
-    amount = _row_panel(tiles)
-    if amount is None and FEW_ROW_TILES < tiles <= UNDIVIDED_ROW_TILES:
-        amount = tiles
+    amount = _row_panel(tiled.kernel.full_shape[row_axis])
     return None if amount is None else Opt("PANEL", row_axis, amount)
 
 
