@@ -254,7 +254,10 @@ def packs_operands(device: str, m: int, k: int, n: int, constant_right: str | No
     instead, once; read in place, its rows a power of two apart share a few cache sets (Winograd's
     16 products of a 3x3 convolution's transformed input by its transformed weight, ResNet-50's
     14x14 stage, 16 x 49x256 @ 256x256, 2 threads, kernel alone: 3.3-4.2 -> 2.6-3.5 ms; its 28x28
-    stage's 16 x 196x128 @ 128x128 1.84 -> 1.77).
+    stage's 16 x 196x128 @ 128x128 1.84 -> 1.77). A jit replay skips the copy into panels with the
+    transform; an eager call keeps the transform but copies it again (derived_values keeps values
+    that read stored buffers directly: taking kernels that read kept values too would keep every
+    step of a chain from a call's own input).
     Below 8 rows the product is a set of dot products over W's rows, which read it in place."""
     if device_kind(device) != "CPU":
         return False

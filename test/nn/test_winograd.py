@@ -195,7 +195,8 @@ def test_a_stored_weights_transform_is_kept_in_panels_for_its_products(winograd_
     """From 128 channels on the transformed weight (16 planes of C x K, rows K floats apart) takes
     the panels of a stored weight, (16, K / 32, C, 32): read in place, its rows a power of two apart
     shared a few cache sets (ResNet-50's 14x14 stage, 16 x 49x256 @ 256x256, kernel alone:
-    3.3-4.2 -> 2.6-3.5 ms). Made from the stored weight alone, the panels are kept between calls."""
+    3.3-4.2 -> 2.6-3.5 ms). Made from the stored weight alone, the transform is kept between eager
+    calls, and a jit replay skips its copy into panels too."""
     x, w, _ = conv_case(1, 256, 14)
     weight = Tensor(w, device="CPU").realize()
     counts = []
