@@ -394,8 +394,9 @@ def _constant_kind(tensor) -> str | None:
     """"stored" where tensor is a stored buffer or a view of one (a layer's weight in inference,
     `x @ W.T`), "derived" where it is computed from stored buffers and constants alone, within
     CONSTANT_WALK_NODES nodes (Winograd's transformed weight), else None; None too where its
-    gradient is being recorded. Either is a value that stays the same from call to call, so copies
-    of it are made once (derived_values makes them again after a write to a buffer it reads)."""
+    gradient is being recorded. Either is a value that stays the same from call to call: a jit
+    replay skips the copies made of it, and an eager call those of a stored one (derived_values
+    makes them again after a write to a buffer they read; see packs_operands for a derived one)."""
     from lazygrad.tensor import Tensor
     if Tensor.grad_enabled and tensor.requires_grad:
         return None
