@@ -387,16 +387,20 @@ def _matmul_gradient(grad, out, sources, arg) -> list:
     return [grad.matmul(w.T), grad_w]
 
 
-CONSTANT_WALK_NODES = 64
+# Nodes `_constant_kind` walks at most (each matmul of a computed right operand walks them: 64 cost
+# 57 us a call on a deep chain, 16 about 15; Winograd's transformed weight is 6).
+CONSTANT_WALK_NODES = 16
 
 
 def _constant_kind(tensor) -> str | None:
     """"stored" where tensor is a stored buffer or a view of one (a layer's weight in inference,
     `x @ W.T`), "derived" where it is computed from stored buffers and constants alone, within
     CONSTANT_WALK_NODES nodes (Winograd's transformed weight), else None; None too where its
-    gradient is being recorded. Either is a value that stays the same from call to call: a jit
-    replay skips the copies made of it, and an eager call those of a stored one (derived_values
-    makes them again after a write to a buffer they read; see packs_operands for a derived one)."""
+    gradient is being recorded. Either stays the same from call to call: a jit replay skips the
+    copies made of it, and an eager call those of a stored one (derived_values makes them again
+    after a write to a buffer they read; see packs_operands for a derived one). A value computed
+    within those nodes from a call's own stored input counts as "derived" too: it is then packed
+    anew each call, a copy of k x n elements for a product of m x k x n (time, not correctness)."""
     from lazygrad.tensor import Tensor
     if Tensor.grad_enabled and tensor.requires_grad:
         return None
