@@ -281,21 +281,20 @@ class _Replay:
         optimizer state) must still be held by a tensor after it: if its holder was given a new
         buffer instead, a replay would read the old contents forever."""
         gc.collect()
-        held_by_recording = {id(launch.buffers) for launch in recording.launches}
-        checked = set()
+        read = {}
         for launch in recording.launches:
             for buffer in launch.inputs:
                 buffer_id = id(buffer)
-                if buffer_id in produced or buffer_id in input_buffers or buffer_id in recording.host_made \
-                        or buffer_id in checked:
-                    continue
-                checked.add(buffer_id)
-                holders = [ref for ref in gc.get_referrers(buffer) if id(ref) not in held_by_recording]
-                if not any(isinstance(ref, LazyBuffer) for ref in holders):
-                    raise JitError(
-                        f"jit: the function read a {buffer.dtype.name}[{buffer.size}] buffer on {buffer.device} that "
-                        "no tensor holds after the call: a tensor it read was given a new value in a new buffer "
-                        "(e.g. `w = w - lr * g`); write state with `w.assign(...)` so replays update it in place")
+                if buffer_id not in produced and buffer_id not in input_buffers and buffer_id not in recording.host_made:
+                    read[buffer_id] = buffer
+        # one scan of the heap for all of them (a scan per buffer cost ViT-B/16's 129 weights 112 ms)
+        held = {id(ref.buffer) for ref in gc.get_referrers(*read.values()) if isinstance(ref, LazyBuffer)}
+        for buffer_id, buffer in read.items():
+            if buffer_id not in held:
+                raise JitError(
+                    f"jit: the function read a {buffer.dtype.name}[{buffer.size}] buffer on {buffer.device} that "
+                    "no tensor holds after the call: a tensor it read was given a new value in a new buffer "
+                    "(e.g. `w = w - lr * g`); write state with `w.assign(...)` so replays update it in place")
 
     def run(self, inputs: list[Tensor]) -> list[Tensor]:
         """Replay for `inputs` (realized and current); runs for every call, so plain loops only."""

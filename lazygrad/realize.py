@@ -116,12 +116,13 @@ def record_host_buffer(buffer) -> None:
         recording.host_made.add(id(buffer))
 
 
-def record_data_dependent_shape(what: str) -> None:
-    """A result whose shape its data decides (a boolean mask index, nonzero) calls this: a replay
-    would repeat the capture's shape, so the jit runs such a function plainly on every call (and
-    lazygrad.export refuses it: `data_dependent`, kept apart from the other reasons)."""
+def record_data_dependence(reason: str) -> None:
+    """What makes a function's work depend on its data calls this with a reason: a result whose shape
+    its data decides (a boolean mask index, nonzero), a value read as numbers to decide what runs next
+    (an ONNX model's If condition). A replay would repeat the capture's choice, so the jit runs such a
+    function plainly on every call (and lazygrad.export refuses it: `data_dependent`, kept apart from
+    the other reasons)."""
     if recording is not None:
-        reason = f"{what} has a shape that its data decides"
         recording.data_dependent = recording.data_dependent or reason
         recording.not_replayable = recording.not_replayable or reason
 

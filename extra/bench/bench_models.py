@@ -22,6 +22,8 @@ Routes (columns)
   lg jit        the same call under lazygrad.jit: the captured kernels replayed
   onnx, onnx jit  lazygrad.onnx.OnnxModel on the model exported with torch.onnx.export (dynamo,
                 opset 20; it folds BatchNorm into the convolutions), plainly and under lazygrad.jit
+                (a plain call replays the model's kernels itself from its fourth call with the
+                same input shapes: lazygrad/onnx/replay.py)
   ort           ONNX Runtime's CPUExecutionProvider on that file
   torch         PyTorch eager, under inference_mode (training: a plain step)
 PyTorch builds each model; its state dict is copied into the lazygrad model by name, so every route

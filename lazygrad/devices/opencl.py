@@ -109,6 +109,23 @@ def no_platform_message() -> str:
             "for the CPU, or your GPU vendor's OpenCL driver")
 
 
+def _check_compiler_knows_this_cpu(context, label: str) -> None:
+    """DeviceUnavailable where the OpenCL compiler of a CPU device cannot build for this processor.
+    PoCL compiles for the host CPU by the name its LLVM gives it, and an LLVM older than the
+    processor names it "generic", which it then refuses for every kernel ("unknown target CPU
+    'generic'", pocl issue #1049): PoCL 3.0 of the pocl-binary-distribution wheel is built on
+    LLVM 14, which does not know AMD's Zen 5. Any other failure of this build is left for the
+    kernels' own builds to report, with their source."""
+    cl = import_pyopencl()
+    try:
+        cl.Program(context, "__kernel void lazygrad_probe(__global float* x) { x[0] = 1.0f; }").build()
+    except cl.Error as error:
+        if "unknown target CPU" in str(error):
+            raise DeviceUnavailable(f"{label}: its OpenCL compiler cannot build for this processor (unknown target "
+                                    "CPU: its LLVM is older than the processor); install an OpenCL runtime built "
+                                    "on a newer LLVM, or run on CPU") from None
+
+
 class OpenCLAllocator(PooledAllocator):
     """OpenCL device buffers, pooled."""
 
@@ -334,6 +351,8 @@ class OpenCLDevice:
         self.platform, self.cl_device = found[index]
         self.description = f"{self.cl_device.name.strip()} ({self.platform.name.strip()})"
         self.context = cl.Context([self.cl_device])
+        if self.cl_device.type & cl.device_type.CPU:
+            _check_compiler_knows_this_cpu(self.context, f"{name} ({self.description})")
         self.queue = cl.CommandQueue(self.context)
         self.allocator = OpenCLAllocator(self.context)
         self.compiler = OpenCLCompiler(self)

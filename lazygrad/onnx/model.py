@@ -24,6 +24,8 @@ from lazygrad.onnx.proto import (UnsupportedError, ValueInfo, attribute_value, d
                                  elem_type_of_dtype, is_supported_elem_type, load_model_proto, onnx_numpy,
                                  tensor_to_numpy, to_carrier)
 from lazygrad.onnx.registry import OpContext, draws_random, find_operator
+from lazygrad.onnx.replay import Replays
+from lazygrad.realize import record_data_dependence
 from lazygrad.tensor import Tensor
 
 FOLD_LIMIT = 4096  # nodes whose constant inputs and whose outputs hold at most this many elements are folded
@@ -100,6 +102,7 @@ class OnnxModel:
         # (a node's bytes, its inputs' values) -> the folded outputs (`_fold`), or None for a result too large
         self.folds: dict[tuple, list | None] = {}
         self.generators: dict[tuple, np.random.Generator] = {}  # a seeded random node's outputs -> its generator (OpContext.generator)
+        self.replays = Replays(self)
 
     # ---- loading ----------------------------------------------------------------------------------
 
@@ -156,6 +159,7 @@ class OnnxModel:
         known = self.constants.get(id(tensor))
         if known is not None and known[0] is tensor:
             return known[1]
+        record_data_dependence("an ONNX operator reads a value the model computed as numbers")
         array = tensor.numpy()
         self.constants[id(tensor)] = (tensor, array)
         return array
@@ -167,19 +171,25 @@ class OnnxModel:
 
     def run(self, inputs: dict) -> dict:
         """Run the graph: inputs by name (numpy arrays, Tensors, lists of them for sequences); returns
-        a dict of output name to lazy Tensor (a list for sequences, None for an empty optional)."""
+        a dict of output name to Tensor (a list for sequences, None for an empty optional): lazy
+        Tensors on the first call with inputs of these shapes and dtypes; on later ones realized,
+        from the fourth on by replaying the kernels the third launched (replay.py says when a call
+        walks the graph instead)."""
         expected = [info.name for info in self.inputs]
         unknown = sorted(set(inputs) - set(expected) - set(self.initializers))
         missing = [name for name in expected if name not in inputs]
         if unknown or missing:
             raise ValueError(f"model inputs are {expected}; got unknown {unknown} and missing {missing}")
-        self.constants = dict(self.initializer_constants)  # values known during the previous run are dropped
-        values = dict(self.initializers)
-        for info in self.inputs:
-            values[info.name] = self._input_value(info, inputs[info.name])
-        for name in set(inputs) & set(self.initializers):
+        values = {info.name: self._input_value(info, inputs[info.name]) for info in self.inputs}
+        overridden = set(inputs) & set(self.initializers)
+        for name in overridden:
             values[name] = self._input_value(None, inputs[name])
-        values = self._run_nodes(self.proto.graph.node, values)
+        return self.replays.run(values, bool(overridden))
+
+    def run_graph(self, values: dict) -> dict:
+        """Walk the graph once for the input values (and initializers given as inputs) by name."""
+        self.constants = dict(self.initializer_constants)  # values known during the previous run are dropped
+        values = self._run_nodes(self.proto.graph.node, {**self.initializers, **values})
         return {info.name: values[info.name] for info in self.outputs}
 
     def run_numpy(self, inputs: dict) -> dict:
@@ -262,7 +272,7 @@ class OnnxModel:
             host_inputs = [None if array is None else self.constant(array, "NPY") for array in arrays]
             outputs = self._call(function, OpContext(self, node, opset, values, device="NPY"), host_inputs, attributes)
             large = sum(output.numel() for output in outputs if isinstance(output, Tensor)) > FOLD_LIMIT
-            self.folds[key] = None if large else [(True, self.concrete(output)) if isinstance(output, Tensor)
+            self.folds[key] = None if large else [(True, output.numpy()) if isinstance(output, Tensor)
                                                   else (False, output) for output in outputs]
         folded = self.folds[key]
         if folded is None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lazygrad.dtype import dtypes
-from lazygrad.realize import record_data_dependent_shape
+from lazygrad.realize import record_data_dependence
 from lazygrad.tensor_methods.helpers import _extreme_value, _normalize_axis, _zero_of, broadcast_shapes
 from lazygrad.ops import Ops
 
@@ -101,7 +101,7 @@ class IndexingMethods:
         result, dim = [], 0
         for index in indices:
             if isinstance(index, Tensor) and index.dtype.is_bool:
-                record_data_dependent_shape("a boolean mask index")
+                record_data_dependence("a boolean mask index has a shape that its data decides")
                 if index.ndim == 0:
                     raise IndexError("index: a 0-d boolean index is not supported; write x[None] for x[True]")
                 covered = self.shape[dim:dim + index.ndim]
@@ -166,7 +166,7 @@ class IndexingMethods:
         for position in at:
             index = indices[position]
             if isinstance(index, Tensor):
-                record_data_dependent_shape("a 0-d boolean index")
+                record_data_dependence("a 0-d boolean index has a shape that its data decides")
                 index = index.item()
             values.append(bool(index))
         plain = indices[:at[0]] + (None,) + tuple(index for position, index in enumerate(indices)
@@ -269,7 +269,7 @@ class IndexingMethods:
         as_tuple one 1-d Tensor per dim (torch.nonzero). Their number depends on the data: self is
         realized first, as PyTorch does."""
         from lazygrad.tensor import Tensor
-        record_data_dependent_shape("nonzero")
+        record_data_dependence("nonzero has a shape that its data decides")
         positions = np.nonzero(self.numpy().reshape(self.shape) if self.ndim else self.numpy().reshape(1))
         if as_tuple:
             return tuple(Tensor(p.astype(np.int64), device=self.device) for p in positions[:max(self.ndim, 1)])
@@ -284,7 +284,7 @@ class IndexingMethods:
         if not isinstance(mask, Tensor) or not mask.dtype.is_bool:
             raise TypeError(f"masked_select: mask must be a bool Tensor, got "
                             f"{mask.dtype.name if isinstance(mask, Tensor) else type(mask).__name__}")
-        record_data_dependent_shape("masked_select")
+        record_data_dependence("masked_select has a shape that its data decides")
         shape = broadcast_shapes("masked_select", self.shape, mask.shape)
         flat = np.flatnonzero(np.broadcast_to(mask.numpy(), shape)).astype(np.int64)
         return self._broadcast_to(shape).reshape(-1)._gather_dims([(0, Tensor(flat, device=self.device))])
