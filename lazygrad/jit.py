@@ -38,6 +38,9 @@ What a replay reproduces, and what it checks:
     into a buffer nothing else writes (a convolution's weight copied into panels, a linear layer's
     transposed weight) is skipped while the versions of what it read are those of its last run:
     assigning the parameter, in a plain step or another replay, makes the next replay compute it again.
+    Its last run is the capture's, so the first replay skips it too; a value that earlier plain
+    calls kept (derived_values.py) is not computed again by the capture, which records the launch
+    with the kept buffer as its output and shares it.
   * Python code in the function does not run on a replay: values computed in Python from
     arguments or globals (`x.numpy()`, `time.time()`) are frozen at the capture. Pass what varies
     as a Tensor argument.
@@ -212,8 +215,10 @@ class _Replay:
                     substitutions.append((position, 0, input_buffers[id(buffer)], by_pointer))
                 elif id(buffer) in output_buffers:
                     substitutions.append((position, 1, output_buffers[id(buffer)], by_pointer))
-            # a launch computed from state alone: [its source buffers, their versions when it last ran]
-            sources = [derived[id(launch)], None] if id(launch) in derived else None
+            # a launch computed from state alone: [its source buffers, their versions when it last ran,
+            # which is in this capture (or, kept by derived_values, for these very versions)]
+            sources = [derived[id(launch)], [buffer.version for buffer in derived[id(launch)]]] \
+                if id(launch) in derived else None
             self.steps.append((function, arguments, substitutions, sources, launch))
         # the captured buffers, held so the memory that the pointers above point into stays theirs
         self.captured_buffers = [launch.buffers for launch in recording.launches]

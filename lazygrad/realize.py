@@ -265,6 +265,10 @@ def _run_item(item: ScheduleItem, derived: bool = False) -> float:
         if kept is not None:
             for output, buffer in zip(outputs, kept):
                 output.mark_realized(buffer)
+            if recording is not None:  # the capture's launch writes the kept buffers, as it would have
+                compiled = get_program(device_name, item.kernel)
+                recording.launches.append(Launch(compiled.program, [*kept, *input_buffers], tuple(in_place),
+                                                 item.kernel, compiled=compiled))
             if knobs.debug >= 2:
                 print(f"  {item.kernel.name:<40} kept from an earlier run (what it reads is unchanged)", file=sys.stderr)
             return 0.0
@@ -315,7 +319,7 @@ def _run_item(item: ScheduleItem, derived: bool = False) -> float:
         if written:
             buffer.version += 1
         output.mark_realized(buffer)
-    if derived:
+    if derived and recording is None:  # a capture takes kept values but keeps none of its own
         derived_values.remember(device_name, item.kernel, input_buffers, buffers)
     return elapsed
 
@@ -330,10 +334,12 @@ def print_launch(label: str, compiled: CompiledKernel, elapsed: float, moved: in
 def _derived_items(targets: list[LazyBuffer], schedule: list[ScheduleItem]) -> list[bool]:
     """Per item, whether derived_values may keep its outputs: a kernel, not in place, with elements,
     reading at least one buffer and only buffers realized before the schedule began, whose outputs
-    are intermediates (none of `targets`, what the realize was asked for). Never while a jit
-    captures: its replays must see every launch (they skip derived ones themselves). A schedule of
-    one kernel has no intermediate (the per-op path: `(x + 1).realize()` pays nothing for this)."""
-    if recording is not None or len(schedule) < 2:
+    are intermediates (none of `targets`, what the realize was asked for). While a jit captures,
+    a kept value is recorded as the launch that computed it (_run_item), so the replay sees every
+    launch and shares the kept buffers instead of computing them again into its own (ViT-B/16's
+    weights in panels: 330 MB). A schedule of one kernel has no intermediate (the per-op path:
+    `(x + 1).realize()` pays nothing for this)."""
+    if len(schedule) < 2:
         return [False] * len(schedule)
     produced = set()
     for item in schedule:

@@ -117,6 +117,30 @@ def test_a_launch_computed_from_state_alone_runs_again_only_when_the_state_chang
     assert stats.kernels == 1
 
 
+def test_a_capture_shares_what_eager_calls_kept_and_its_first_replay_skips_it(compiled_device):
+    """The weight's copy that plain calls keep (derived_values) is recorded by the capture as the
+    launch that made it, its buffer shared rather than computed again into a second one, and the
+    first replay already skips it; a write to the weight still makes a replay copy it again."""
+    weight = Tensor(rng.standard_normal((16, 12)).astype(np.float32), device=compiled_device).realize()
+
+    def f(x):
+        return x @ weight.T.contiguous() + 1
+    x = Tensor(rng.standard_normal((8, 12)).astype(np.float32), device=compiled_device).realize()
+    f(x).realize()  # a plain call keeps the copy
+    g = jit(f)
+    g(x).realize()
+    counts = []
+    for _ in range(3):  # the capture, the first replay, another
+        stats.reset()
+        np.testing.assert_allclose(g(x).numpy(), x.numpy() @ weight.numpy().T + 1, rtol=1e-5, atol=1e-5)
+        counts.append(stats.kernels)
+    assert counts == [1, 1, 1]  # the matmul alone
+    weight.assign(weight * 2).realize()
+    stats.reset()
+    np.testing.assert_allclose(g(x).numpy(), x.numpy() @ weight.numpy().T + 1, rtol=1e-5, atol=1e-5)
+    assert stats.kernels == 2
+
+
 def test_a_batch_norms_per_channel_values_are_computed_once_while_its_statistics_hold(compiled_device):
     """An eval-mode batch norm's scale and shift, stored by the scheduler as values of its
     parameters alone, are skipped by a replay like any launch computed from state alone."""
