@@ -57,7 +57,11 @@ def describe_kernel(kernel: Kernel) -> str:
 
 
 def program_key(device_name: str, renderer, kernel: Kernel, noopt: bool) -> str:
-    settings = sorted((name, repr(value)) for name, value in vars(renderer).items())
+    # the renderer's settings, not what it derived from them and cached on first use (its
+    # `vector_ops`, a frozenset whose printed order follows string hashing, which differs between
+    # processes: with it in the key, a new process rendered 218 of DenseNet-121's 220 kernels again)
+    settings = sorted((name, repr(value)) for name, value in vars(renderer).items()
+                      if not isinstance(getattr(type(renderer), name, None), functools.cached_property))
     return cache_key(TABLE, package_digest(), device_name, type(renderer).__name__, settings, noopt,
                      describe_kernel(kernel))
 
