@@ -102,7 +102,7 @@ class OnnxModel:
         # (a node's bytes, its inputs' values) -> the folded outputs (`_fold`), or None for a result too large
         self.folds: dict[tuple, list | None] = {}
         self.generators: dict[tuple, np.random.Generator] = {}  # a seeded random node's outputs -> its generator (OpContext.generator)
-        self.replays = Replays(self)
+        self.replays = Replays()
 
     # ---- loading ----------------------------------------------------------------------------------
 
@@ -184,7 +184,7 @@ class OnnxModel:
         overridden = set(inputs) & set(self.initializers)
         for name in overridden:
             values[name] = self._input_value(None, inputs[name])
-        return self.replays.run(values, bool(overridden))
+        return self.replays.run(self, values, bool(overridden))
 
     def run_graph(self, values: dict) -> dict:
         """Walk the graph once for the input values (and initializers given as inputs) by name."""

@@ -20,6 +20,7 @@ the last KEPT_SIGNATURES input signatures are kept, each with its intermediate b
 """
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 from lazygrad import realize as engine
@@ -31,22 +32,21 @@ WALKED_ONCE = "walked once"  # a signature called once: its next call starts the
 
 
 class Replays:
-    """A model's jit per input signature; `run` calls the model through it."""
+    """A model's jit per input signature; `run` calls the model through it. It holds the model only
+    weakly, so a model and its captures' buffers go as soon as the caller drops the model."""
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self):
         # signature -> WALKED_ONCE, its jit, or None where it runs plainly (a capture that failed)
         self.jits: OrderedDict[tuple, TinyJit | str | None] = OrderedDict()
 
-    def run(self, values: dict, overridden: bool) -> dict:
+    def run(self, model, values: dict, overridden: bool) -> dict:
         """The model's outputs for its input values (Tensors by name); `overridden`: an initializer
         is given as an input. The first call of a signature walks the graph and returns lazy
         Tensors, which the caller may fuse on; the later ones go through the signature's jit (a
         plain call realizing the outputs, the capture, then replays)."""
-        model = self.model
         names = [info.name for info in model.inputs]
         tensors = [values[name] for name in names]
-        if overridden or not self._replayable(tensors):
+        if overridden or not _replayable(model, tensors):
             return model.run_graph(values)
         key = tuple((tensor.shape, tensor.dtype, tensor.device) for tensor in tensors)
         jitted = self.jits.get(key)
@@ -57,7 +57,7 @@ class Replays:
             return model.run_graph(values)
         self.jits.move_to_end(key)
         if jitted is WALKED_ONCE:
-            jitted = self.jits[key] = jit(self._graph_function(names))
+            jitted = self.jits[key] = jit(_graph_function(weakref.ref(model), names))
         if jitted is None:
             return model.run_graph(values)
         try:
@@ -67,18 +67,20 @@ class Replays:
             return model.run_graph(values)
         return dict(zip((info.name for info in model.outputs), outputs))
 
-    def _replayable(self, tensors: list) -> bool:
-        if engine.recording is not None:
+
+def _replayable(model, tensors: list) -> bool:
+    if engine.recording is not None:
+        return False
+    for tensor in tensors:
+        if not isinstance(tensor, Tensor) or tensor.requires_grad:
             return False
-        for tensor in tensors:
-            if not isinstance(tensor, Tensor) or tensor.requires_grad:
-                return False
-        return not any(tensor.requires_grad for tensor in self.model.initializers.values())
+    return not any(tensor.requires_grad for tensor in model.initializers.values())
 
-    def _graph_function(self, names: list[str]):
-        model = self.model
 
-        def graph(*tensors: Tensor) -> tuple:
-            outputs = model.run_graph(dict(zip(names, tensors)))
-            return tuple(outputs[info.name] for info in model.outputs)
-        return graph
+def _graph_function(model_reference: weakref.ref, names: list[str]):
+    """The walk of the graph as a function of the input Tensors in order, returning the outputs."""
+    def graph(*tensors: Tensor) -> tuple:
+        model = model_reference()
+        outputs = model.run_graph(dict(zip(names, tensors)))
+        return tuple(outputs[info.name] for info in model.outputs)
+    return graph

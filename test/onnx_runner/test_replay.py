@@ -135,3 +135,20 @@ def test_the_callers_own_jit_captures_the_models_kernels():
         x = RNG.standard_normal((3, 4)).astype(np.float32)
         np.testing.assert_allclose(step(Tensor(x, device="CPU")).numpy(), 2 * expected_linear_relu(x), rtol=1e-6)
     assert len(walks) == 2  # the caller's plain call and its capture; its replays walk nothing
+
+
+def test_a_dropped_model_goes_at_once_with_its_captures():
+    """The captures hold the model weakly: dropping the model frees it and their buffers without
+    waiting for Python's cycle collector."""
+    import gc
+    import weakref
+    model = OnnxModel(linear_relu_model(), device="CPU")
+    for call in range(4):
+        model(x=np.ones((3, 4), np.float32))
+    gc.disable()
+    try:
+        reference = weakref.ref(model)
+        del model
+        assert reference() is None
+    finally:
+        gc.enable()
