@@ -25,6 +25,7 @@ from lazygrad.nn.spatial import (
     conv3d,
     conv_transpose1d, conv_transpose2d, interpolate, max_pool1d, max_pool2d,
 )
+from lazygrad.nn.parameter_values import kept_values
 from lazygrad.tensor import Tensor, no_grad
 from lazygrad.tensor_methods.helpers import computes_in_float32
 from lazygrad.ops import Ops
@@ -188,16 +189,19 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         # input * scale + shift, both per channel and computed from parameters alone, as PyTorch's
         # CPU kernel does: the scheduler stores such values once (schedule/fuse.py), so each element
         # costs one multiply and one add. shift is written from the parameters, not from scale, so
-        # the two are one kernel reading parameters only, which a jit replay skips.
-        inverse_deviation = (running_var.reshape(per_channel) + eps).rsqrt()
-        mean = running_mean.reshape(per_channel)
-        if weight is not None:
-            scale, mean = inverse_deviation * weight.reshape(per_channel), mean * weight.reshape(per_channel)
-        else:
-            scale = inverse_deviation
-        shift = -mean * inverse_deviation
-        if bias is not None:
-            shift = shift + bias.reshape(per_channel)
+        # the two are one kernel reading parameters only, which a jit replay skips; an eager call
+        # takes them as kept while the parameters are unchanged (parameter_values.py).
+        def scale_and_shift() -> tuple[Tensor, Tensor]:
+            inverse_deviation = (running_var.reshape(per_channel) + eps).rsqrt()
+            mean = running_mean.reshape(per_channel)
+            if weight is not None:
+                scale, mean = inverse_deviation * weight.reshape(per_channel), mean * weight.reshape(per_channel)
+            else:
+                scale = inverse_deviation
+            shift = -mean * inverse_deviation
+            return scale, shift + bias.reshape(per_channel) if bias is not None else shift
+        scale, shift = kept_values("batch_norm", scale_and_shift, (running_mean, running_var, weight, bias),
+                                   (eps, per_channel))
         return input * scale + shift
     if weight is not None:
         out = out * weight.reshape(per_channel)
