@@ -386,6 +386,9 @@ def _in_order(node: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
     (padded after, where node pads such a view: a concatenation's operands)."""
     if node.op is Ops.PAD and node.buffer is None:
         return _in_order(node.srcs[0], order).pad(tuple(node.arg[axis] for axis in order))
+    if node._constant is not None:  # the same constant broadcast to the permuted shape: kept, no new node
+        return LazyBuffer.const(node._constant[0][1], node.dtype, tuple(node.shape[axis] for axis in order),
+                                node.device)
     stored = _stored_order(node)
     if stored and stored[1] == order:
         value, shape = stored[0], tuple(node.shape[axis] for axis in order)

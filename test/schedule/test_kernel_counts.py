@@ -373,6 +373,18 @@ def test_elementwise_ops_on_a_transposed_reduce_compute_in_its_stored_order():
     np.testing.assert_allclose(mixed.numpy(), a.sum(0).T + a.max(0).T, rtol=1e-5)
 
 
+def test_a_number_beside_a_transposed_reduce_is_the_constant_in_the_stored_order():
+    """The number of `summed + 1` on a value stored transposed is that constant broadcast to the stored
+    shape, the one kept for that shape, not a permute of the broadcast built for each op."""
+    a = np.arange(60, dtype=np.float32).reshape(2, 6, 5)
+    summed = Tensor(a).sum(0).T                                # stored (6, 5), viewed (5, 6)
+    first, second = (summed + 1).lazydata.srcs[0], (summed + 1).lazydata.srcs[0]
+    assert first.op is Ops.ADD and second is first             # hash-consed: nothing new for the second
+    value, constant = first.srcs
+    assert constant.op is Ops.EXPAND and constant.shape == (6, 5) and constant.srcs[0].srcs[0].op is Ops.CONST
+    np.testing.assert_array_equal((summed + 1).numpy(), a.sum(0).T + 1)
+
+
 def test_a_concatenation_of_transposed_reduces_computes_in_their_stored_order():
     """Two reduces stored (pixels, channels), viewed channels first and concatenated along the
     channels (SqueezeNet's fire modules): the padded views keep their sources' order, so the
