@@ -97,6 +97,10 @@ class ComplexTensor(Tensor):
         return self.lazydata.shape[:-1]
 
     @property
+    def ndim(self) -> int:
+        return len(self.lazydata.shape) - 1
+
+    @property
     def dtype(self) -> DType:
         return COMPLEX_OF[self.lazydata.dtype]
 

@@ -320,7 +320,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return len(self.lazydata.shape)  # not self.shape: one property call less, for every op built
 
     def numel(self) -> int:
         return math.prod(self.shape)

@@ -95,9 +95,10 @@ class MovementMethods:
 
     def permute(self, *order) -> "Tensor":
         order = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else tuple(order)
-        normalized = tuple(_normalize_axis(axis, self.ndim, "permute") for axis in order)
-        if sorted(normalized) != list(range(self.ndim)):
-            raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dims of shape {self.shape}")
+        ndim = self.ndim
+        normalized = tuple(_normalize_axis(axis, ndim, "permute") for axis in order)
+        if sorted(normalized) != list(range(ndim)):
+            raise ValueError(f"permute: {order} is not a permutation of the {ndim} dims of shape {self.shape}")
         return self._apply(Ops.PERMUTE, arg=normalized)
 
     def transpose(self, dim0: int = -2, dim1: int = -1) -> "Tensor":
