@@ -290,7 +290,8 @@ class _Replay:
         for launch in recording.launches:
             for buffer in launch.inputs:
                 buffer_id = id(buffer)
-                if buffer_id not in produced and buffer_id not in input_buffers and buffer_id not in recording.host_made:
+                if buffer_id not in produced and buffer_id not in input_buffers \
+                        and buffer_id not in recording.host_made:
                     read[buffer_id] = buffer
         # one scan of the heap for all of them (a scan per buffer cost ViT-B/16's 129 weights 112 ms)
         held = {id(ref.buffer) for ref in gc.get_referrers(*read.values()) if isinstance(ref, LazyBuffer)}

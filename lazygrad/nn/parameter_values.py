@@ -5,8 +5,8 @@ Front-end layer, called by nn/functional.py. The engine already keeps the kernel
 such a value between eager calls (derived_values.py); this keeps the Tensor ops that build it too,
 which in an eager call cost more than the kernels: a batch norm's scale and shift are 16 lazy
 nodes of the 22 it builds, and MobileNetV2's 52 batch norms made 1,144 of the 2,787 nodes its
-eager call builds (a call 28 -> 25 ms, ResNet-18's 21.3 -> 18.8, 2 threads). Every in-place write bumps a buffer's version
-(lazy.py), so an assigned or reloaded parameter computes its values anew.
+eager call builds (a call 28 -> 25 ms, ResNet-18's 21.3 -> 18.8, 2 threads). Every in-place write
+bumps a buffer's version (lazy.py), so an assigned or reloaded parameter computes its values anew.
 
 Kept values are not used where they would be wrong or invisible: while a jit capture or an export
 records (a replay must see the kernel, to compute it again when a parameter is assigned), when a

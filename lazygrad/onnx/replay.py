@@ -15,8 +15,8 @@ not reproduce it:
     computed from data): OnnxModel.concrete records the dependence, and the jit runs such a
     signature plainly from then on;
   * the capture fails (an output that is an input or a folded constant, a sequence output).
-What the jit returns is what the calls after the first return: new realized Tensors on every call. The captures of
-the last KEPT_SIGNATURES input signatures are kept, each with its intermediate buffers.
+The calls after the first return what the jit returns: new realized Tensors on every call. The
+captures of the last KEPT_SIGNATURES input signatures are kept, each with its intermediate buffers.
 """
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ def program_failing_with(message: str):
 
 
 def test_a_compiler_that_does_not_know_the_cpu_makes_the_device_unavailable(monkeypatch):
-    monkeypatch.setattr(cl, "Program", program_failing_with("clBuildProgram failed: error: unknown target CPU 'generic'"))
-    with pytest.raises(DeviceUnavailable, match=r"OPENCL \(a CPU\): its OpenCL compiler cannot build for this processor"):
+    monkeypatch.setattr(cl, "Program", program_failing_with("clBuildProgram: error: unknown target CPU 'generic'"))
+    with pytest.raises(DeviceUnavailable, match=r"OPENCL \(a CPU\): its OpenCL compiler cannot build for this"):
         _check_compiler_knows_this_cpu(None, "OPENCL (a CPU)")
 
 

@@ -87,8 +87,8 @@ def test_a_condition_computed_from_the_input_is_read_on_every_call():
 
 def test_a_shape_the_data_decides_follows_the_data():
     nodes = [helper.make_node("NonZero", ["x"], ["y"])]
-    model = OnnxModel(model_of(nodes, [floats("x", [6])], [helper.make_tensor_value_info("y", TensorProto.INT64, None)]),
-                      device="CPU")
+    positions = helper.make_tensor_value_info("y", TensorProto.INT64, None)
+    model = OnnxModel(model_of(nodes, [floats("x", [6])], [positions]), device="CPU")
     for call in range(5):
         x = (RNG.standard_normal(6) > 0).astype(np.float32)
         np.testing.assert_array_equal(model(x=x)["y"].numpy(), np.stack(np.nonzero(x)))
