@@ -349,6 +349,8 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor, channels_inne
         summed = (left * right)._reduce(Ops.SUM, tuple(range(3 + dims, 4 + 2 * dims)), False, "convolution")  # (N, *outputs, O/P, P)
         result = summed.reshape((batch,) + outputs + (computed,))[..., :out_channels]
         result = result.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
+    if not (Tensor.grad_enabled and (windows.requires_grad or weight.requires_grad)):
+        return result
     laid_out_weight = weight.reshape((1, 1, out_channels) + (1,) * dims + (channels,) + kernel)
     laid_out_windows = windows.permute((0,) + spatial + (1,) + kernel_axes).unsqueeze(1).unsqueeze(1)
     grouped = result.reshape((batch, 1, out_channels) + outputs)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import lazygrad.nn.functional as F
-from lazygrad import Tensor, dtypes, manual_seed, stats
+from lazygrad import Tensor, dtypes, manual_seed, no_grad, stats
+from lazygrad.ops import Ops
 
 rng = np.random.default_rng(0)
 
@@ -279,6 +280,17 @@ def test_a_convolution_computed_output_channels_last_has_the_gradients_of_the_ot
     pads = [(1, 1)] * dims
     np.testing.assert_allclose(results["CPU"][0], conv_reference(x_value, w_value, b_value, (stride,) * dims, pads,
                                                                  (1,) * dims, 1), rtol=1e-10, atol=1e-10)
+
+
+def test_a_convolution_computed_output_channels_last_without_gradients_is_the_view_of_its_product():
+    """Without gradients to record, the channels-last product is returned as its permuted view, with
+    none of the views its gradient rule reads built beside it (six nodes a convolution, every call)."""
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((1, 64, 9, 9)).astype(np.float32), rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
+    with no_grad():
+        out = F.conv2d(Tensor(x, device="CPU"), Tensor(w, device="CPU"), stride=2, padding=1)
+    assert out.lazydata.op is Ops.PERMUTE
+    close(out, conv_reference(x, w, None, (2, 2), [(1, 1)] * 2, (1, 1), 1), atol=1e-3)
 
 
 def test_conv2d_unbatched_input(device):
