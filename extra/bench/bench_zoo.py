@@ -1,5 +1,6 @@
 """Image models people run, beyond the four of bench_models.py: torchvision's architectures exported
-to ONNX by torch and run through lazygrad.onnx (jitted), against ONNX Runtime and torch eager, on
+to ONNX by torch and run through lazygrad.onnx (called plainly, as a user would: from its fourth call
+OnnxModel replays the kernels its third launched), against ONNX Runtime and torch eager, on
 the CPU at a chosen thread count. Each model is batch 1 at its usual resolution, with seeded random
 weights (parameters torchvision initializes to zero, as ViT's head, drawn too, so the check means
 something); the exports are cached under --onnx-dir.
@@ -7,10 +8,10 @@ something); the exports are cached under --onnx-dir.
     python extra/bench/bench_zoo.py                                   # every model, 2 threads
     python extra/bench/bench_zoo.py --models vit_b_16,densenet121 --threads 1 --repeats 9
 
-What is timed: after 3 untimed calls per route (lazygrad's first one compiles and captures; its
+What is timed: after 3 untimed calls per route (lazygrad's first one compiles, its third captures; its
 seconds are the "first call" column), rounds of one call per route in turn, so machine noise falls
 on all alike; medians over the rounds are printed. Checked: lazygrad's output against ONNX
-Runtime's, within 1e-3 of the largest magnitude. `kernels` is what one jitted call launches.
+Runtime's, within 1e-3 of the largest magnitude. `kernels` is what one replayed call launches.
 
 Needs the bench extra (`pip install -e .[bench]`: torch, torchvision, onnxruntime, onnxscript).
 Threads: lazygrad's kernels read OMP_NUM_THREADS once, so the script runs itself again with it set
@@ -36,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_core import cpu_model  # noqa: E402
 from lazygrad import Tensor, no_grad, stats  # noqa: E402
-from lazygrad.jit import jit  # noqa: E402
 from lazygrad.onnx import OnnxModel  # noqa: E402
 
 try:
@@ -93,7 +93,7 @@ def run_model(name: str, args) -> dict:
     session = onnxruntime.InferenceSession(str(path), ort_options(args.threads), providers=["CPUExecutionProvider"])
     onnx_model = OnnxModel(str(path))
     tensor = Tensor(image).realize()
-    lazygrad_call = jit(no_grad()(lambda x: onnx_model.run({"image": x})["logits"]))
+    lazygrad_call = no_grad()(lambda x: onnx_model.run({"image": x})["logits"])
     torch_image = torch.from_numpy(image)
 
     def torch_call():
