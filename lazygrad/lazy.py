@@ -387,8 +387,8 @@ def _in_order(node: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
     if node.op is Ops.PAD and node.buffer is None:
         return _in_order(node.srcs[0], order).pad(tuple(node.arg[axis] for axis in order))
     if node._constant is not None:  # the same constant broadcast to the permuted shape: kept, no new node
-        return LazyBuffer.const(node._constant[0][1], node.dtype, tuple(node.shape[axis] for axis in order),
-                                node.device)
+        scalar = node._constant[1][0]  # the chain's CONST (its description holds the value's repr)
+        return LazyBuffer.const(scalar.arg, node.dtype, tuple(node.shape[axis] for axis in order), node.device)
     stored = _stored_order(node)
     if stored and stored[1] == order:
         value, shape = stored[0], tuple(node.shape[axis] for axis in order)

@@ -383,6 +383,11 @@ def test_a_number_beside_a_transposed_reduce_is_the_constant_in_the_stored_order
     value, constant = first.srcs
     assert constant.op is Ops.EXPAND and constant.shape == (6, 5) and constant.srcs[0].srcs[0].op is Ops.CONST
     np.testing.assert_array_equal((summed + 1).numpy(), a.sum(0).T + 1)
+    # the constant's value, whatever its dtype: a False beside a transposed mask stays False (each on
+    # a reduce not realized yet, as `summed`'s is now)
+    np.testing.assert_array_equal(((Tensor(a).sum(0).T > 50) & False).numpy(), np.zeros((5, 6), bool))
+    np.testing.assert_array_equal(((Tensor(a).sum(0).T > 50) | True).numpy(), np.ones((5, 6), bool))
+    np.testing.assert_array_equal((Tensor(a).sum(0).T.cast("int32") * -3).numpy(), a.sum(0).T.astype(np.int32) * -3)
 
 
 def test_a_concatenation_of_transposed_reduces_computes_in_their_stored_order():
