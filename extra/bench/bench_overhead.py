@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from lazygrad import Tensor
-from lazygrad.jit import jit
-from lazygrad.nn import Linear, ReLU, Sequential, functional as F
-from lazygrad.nn.optim import Adam
-from lazygrad.nn.state import get_parameters
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # lazygrad from the checkout
+
+from lazygrad import Tensor  # noqa: E402
+from lazygrad.jit import jit  # noqa: E402
+from lazygrad.nn import Linear, ReLU, Sequential, functional as F  # noqa: E402
+from lazygrad.nn.optim import Adam  # noqa: E402
+from lazygrad.nn.state import get_parameters  # noqa: E402
 
 try:
     import torch
