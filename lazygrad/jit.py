@@ -192,10 +192,11 @@ class _Replay:
         self.refills = recording.refills
         # each launch as (function, its arguments with the captured buffers in place, [(position, 0 for
         # an argument or 1 for an output, number, whether the function takes pointers)] to substitute
-        # on every call, its sources when it is derived, its launch for DEBUG=2 lines). A program that
-        # offers `call_with_pointers` (CPU) gets its buffers' pointers, looked up here once instead of
-        # on every replay.
-        self.steps: list[tuple[object, list, list[tuple[int, int, int, bool]], list | None, engine.Launch]] = []
+        # on every call, its sources when it is derived, (its program, the bytes it moves) for DEBUG=2
+        # lines). A program that offers `call_with_pointers` (CPU) gets its buffers' pointers, looked
+        # up here once instead of on every replay. The capture's argument buffers are not kept: every
+        # call brings its own (an optimizer's update takes every gradient as an argument).
+        self.steps: list[tuple[object, list, list[tuple[int, int, int, bool]], list | None, tuple]] = []
         derived = self._derived_launches(recording, input_buffers, output_buffers)
         kept = set(input_buffers) | set(output_buffers) | {id(buffer) for buffer, _ in recording.refills}
         kept |= {id(buffer) for launch in recording.launches if id(launch) in derived
@@ -213,15 +214,18 @@ class _Replay:
             for position, buffer in enumerate(launch.buffers):
                 if id(buffer) in input_buffers:
                     substitutions.append((position, 0, input_buffers[id(buffer)], by_pointer))
+                    arguments[position] = None
                 elif id(buffer) in output_buffers:
                     substitutions.append((position, 1, output_buffers[id(buffer)], by_pointer))
             # a launch computed from state alone: [its source buffers, their versions when it last ran,
             # which is in this capture (or, kept by derived_values, for these very versions)]
             sources = [derived[id(launch)], [buffer.version for buffer in derived[id(launch)]]] \
                 if id(launch) in derived else None
-            self.steps.append((function, arguments, substitutions, sources, launch))
-        # the captured buffers, held so the memory that the pointers above point into stays theirs
-        self.captured_buffers = [launch.buffers for launch in recording.launches]
+            described = (launch.compiled, sum(buffer.nbytes for buffer in launch.buffers))
+            self.steps.append((function, arguments, substitutions, sources, described))
+        # the captured buffers but the arguments', held so the memory that the pointers above point into stays theirs
+        self.captured_buffers = [[buffer for buffer in launch.buffers if id(buffer) not in input_buffers]
+                                 for launch in recording.launches]
         self.kernel_count = sum(1 for launch in recording.launches if launch.program is not None and not launch.host)
         self.rewritten = self._rewritten_buffers(recording, output_buffers)
 
@@ -322,13 +326,13 @@ class _Replay:
         timed = knobs.debug >= 2
         if timed:
             began, device_time = time.perf_counter(), 0.0
-        for function, arguments, substitutions, derived, launch in self.steps:
+        for function, arguments, substitutions, derived, described in self.steps:
             if derived is not None:
                 versions = [buffer.version for buffer in derived[0]]
                 if versions == derived[1]:
                     skipped += 1
                     if timed:
-                        print(f"  {launch.compiled.name:<40} skipped (what it reads is unchanged)", file=sys.stderr)
+                        print(f"  {described[0].name:<40} skipped (what it reads is unchanged)", file=sys.stderr)
                     continue
                 derived[1] = versions
             if substitutions:
@@ -337,7 +341,7 @@ class _Replay:
                     buffer = sources[source][number]
                     arguments[position] = buffer.pointer if by_pointer else buffer
             if timed:
-                device_time += _timed(function, arguments, launch)
+                device_time += _timed(function, arguments, described)
             else:
                 function(*arguments)
         if timed:
@@ -366,14 +370,14 @@ class _Replay:
         return results
 
 
-def _timed(function, arguments: list, launch) -> float:
+def _timed(function, arguments: list, described: tuple) -> float:
     """Runs one step of a replay, prints its DEBUG=2 line when it is a kernel, and returns its time."""
     start = time.perf_counter()
     function(*arguments)
     elapsed = time.perf_counter() - start
-    if launch.compiled is not None:
-        moved = sum(buffer.nbytes for buffer in launch.buffers)
-        engine.print_launch(launch.compiled.name, launch.compiled, elapsed, moved)
+    compiled, moved = described
+    if compiled is not None:
+        engine.print_launch(compiled.name, compiled, elapsed, moved)
     return elapsed
 
 
