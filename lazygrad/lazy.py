@@ -58,8 +58,11 @@ SPLIT_OUTPUT_LIMIT = 1 << 16
 
 def _sweep_dead_entries() -> None:
     global _sweep_at
-    for dead in [key for key, reference in _CONSED.items() if reference() is None]:
-        del _CONSED[dead]
+    # the live entries put back, not the dead ones deleted: most are dead (an eager call's graph, gone
+    # once realized), and deleting one hashes its key again (MobileNetV2's forward: 6% of building it)
+    live = [(key, reference) for key, reference in _CONSED.items() if reference() is not None]
+    _CONSED.clear()
+    _CONSED.update(live)
     _sweep_at = max(4096, 2 * len(_CONSED))
 
 
@@ -78,10 +81,19 @@ class LazyBuffer:
 
     @staticmethod
     def create(op: OpDef, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str) -> "LazyBuffer":
-        # sources by id, so the table holds no node alive (an id reused after its node died can only
-        # find a dead entry: a live unrealized node keeps its sources alive); repr tells -0.0 from 0.0
-        # (equal as floats) and lets NaN constants match each other; fuse.walk_with_structure reads key[2:]
-        key = (op, tuple(map(id, srcs)), repr(arg) if op is Ops.CONST else arg, dtype, shape, device)
+        # (op, (argument as compared, dtype, shape, device), the sources' ids...): sources by id, so the
+        # table holds no node alive (an id reused after its node died can only find a dead entry: a
+        # live unrealized node keeps its sources alive); repr tells -0.0 from 0.0 (equal as floats)
+        # and lets NaN constants match each other; fuse.walk_with_structure reads key[1]. Built by
+        # arity: one tuple, not one of the ids inside another (a third of this function's time).
+        described = (repr(arg) if op is Ops.CONST else arg, dtype, shape, device)
+        count = len(srcs)
+        if count == 1:
+            key = (op, described, id(srcs[0]))
+        elif count == 2:
+            key = (op, described, id(srcs[0]), id(srcs[1]))
+        else:
+            key = (op, described, *map(id, srcs))
         try:
             reference = _CONSED.get(key)
         except TypeError:  # an unhashable arg is a bug in the caller
@@ -131,7 +143,7 @@ class LazyBuffer:
             chain = (scalar, reshaped) if node is reshaped else (scalar, reshaped, node)
             # (what determines the chain, its nodes in walk order): fuse.walk_with_structure places
             # the chain in one step while none of its nodes is realized, which x + 1 is for every op
-            node._constant = (("CONSTANT", scalar._key[2], dtype, node.shape, device), chain)
+            node._constant = (("CONSTANT", scalar._key[1][0], dtype, node.shape, device), chain)
         if len(_CONSTANTS) >= CONSTANT_CACHE_LIMIT:
             _CONSTANTS.clear()
         _CONSTANTS[key] = chain
@@ -175,8 +187,8 @@ class LazyBuffer:
         srcs = (self,) + others
         order = _common_stored_order(srcs)
         if order is not None:  # computed in the order its operands are stored, then viewed as asked
-            inverse = tuple(order.index(axis) for axis in range(len(order)))
-            return _elementwise(op, tuple(_in_order(source, order) for source in srcs), arg).permute(inverse)
+            inverse = tuple([order.index(axis) for axis in range(len(order))])
+            return _elementwise(op, tuple([_in_order(source, order) for source in srcs]), arg).permute(inverse)
         return _elementwise(op, srcs, arg)
 
     def reduce(self, op: OpDef, axes: tuple[int, ...]) -> "LazyBuffer":
@@ -229,9 +241,11 @@ class LazyBuffer:
         order = tuple(order)
         if order == tuple(range(len(order))):
             return self
-        if self.op is Ops.PERMUTE and not self.realized:  # one permute of the source (none if they cancel)
-            return self.srcs[0].permute(tuple(self.arg[axis] for axis in order))
-        return self._movement(Ops.PERMUTE, order, tuple(self.shape[axis] for axis in order))
+        if self.op is Ops.PERMUTE and self.buffer is None:  # one permute of the source (none if they cancel)
+            arg = self.arg
+            return self.srcs[0].permute(tuple([arg[axis] for axis in order]))
+        shape = self.shape
+        return self._movement(Ops.PERMUTE, order, tuple([shape[axis] for axis in order]))
 
     def expand(self, shape: tuple[int, ...]) -> "LazyBuffer":
         shape = tuple(shape)
@@ -240,17 +254,23 @@ class LazyBuffer:
         return self._movement(Ops.EXPAND, shape, shape)
 
     def pad(self, padding: tuple[tuple[int, int], ...]) -> "LazyBuffer":
-        padding = tuple((int(lo), int(hi)) for lo, hi in padding)
-        if all(lo == 0 and hi == 0 for lo, hi in padding):
+        padding = tuple([(int(lo), int(hi)) for lo, hi in padding])
+        for lo, hi in padding:  # loops, not generators: a convolution pads and shrinks several times
+            if lo or hi:
+                break
+        else:
             return self
-        shape = tuple(size + lo + hi for size, (lo, hi) in zip(self.shape, padding))
+        shape = tuple([size + lo + hi for size, (lo, hi) in zip(self.shape, padding)])
         return self._movement(Ops.PAD, padding, shape)
 
     def shrink(self, bounds: tuple[tuple[int, int], ...]) -> "LazyBuffer":
-        bounds = tuple((int(start), int(end)) for start, end in bounds)
-        if all(start == 0 and end == size for (start, end), size in zip(bounds, self.shape)):
+        bounds = tuple([(int(start), int(end)) for start, end in bounds])
+        for (start, end), size in zip(bounds, self.shape):
+            if start or end != size:
+                break
+        else:
             return self
-        return self._movement(Ops.SHRINK, bounds, tuple(end - start for start, end in bounds))
+        return self._movement(Ops.SHRINK, bounds, tuple([end - start for start, end in bounds]))
 
     def flip(self, axes: tuple[int, ...]) -> "LazyBuffer":
         axes = tuple(sorted(axis for axis in set(axes) if self.shape[axis] > 1))
@@ -385,13 +405,13 @@ def _in_order(node: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
     """node permuted to `order`: a reshape of the computed value it reads when that is how it is stored
     (padded after, where node pads such a view: a concatenation's operands)."""
     if node.op is Ops.PAD and node.buffer is None:
-        return _in_order(node.srcs[0], order).pad(tuple(node.arg[axis] for axis in order))
+        return _in_order(node.srcs[0], order).pad(tuple([node.arg[axis] for axis in order]))
     if node._constant is not None:  # the same constant broadcast to the permuted shape: kept, no new node
         scalar = node._constant[1][0]  # the chain's CONST (its description holds the value's repr)
-        return LazyBuffer.const(scalar.arg, node.dtype, tuple(node.shape[axis] for axis in order), node.device)
+        return LazyBuffer.const(scalar.arg, node.dtype, tuple([node.shape[axis] for axis in order]), node.device)
     stored = _stored_order(node)
     if stored and stored[1] == order:
-        value, shape = stored[0], tuple(node.shape[axis] for axis in order)
+        value, shape = stored[0], tuple([node.shape[axis] for axis in order])
         if value.numel() != node.numel():  # a prefix of its storage
             value = value.reshape((value.numel(),)).shrink(((0, node.numel()),))
         return value.reshape(shape)

@@ -603,9 +603,9 @@ def walk_with_structure(outputs: list[LazyBuffer]) -> tuple[list[LazyBuffer], tu
                 position[id(node)] = index
                 order.append(node)
                 if node.buffer is None:
-                    key = node._key  # (op, sources' ids, argument as compared, dtype, shape, device)
+                    key = node._key  # (op, (argument as compared, dtype, shape, device), sources' ids...)
                     described.append(key[0])
-                    described.append(key[2:])
+                    described.append(key[1])
                     for src in node.srcs:
                         described.append(position[id(src)])
                 else:

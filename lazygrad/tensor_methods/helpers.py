@@ -113,8 +113,12 @@ def _normalize_axis(axis: int, ndim: int, op: str = "") -> int:
 
 
 def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
-    if all(shape == shapes[0] for shape in shapes):
-        return tuple(shapes[0])
+    first = shapes[0]
+    for shape in shapes:  # a loop, not all(generator): this runs for every binary op built
+        if shape != first:
+            break
+    else:
+        return tuple(first)
     ndim = max(len(shape) for shape in shapes)
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
     result = []

@@ -53,11 +53,15 @@ def _dim_list(dims, argument: str) -> list[int]:
     return [_int_argument(dims, "movedim", argument)]
 
 
-def _int_pair(pair, function: str, argument: str) -> tuple[int, int]:
-    """A (before, after) or (start, end) pair of ints."""
+def _int_pair(pair, function: str, argument: str, index: int) -> tuple[int, int]:
+    """A (before, after) or (start, end) pair of ints, `argument[index]` of `function` (named only
+    in an error: a padding or a slice builds these for every dim)."""
+    if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is int and type(pair[1]) is int:
+        return pair
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise TypeError(f"{function}: {argument} must be a pair of ints, got {pair!r}")
-    return _int_argument(pair[0], function, f"{argument}[0]"), _int_argument(pair[1], function, f"{argument}[1]")
+        raise TypeError(f"{function}: {argument}[{index}] must be a pair of ints, got {pair!r}")
+    return (_int_argument(pair[0], function, f"{argument}[{index}][0]"),
+            _int_argument(pair[1], function, f"{argument}[{index}][1]"))
 
 
 class MovementMethods:
@@ -233,7 +237,7 @@ class MovementMethods:
             return [(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs))
         if len(padding) != self.ndim:
             raise ValueError(f"pad: got {len(padding)} (before, after) pairs for a tensor of shape {self.shape}")
-        return [(0, 0) if p is None else _int_pair(p, "pad", f"padding[{i}]") for i, p in enumerate(padding)]
+        return [(0, 0) if p is None else _int_pair(p, "pad", "padding", i) for i, p in enumerate(padding)]
 
     def _pad_with_mode(self, padding, value, mode: str) -> "Tensor":
         from lazygrad.tensor import Tensor
@@ -264,7 +268,7 @@ class MovementMethods:
         return result
 
     def shrink(self, bounds) -> "Tensor":
-        bounds = tuple((0, size) if b is None else _int_pair(b, "shrink", f"bounds[{i}]")
+        bounds = tuple((0, size) if b is None else _int_pair(b, "shrink", "bounds", i)
                        for i, (b, size) in enumerate(zip(bounds, self.shape)))
         for (start, end), size in zip(bounds, self.shape):
             if not 0 <= start <= end <= size:
