@@ -354,6 +354,8 @@ def _common_stored_order(srcs: tuple) -> tuple[int, ...] | None:
     for source in srcs:
         while source.op is Ops.PAD and source.buffer is None:  # a padded view keeps its source's order
             source = source.srcs[0]
+        if source.buffer is None and (source.op.is_elementwise or source.op.kind == REDUCE):
+            return None  # a computed value read as it is stored: no other order is common to all
         stored = _stored_order(source)
         if stored is not None:
             orders.add(stored[1] if stored else None)

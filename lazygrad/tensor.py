@@ -555,10 +555,12 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             if other.device != self.device:
                 raise ValueError(f"{op}: tensors are on different devices, {self.device} and {other.device}; "
                                  f"move one with .to({self.device!r})")
-            groups = ([], [], [])
-            for tensor in (self, other):
-                groups[0 if tensor.ndim else 1].append(tensor.dtype)
-            dtype = result_type(*groups)
+            dtype = self.dtype
+            if other.dtype is not dtype:  # one dtype promotes to itself: the common case skips this
+                groups = ([], [], [])
+                for tensor in (self, other):
+                    groups[0 if tensor.ndim else 1].append(tensor.dtype)
+                dtype = result_type(*groups)
         elif isinstance(other, (bool, int, float, complex, np.generic)):
             node = self.lazydata
             dtype = _scalar_result_type(node.dtype, len(node.shape) > 0, other)
@@ -574,7 +576,9 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         else:
             raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")
         shape = broadcast_shapes(op, self.shape, other.shape)
-        x, y = self.cast(dtype)._broadcast_to(shape), other.cast(dtype)._broadcast_to(shape)
+        x = self if self.dtype is dtype else self.cast(dtype)
+        y = other if other.dtype is dtype else other.cast(dtype)
+        x, y = x._broadcast_to(shape), y._broadcast_to(shape)
         return (y, x) if reverse else (x, y)
 
     def _complex_operands(self, number, reverse: bool) -> tuple["Tensor", "Tensor"]:
@@ -667,3 +671,4 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             raise TypeError(f"bitwise_not: not supported for {self.dtype.name} tensors")
         all_ones = self._const_like(True if self.dtype.is_bool else -1)  # -1 becomes 255 in uint8, as a C cast does
         return self._apply(Ops.XOR, all_ones)
+

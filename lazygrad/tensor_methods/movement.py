@@ -100,7 +100,13 @@ class MovementMethods:
     def permute(self, *order) -> "Tensor":
         order = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else tuple(order)
         ndim = self.ndim
-        normalized = tuple(_normalize_axis(axis, ndim, "permute") for axis in order)
+        for axis in order:  # the common case first: plain dims in range (every permute nn builds)
+            if type(axis) is not int or axis < 0:
+                break
+        else:
+            if sorted(order) == list(range(ndim)):
+                return self._apply(Ops.PERMUTE, arg=order)
+        normalized = tuple([_normalize_axis(axis, ndim, "permute") for axis in order])
         if sorted(normalized) != list(range(ndim)):
             raise ValueError(f"permute: {order} is not a permutation of the {ndim} dims of shape {self.shape}")
         return self._apply(Ops.PERMUTE, arg=normalized)
