@@ -34,10 +34,11 @@ class StaleValueError(RuntimeError):
 
 
 PENDING_ASSIGNS: "weakref.WeakSet[LazyBuffer]" = weakref.WeakSet()  # assigns made, maybe not yet run (jit.py)
-# key -> weak reference to the node; dead references are swept when the table has doubled (cheaper
-# than a WeakValueDictionary's callback per node, which costs more than building the node)
+# key -> weak reference to the node, its entry deleted as the node goes (LazyBuffer.__del__). Swept
+# instead every few thousand nodes, the entries of an eager step's dead nodes outlived it: the
+# garbage collector saw them grow and moved them to its oldest generation, whose collections (a
+# walk of every object: 100 ms with torch imported) came every few hundred steps of a small model.
 _CONSED: dict[tuple, weakref.ref] = {}
-_sweep_at = 4096
 # (value, dtype, shape, device) -> a broadcast constant's nodes (CONST, RESHAPE, EXPAND; the last is
 # the constant), held strongly: `x + 1` in a loop would otherwise build (and free) them every step
 _CONSTANTS: dict[tuple, tuple] = {}
@@ -54,16 +55,6 @@ CONSTANT_CACHE_LIMIT = 1024
 # over 512 channels, 4608 terms, lost theirs: 7 -> 66 ms each).
 ACCUMULATION_LIMIT = 4096
 SPLIT_OUTPUT_LIMIT = 1 << 16
-
-
-def _sweep_dead_entries() -> None:
-    global _sweep_at
-    # the live entries put back, not the dead ones deleted: most are dead (an eager call's graph, gone
-    # once realized), and deleting one hashes its key again (MobileNetV2's forward: 6% of building it)
-    live = [(key, reference) for key, reference in _CONSED.items() if reference() is not None]
-    _CONSED.clear()
-    _CONSED.update(live)
-    _sweep_at = max(4096, 2 * len(_CONSED))
 
 
 class LazyBuffer:
@@ -105,8 +96,6 @@ class LazyBuffer:
         node = LazyBuffer(op, srcs, arg, dtype, shape, device)
         node._key = key
         _CONSED[key] = weakref.ref(node)
-        if len(_CONSED) > _sweep_at:
-            _sweep_dead_entries()
         return node
 
     @staticmethod
@@ -176,6 +165,15 @@ class LazyBuffer:
 
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    def __del__(self, _consed=_CONSED):  # the table bound here: module globals may be gone at exit
+        key = self._key
+        if key is not None:
+            reference = _consed.get(key)
+            if reference is not None:
+                referent = reference()  # None where the garbage collector cleared it first (a cycle)
+                if referent is None or referent is self:
+                    del _consed[key]
 
     def __repr__(self) -> str:
         state = "realized" if self.realized else f"{len(self.srcs)} srcs"

@@ -66,3 +66,29 @@ def test_movement_ops_are_nodes_not_copies():
     assert stats.kernels == 0
     assert isinstance(view.lazydata, LazyBuffer) and view.lazydata.op in (Ops.FLIP, Ops.RESHAPE, Ops.SHRINK)
     np.testing.assert_array_equal(view.numpy(), np.arange(6).reshape(2, 3).T.reshape(6)[::2][::-1])
+
+
+def test_a_node_takes_its_entry_of_the_sharing_table_with_it():
+    """Dead nodes leave no entries behind to outlive them (the garbage collector would see the table
+    grow), whether their count reaches zero or a collection of a cycle frees them; a live node's
+    entry stays, so the same op on the same sources is still that node."""
+    import lazygrad.lazy as lazy
+    x = Tensor(np.ones(4, dtype=np.float32)).realize()
+    kept = x * 5
+    (((x + 1) * 2).exp() - x).sum()  # its constants 1 and 2 are kept (lazy._CONSTANTS), with their entries
+    before = len(lazy._CONSED)
+    for _ in range(50):
+        (((x + 1) * 2).exp() - x).sum()
+    assert len(lazy._CONSED) == before
+
+    class Holder:  # a cycle: freed by the collector, which clears weak references before finalizers run
+        pass
+    holder = Holder()
+    (x * 3).exp()  # the constant 3, kept
+    before = len(lazy._CONSED)
+    holder.itself, holder.value = holder, (x * 3).exp().sqrt()
+    assert len(lazy._CONSED) > before
+    del holder
+    gc.collect()
+    assert len(lazy._CONSED) == before
+    assert (x * 5).lazydata is kept.lazydata
