@@ -306,6 +306,7 @@ def _elementwise(op: OpDef, srcs: tuple, arg) -> LazyBuffer:
 
 
 _UNORDERED = ()  # a computed value read through a view that is no permutation of its storage
+_STORAGE_VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK})  # views _stored_order looks through
 
 
 def _stored_order(node: LazyBuffer) -> tuple[LazyBuffer, tuple[int, ...]] | tuple | None:
@@ -315,7 +316,7 @@ def _stored_order(node: LazyBuffer) -> tuple[LazyBuffer, tuple[int, ...]] | tupl
     constant, a broadcast). A prefix is a matmul's result without the rows its panels padded
     (linalg `_panel_product`; ResNet-18's 1x1 downsampling at batch 1)."""
     chain, base = [], node
-    while base.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK) and base.buffer is None:
+    while base.op in _STORAGE_VIEWS and base.buffer is None:
         chain.append((base.op, base.arg))
         base = base.srcs[0]
     if base.buffer is not None or (not base.op.is_elementwise and base.op.kind != REDUCE):

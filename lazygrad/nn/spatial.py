@@ -62,7 +62,7 @@ def _check_channel_vector(name: str, argument: str, tensor: Tensor | None, chann
 
 def _interleave(first, second) -> tuple:
     """(a0, b0, a1, b1, ...) from (a0, a1, ...) and (b0, b1, ...)."""
-    return tuple(value for pair in zip(first, second) for value in pair)
+    return tuple(itertools.chain.from_iterable(zip(first, second)))
 
 
 # ---- windows: the view behind convolution and pooling ------------------------------------------
