@@ -146,14 +146,10 @@ class LazyBuffer:
         """Attach the computed buffer and drop the graph below this node."""
         self.buffer = buffer
         self.version = buffer.version
-        self.srcs = ()
+        self._forget_key()
+        self._key = None
+        self.srcs = ()  # after the key: dropping the graph runs its nodes' __del__
         self._constant = None
-        key = self._key
-        if key is not None:
-            reference = _CONSED.get(key)
-            if reference is not None and reference() is self:
-                del _CONSED[key]
-            self._key = None
 
     def check_current(self) -> None:
         """Raise StaleValueError if the buffer was written in place after this node was realized."""
@@ -166,14 +162,17 @@ class LazyBuffer:
     def numel(self) -> int:
         return math.prod(self.shape)
 
-    def __del__(self, _consed=_CONSED):  # the table bound here: module globals may be gone at exit
+    def _forget_key(self, _consed=_CONSED) -> None:  # the table bound here: module globals may be gone at exit
+        """Delete this node's entry of the sharing table, or a dead node's under the same key."""
         key = self._key
         if key is not None:
-            reference = _consed.get(key)
+            reference = _consed.pop(key, None)  # one lookup: the entry is nearly always this node's
             if reference is not None:
                 referent = reference()  # None where the garbage collector cleared it first (a cycle)
-                if referent is None or referent is self:
-                    del _consed[key]
+                if referent is not None and referent is not self:
+                    _consed[key] = reference  # a live node's, made after this one was realized
+
+    __del__ = _forget_key
 
     def __repr__(self) -> str:
         state = "realized" if self.realized else f"{len(self.srcs)} srcs"
