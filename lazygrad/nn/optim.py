@@ -148,7 +148,8 @@ def _update_rule_is_ours(optimizer: Optimizer) -> bool:
     """Whether the methods that build an update are this module's: a subclass's own rule may read
     what the replay's signature does not see."""
     cls = type(optimizer)
-    return all(getattr(cls, name).__module__ == __name__ for name in ("_updates", "_step_values", "_scalars", "_write_updates"))
+    return all(getattr(cls, name).__module__ == __name__
+               for name in ("_updates", "_step_values", "_scalars", "_write_updates"))
 
 
 class SGD(Optimizer):
