@@ -129,7 +129,7 @@ class Optimizer:
             gradients = [param.grad for param in self.params if param.grad is not None]
             if gradients:
                 Tensor.realize(*gradients)
-            self._replays.run(self, gradients, _update_rule_is_ours(self))
+            self._replays.run(self, _update_rule_is_ours(self))
 
     def _write_updates(self) -> None:
         """Build every update (and the step count's) as assigns and realize them together."""

@@ -11,14 +11,17 @@ parameters and optimizer state in place as the plain step does.
 The signature is what the captured kernels depend on: the optimizer's class and settings (betas,
 momentum, weight decay: every attribute holding a plain value, except the learning rate, which the
 kernels read from the device), the buffer of every tensor it holds (parameters, their state, the
-step counters) and the gradients' shapes, dtypes, devices and which of them share a buffer. A step
-runs plainly, as without this module, when a replay could not reproduce it:
+step counters), which parameters have a gradient (its shape, dtype and device) and which gradients
+share a buffer. A step runs plainly, as without this module, when a replay could not reproduce it:
   * a tensor the optimizer holds is not a realized buffer at its current version (an assign not
     yet realized);
   * a gradient's buffer is one the optimizer holds (the update would read what it writes);
   * a capture of the caller's own is recording (its jit, lazygrad.export): it must see the kernels;
   * the optimizer's update rule is not this package's (a subclass overriding `_updates`);
-  * the capture failed (the engine wrote a parameter into a new buffer instead of in place).
+  * the capture failed (the engine wrote a parameter into a new buffer instead of in place);
+  * signatures churn: after CHURN_CAPTURES captures, if they outnumber the replays, every later
+    step runs plainly (a different set of gradients every step or two would otherwise pay for a
+    capture, a scan of the heap, again and again).
 The captures of the last KEPT_SIGNATURES signatures are kept; a `load_state_dict` into the model
 gives its parameters new buffers, hence a new signature.
 """
@@ -34,6 +37,9 @@ from lazygrad.ops import Ops
 from lazygrad.tensor import Tensor
 
 KEPT_SIGNATURES = 4
+# captures after which, if they outnumber the replays, every step runs plainly: signatures that churn
+# (a different set of gradients every step or two) would pay a capture (a heap scan, 30-100 ms) each
+CHURN_CAPTURES = 8
 _PLAIN = (bool, int, float, str, type(None))
 _CHANGING = frozenset({"_lr", "_step_scalars", "_replays"})  # read from the device, or rebuilt every step
 
@@ -44,10 +50,13 @@ class UpdateReplays:
     def __init__(self):
         # signature -> its jit, or None where the signature runs plainly (a capture that failed)
         self.jits: OrderedDict[tuple, TinyJit | None] = OrderedDict()
+        self.captures = self.replays = 0
+        self.churned = False  # captures outnumbered replays: plain from then on
 
-    def run(self, optimizer, gradients: list[Tensor], replayable: bool) -> None:
-        """Write the updates for the realized `gradients` (of the parameters that have one, in order)."""
-        signature = _signature(optimizer, gradients) if replayable and engine.recording is None else None
+    def run(self, optimizer, replayable: bool) -> None:
+        """Write the updates for the parameters' realized gradients."""
+        replayable = replayable and not self.churned and engine.recording is None
+        signature = _signature(optimizer) if replayable else None
         if signature is None:
             optimizer._write_updates()
             return
@@ -65,6 +74,13 @@ class UpdateReplays:
             jitted(*arguments)
         except JitError:  # raised by the capture once the step has run: marked, not run again
             self.jits[key] = None
+        if jitted.calls == 2:
+            self.captures += 1
+        elif jitted.replay is not None:
+            self.replays += 1
+        if self.captures >= CHURN_CAPTURES and self.captures > self.replays:
+            self.churned = True
+            self.jits.clear()
 
 
 def _update_function(optimizer_reference: weakref.ref):
@@ -75,7 +91,7 @@ def _update_function(optimizer_reference: weakref.ref):
     return update
 
 
-def _signature(optimizer, gradients: list[Tensor]) -> tuple[tuple, list[Tensor]] | None:
+def _signature(optimizer) -> tuple[tuple, list[Tensor]] | None:
     """(key, the gradients with distinct buffers) or None where the step must run plainly."""
     held: set[int] = set()  # the buffers of the tensors the optimizer holds
     settings = []
@@ -99,7 +115,10 @@ def _signature(optimizer, gradients: list[Tensor]) -> tuple[tuple, list[Tensor]]
         settings.append((name, tuple(buffers)))
     distinct: dict[int, int] = {}  # a gradient's buffer -> its argument's position
     arguments, layout = [], []
-    for gradient in gradients:
+    for position, param in enumerate(optimizer.params):  # which parameters have one, not just how many
+        gradient = param.grad
+        if gradient is None:
+            continue
         nodes = lazy_nodes(gradient.lazydata)
         first = id(nodes[0].buffer)
         if any(id(node.buffer) in held for node in nodes):
@@ -108,5 +127,5 @@ def _signature(optimizer, gradients: list[Tensor]) -> tuple[tuple, list[Tensor]]
             distinct[first] = len(arguments)
             arguments.append(gradient)
         node = gradient.lazydata
-        layout.append((distinct[first], node.shape, node.dtype, gradient.device))
+        layout.append((position, distinct[first], node.shape, node.dtype, gradient.device))
     return (type(optimizer), tuple(settings), tuple(layout)), arguments

@@ -175,3 +175,37 @@ def test_a_jitted_training_step_captures_the_update_itself():
             step(Tensor(rng.standard_normal((4, 6)).astype(np.float32)))
         return [[p.numpy() for p in model.parameters()]], 0
     assert_same(run(True), run(False), most_built=0)
+
+
+def test_which_parameters_have_a_gradient_is_part_of_the_signature():
+    """Two parameters of one shape, each step only one of them used: the same gradient shapes, but a
+    replay captured for one must never write the other."""
+    def run(make):
+        a = Tensor(np.arange(4, dtype=np.float32), requires_grad=True)
+        b = Tensor(np.ones(4, np.float32), requires_grad=True)
+        optimizer = make([a, b])
+        for step in range(8):
+            optimizer.zero_grad()
+            used = a if step % 2 else b
+            (used * used * (step + 1)).sum().backward()
+            optimizer.step()
+        return [[a.numpy(), b.numpy()]], 0
+    assert_same(run(OPTIMIZERS["Adam"]), run(plain(OPTIMIZERS["Adam"])), most_built=8)
+
+
+def test_signatures_that_churn_stop_being_captured():
+    """Each signature seen twice and never again: every second step would be a capture (a scan of
+    the heap) that nothing replays, so after a few the optimizer steps plainly for good."""
+    def run(make):
+        params = [Tensor(np.full(3, index, np.float32), requires_grad=True) for index in range(12)]
+        optimizer = make(params)
+        for step in range(24):
+            optimizer.zero_grad()
+            used = params[step // 2]  # p0, p0, p1, p1, ...: each set of gradients twice
+            (used * used).sum().backward()
+            optimizer.step()
+        return optimizer, [[p.numpy() for p in params]]
+    optimizer, values = run(OPTIMIZERS["Adam"])
+    replays = optimizer._replays
+    assert replays.churned and not replays.jits and replays.captures == 8 and replays.replays == 0
+    assert_same((values, 0), (run(plain(OPTIMIZERS["Adam"]))[1], 0), most_built=24)
