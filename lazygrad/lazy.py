@@ -62,12 +62,12 @@ class LazyBuffer:
                  "__weakref__")
 
     def __init__(self, op: OpDef, srcs: tuple, arg, dtype: DType, shape: tuple[int, ...], device: str):
+        self._key = None  # first: __del__ reads it, even of a node whose construction failed
         assert op.__class__ is OpDef, f"a lazy node's op is an OpDef (Ops.{op}), not {op!r}"
         self.op, self.srcs, self.arg = op, srcs, arg
         self.dtype, self.shape, self.device = dtype, shape, device
         self.buffer = None  # the device Buffer once realized
         self.version = 0    # the buffer's version this node holds
-        self._key = None
         self._constant = None  # on the top of a broadcast constant: see const()
 
     @staticmethod

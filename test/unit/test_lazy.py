@@ -92,3 +92,18 @@ def test_a_node_takes_its_entry_of_the_sharing_table_with_it():
     gc.collect()
     assert len(lazy._CONSED) == before
     assert (x * 5).lazydata is kept.lazydata
+
+
+def test_a_node_whose_construction_failed_goes_quietly(monkeypatch):
+    """A node's __del__ runs even when its __init__ raised: it must not raise in turn (which Python
+    would print as an ignored exception)."""
+    import sys
+    from lazygrad.dtype import dtypes
+    raised = []
+    monkeypatch.setattr(sys, "unraisablehook", raised.append)
+    try:
+        LazyBuffer("ADD", (), None, dtypes.float32, (1,), "CPU")  # an op's name, not its OpDef
+    except AssertionError:
+        pass
+    gc.collect()
+    assert raised == []
