@@ -54,6 +54,7 @@ import math
 import sys
 import time
 import weakref
+from collections import OrderedDict
 
 from lazygrad import realize as engine
 from lazygrad.complex_tensor import ComplexTensor
@@ -562,3 +563,27 @@ def realize_effects(outputs: list[Tensor]) -> None:
 def jit(function):
     """Decorate a function of Tensors for capture and replay (see lazygrad.jit's docstring)."""
     return TinyJit(function)
+
+
+class KeptJits:
+    """What a caller keeps per call signature (a model's input shapes, an optimizer's tensors and
+    settings): usually the signature's jit, or None where the signature runs plainly; the `kept`
+    signatures used last, each with its capture's buffers (lazygrad.onnx's replays, nn's update
+    replays)."""
+
+    def __init__(self, kept: int):
+        self.kept = kept
+        self.entries: OrderedDict[tuple, object] = OrderedDict()
+
+    def use(self, key: tuple, make) -> tuple[object, bool]:
+        """(the entry of `key`, whether it is new: made by `make()`), now the most recently used."""
+        if key in self.entries:
+            self.entries.move_to_end(key)
+            return self.entries[key], False
+        entry = self.entries[key] = make()
+        if len(self.entries) > self.kept:
+            self.entries.popitem(last=False)
+        return entry, True
+
+    def set(self, key: tuple, entry) -> None:
+        self.entries[key] = entry

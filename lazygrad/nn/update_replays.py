@@ -28,10 +28,9 @@ gives its parameters new buffers, hence a new signature.
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
 
 from lazygrad import realize as engine
-from lazygrad.jit import JitError, TinyJit, jit
+from lazygrad.jit import JitError, KeptJits, jit
 from lazygrad.multi import lazy_nodes
 from lazygrad.ops import Ops
 from lazygrad.tensor import Tensor
@@ -49,7 +48,7 @@ class UpdateReplays:
 
     def __init__(self):
         # signature -> its jit, or None where the signature runs plainly (a capture that failed)
-        self.jits: OrderedDict[tuple, TinyJit | None] = OrderedDict()
+        self.jits = KeptJits(KEPT_SIGNATURES)
         self.captures = self.replays = 0
         self.churned = False  # captures outnumbered replays: plain from then on
 
@@ -61,26 +60,21 @@ class UpdateReplays:
             optimizer._write_updates()
             return
         key, arguments = signature
-        if key not in self.jits:
-            self.jits[key] = jit(_update_function(weakref.ref(optimizer)))
-            if len(self.jits) > KEPT_SIGNATURES:
-                self.jits.popitem(last=False)
-        self.jits.move_to_end(key)
-        jitted = self.jits[key]
+        jitted, _ = self.jits.use(key, lambda: jit(_update_function(weakref.ref(optimizer))))
         if jitted is None:
             optimizer._write_updates()
             return
         try:
             jitted(*arguments)
         except JitError:  # raised by the capture once the step has run: marked, not run again
-            self.jits[key] = None
+            self.jits.set(key, None)
         if jitted.calls == 2:
             self.captures += 1
         elif jitted.replay is not None:
             self.replays += 1
         if self.captures >= CHURN_CAPTURES and self.captures > self.replays:
             self.churned = True
-            self.jits.clear()
+            self.jits.entries.clear()
 
 
 def _update_function(optimizer_reference: weakref.ref):

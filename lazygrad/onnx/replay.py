@@ -21,10 +21,9 @@ captures of the last KEPT_SIGNATURES input signatures are kept, each with its in
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
 
 from lazygrad import realize as engine
-from lazygrad.jit import JitError, TinyJit, jit
+from lazygrad.jit import JitError, KeptJits, jit
 from lazygrad.tensor import Tensor
 
 KEPT_SIGNATURES = 4  # input signatures (shapes, dtypes, devices) whose captures a model keeps
@@ -37,7 +36,7 @@ class Replays:
 
     def __init__(self):
         # signature -> WALKED_ONCE, its jit, or None where it runs plainly (a capture that failed)
-        self.jits: OrderedDict[tuple, TinyJit | str | None] = OrderedDict()
+        self.jits = KeptJits(KEPT_SIGNATURES)
 
     def run(self, model, values: dict, overridden: bool) -> dict:
         """The model's outputs for its input values (Tensors by name); `overridden`: an initializer
@@ -49,21 +48,16 @@ class Replays:
         if overridden or not _replayable(model, tensors):
             return model.run_graph(values)
         key = tuple((tensor.shape, tensor.dtype, tensor.device) for tensor in tensors)
-        jitted = self.jits.get(key)
-        if key not in self.jits:
-            self.jits[key] = WALKED_ONCE
-            if len(self.jits) > KEPT_SIGNATURES:
-                self.jits.popitem(last=False)
+        jitted, new = self.jits.use(key, lambda: WALKED_ONCE)
+        if new or jitted is None:
             return model.run_graph(values)
-        self.jits.move_to_end(key)
         if jitted is WALKED_ONCE:
-            jitted = self.jits[key] = jit(_graph_function(weakref.ref(model), names))
-        if jitted is None:
-            return model.run_graph(values)
+            jitted = jit(_graph_function(weakref.ref(model), names))
+            self.jits.set(key, jitted)
         try:
             outputs = jitted(*tensors)
         except JitError:
-            self.jits[key] = None
+            self.jits.set(key, None)
             return model.run_graph(values)
         return dict(zip((info.name for info in model.outputs), outputs))
 

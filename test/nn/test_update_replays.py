@@ -207,5 +207,5 @@ def test_signatures_that_churn_stop_being_captured():
         return optimizer, [[p.numpy() for p in params]]
     optimizer, values = run(OPTIMIZERS["Adam"])
     replays = optimizer._replays
-    assert replays.churned and not replays.jits and replays.captures == 8 and replays.replays == 0
+    assert replays.churned and not replays.jits.entries and replays.captures == 8 and replays.replays == 0
     assert_same((values, 0), (run(plain(OPTIMIZERS["Adam"]))[1], 0), most_built=24)

@@ -64,7 +64,7 @@ def test_each_input_shape_is_captured_and_the_oldest_captures_are_dropped():
     assert len(walks) == 9  # three per batch size, the later calls replayed
     for batch in range(4, 5 + KEPT_SIGNATURES):
         model(x=np.ones((batch, 4), np.float32))
-    assert len(model.replays.jits) == KEPT_SIGNATURES
+    assert len(model.replays.jits.entries) == KEPT_SIGNATURES
 
 
 def test_a_condition_computed_from_the_input_is_read_on_every_call():
@@ -82,7 +82,7 @@ def test_a_condition_computed_from_the_input_is_read_on_every_call():
         x = np.array([1, 2, 3], np.float32) * (1 if call % 2 else -1)
         expected = 2 * x if x.sum() > 0 else -x
         np.testing.assert_array_equal(model(x=x)["y"].numpy(), expected)
-    assert model.replays.jits[(((3,), model.initializers["zero"].dtype, "CPU"),)].not_replayable
+    assert model.replays.jits.entries[(((3,), model.initializers["zero"].dtype, "CPU"),)].not_replayable
 
 
 def test_a_shape_the_data_decides_follows_the_data():
