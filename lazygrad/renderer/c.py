@@ -375,9 +375,15 @@ class CRenderer(CStyleRenderer):
         return "\n".join(self.prelude(source)) + "\n\n" + source + "\n"
 
     def render_params(self, params) -> str:
-        """A kernel function's parameters: its outputs first, then its inputs (const)."""
-        return ", ".join(f"{'' if is_output else 'const '}{self.type_name(dtype)}* restrict {name}"
+        """A kernel function's parameters: its outputs first, then its inputs (const). The device's
+        bool buffers are bytes (`unsigned char`, each 0 or 1, converted to bool as read): gcc
+        vectorizes no loop that reads a `_Bool` from memory (a causal mask's softmax over 8x4x128x128
+        scores, 2 threads: 0.89 -> 0.10 ms); an exported file keeps `bool` in its signatures."""
+        return ", ".join(f"{'' if is_output else 'const '}{self._pointee(dtype)}* restrict {name}"
                          for name, dtype, is_output in params)
+
+    def _pointee(self, dtype) -> str:
+        return "unsigned char" if dtype == dtypes.bool and not self.standalone else self.type_name(dtype)
 
     def render_function(self, program: LoopProgram, static: bool = False) -> str:
         """The kernel as one C function named program.name (its outputs first, then its inputs);

@@ -390,3 +390,26 @@ def test_a_scalar_that_a_mask_picks_leaves_the_loop_vectorizer_on():
         assert ('optimize("no-tree-loop-vectorize")' in renderer.render_program(program)) is (fill is bias)
         expected = scores + np.where(masked.numpy(), fill_value, 0.0)
         np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_a_kernel_reading_a_stored_bool_mask_is_vectorized_by_the_compiler():
+    """A causal softmax's normalization reads its stored mask as bytes (`unsigned char*`): gcc
+    vectorizes no loop that loads a `_Bool` from memory, which left it scalar (8x4x128x128 scores, 2
+    threads: 0.89 -> 0.12 ms). The compiled code multiplies packed floats where it multiplied one at
+    a time (checked where the compiler is gcc on x86-64); an exported file keeps `bool*` in its
+    signature. Values against numpy."""
+    import platform
+    scores = realized((2, 4, 16, 32))
+    allowed = Tensor(np.tril(np.ones((16, 32), bool))).realize()
+    result = (scores * 0.125).masked_fill(allowed.logical_not(), float("-inf")).softmax(-1)
+    kernels = [item.kernel for item in create_schedule([result.lazydata]) if item.kernel is not None]
+    normalize = next(kernel for kernel in kernels if not kernel.reduce_axes)
+    source = CRenderer().render_program(linearize(merge_dims(normalize), CRenderer()))
+    assert "const unsigned char* restrict" in source and "bool*" not in source
+    exported = CRenderer(standalone=True)
+    assert "const bool* restrict" in exported.render_program(linearize(merge_dims(normalize), exported))
+    if platform.machine() in ("x86_64", "AMD64") and get_device("CPU").compiler.path.endswith("gcc"):
+        assert re.search(r"\bv?mulps\b", get_device("CPU").compiler.assembly(source))
+    values = np.where(np.tril(np.ones((16, 32), bool)), scores.numpy() * 0.125, -np.inf)
+    expected = np.exp(values - values.max(-1, keepdims=True))
+    np.testing.assert_allclose(result.numpy(), expected / expected.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
