@@ -413,3 +413,31 @@ def test_a_kernel_reading_a_stored_bool_mask_is_vectorized_by_the_compiler():
     values = np.where(np.tril(np.ones((16, 32), bool)), scores.numpy() * 0.125, -np.inf)
     expected = np.exp(values - values.max(-1, keepdims=True))
     np.testing.assert_allclose(result.numpy(), expected / expected.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_values_masks_pick_that_stay_put_along_a_long_last_axis_leave_the_loop_vectorizer_on():
+    """A cross entropy's gradient over 256 classes: each row's gradient, picked where the class is the
+    row's target, stays put along the classes (the last, innermost loop), so gcc reads it once before
+    that loop and cannot make it a masked load: the kernel keeps the loop vectorizer (1024 x 4096, 2
+    threads: 12.8 -> 1.9 ms). Two such picks by different masks in one kernel (gcc 12 once gave two
+    masked loads one mask) are right too. Values against numpy."""
+    from lazygrad.nn import functional as F
+    rng = np.random.default_rng(7)
+    logits, labels = rng.standard_normal((64, 256)).astype(np.float32), rng.integers(0, 256, 64)
+    x = Tensor(logits, requires_grad=True)
+    F.cross_entropy(x, Tensor(labels)).backward()
+    kernels = [item.kernel for item in create_schedule([x.grad.lazydata]) if item.kernel is not None]
+    (gradient,) = [kernel for kernel in kernels if kernel.full_shape == (64, 256) and not kernel.reduce_axes]
+    assert not linearize(merge_dims(gradient), CRenderer()).select_only_loads
+    softmax = np.exp(logits - logits.max(1, keepdims=True))
+    softmax /= softmax.sum(1, keepdims=True)
+    np.testing.assert_allclose(x.grad.numpy(), (softmax - np.eye(256)[labels]) / 64, rtol=1e-5, atol=1e-7)
+
+    first, second = rng.integers(0, 256, (64, 1)), rng.integers(0, 256, (64, 1))
+    g1, g2 = rng.standard_normal((64, 1)).astype(np.float32), rng.standard_normal((64, 1)).astype(np.float32)
+    classes = Tensor(np.arange(256)).realize()
+    picked = ((Tensor(first) == classes).where(Tensor(g1), 0.0) + (Tensor(second) == classes).where(Tensor(g2), 0.0)) * 2
+    (kernel,) = [item.kernel for item in create_schedule([picked.lazydata]) if item.kernel is not None]
+    assert not linearize(merge_dims(kernel), CRenderer()).select_only_loads
+    expected = (np.where(first == np.arange(256), g1, 0) + np.where(second == np.arange(256), g2, 0)) * 2
+    np.testing.assert_array_equal(picked.numpy(), expected)
