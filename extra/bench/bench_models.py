@@ -14,6 +14,9 @@ What is measured (float32; the models are extra/models', with random weights see
                 (attention_mask 0), returning the last hidden state
   train r18     one training step of ResNet-18 on 16x3x224x224: forward (BatchNorm on batch
                 statistics), cross entropy, backward and SGD with momentum 0.9
+  train gpt     one training step of a small GPT-2 (4 layers, width 256, 4 heads, a vocabulary of
+                4096, no dropout) on 8 sequences of 128 tokens: next-token cross entropy over every
+                position, backward and SGD with momentum 0.9
 
 Routes (columns)
   lg eager      the lazygrad.nn model called plainly, under lazygrad.no_grad() (torch's column runs
@@ -45,7 +48,8 @@ lg eager / lg jit / onnx / onnx jit.
 
 What is checked, once per route: the third call's output (for jit routes, the first replay)
 against torch's, rtol and atol 1e-3 (ORT too, so a bad export shows as such). Training: the first
-step's loss and conv1 and fc weight gradients against a float64 torch step from the same weights
+step's loss and two weight gradients (ResNet-18's conv1 and fc, GPT's first MLP input projection and
+its embedding, which the output layer shares) against a float64 torch step from the same weights
 (float32 gradients through 20 training-mode BatchNorms are a few 1e-3 of their largest magnitude
 off in torch as well, so a gradient passes within 1e-3 of that magnitude or 3x torch float32's own
 error; the errors are printed below the table), and the third step's loss against torch's. A
@@ -74,6 +78,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import hashlib
 import inspect
 import io
@@ -101,6 +106,7 @@ import lazygrad.nn  # noqa: E402
 import lazygrad.nn.functional as F  # noqa: E402
 from bench_core import bench_copy, cpu_model, median_seconds  # noqa: E402
 from extra.models import bert_mini_lm, mobilenet_v2, resnet18  # noqa: E402
+from extra.models.gpt2 import GPT2Config, gpt2  # noqa: E402
 from lazygrad import Context, Tensor, stats  # noqa: E402
 from lazygrad.jit import jit  # noqa: E402
 from lazygrad.nn.optim import SGD  # noqa: E402
@@ -138,6 +144,9 @@ class Case:
     make_inputs: Callable[[np.random.Generator], dict]     # input name -> numpy array
     output_name: str
     training: bool = False
+    loss: Callable | None = None          # training: loss(model, inputs as tensors, functional), torch's or lazygrad's
+    checked: tuple[str, ...] = ()         # training: the parameters whose first gradients are checked
+    prepare: Callable | None = None       # prepare(torch model, seed): its weights; realistic_batch_norms by default
 
 
 def image_inputs(batch: int) -> Callable[[np.random.Generator], dict]:
@@ -149,6 +158,29 @@ def image_inputs(batch: int) -> Callable[[np.random.Generator], dict]:
 def training_inputs(rng: np.random.Generator) -> dict:
     images = rng.standard_normal((16, 3, 224, 224), dtype=np.float32)
     return {"images": images, "labels": rng.integers(0, 1000, 16, dtype=np.int64)}
+
+
+def image_loss(model, inputs: dict, functional):
+    return functional.cross_entropy(model(inputs["images"]), inputs["labels"])
+
+
+GPT_CONFIG = GPT2Config(vocab_size=4096, n_positions=128, n_embd=256, n_layer=4, n_head=4, dropout=0.0)
+GPT_BATCH, GPT_TOKENS = 8, 128
+
+
+def small_gpt(nn):
+    return gpt2(nn, GPT_CONFIG)
+
+
+def token_inputs(rng: np.random.Generator) -> dict:
+    """Sequences of random tokens, each position's target the next token."""
+    tokens = rng.integers(0, GPT_CONFIG.vocab_size, (GPT_BATCH, GPT_TOKENS + 1), dtype=np.int64)
+    return {"input_ids": np.ascontiguousarray(tokens[:, :-1]), "targets": np.ascontiguousarray(tokens[:, 1:])}
+
+
+def next_token_loss(model, inputs: dict, functional):
+    logits = model(inputs["input_ids"])
+    return functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), inputs["targets"].reshape(-1))
 
 
 def bert_inputs(rng: np.random.Generator) -> dict:
@@ -166,7 +198,11 @@ CASES = {
                  Case("resnet18 b16", resnet18, image_inputs(16), "logits")],
     "mobilenet_v2": [Case("mobilenet_v2", mobilenet_v2, image_inputs(1), "logits")],
     "bert": [Case("bert", bert_mini_lm, bert_inputs, "last_hidden_state")],
-    "train": [Case("train r18", resnet18, training_inputs, "loss", training=True)],
+    "train": [Case("train r18", resnet18, training_inputs, "loss", training=True, loss=image_loss,
+                   checked=("conv1.weight", "fc.weight")),
+              Case("train gpt", small_gpt, token_inputs, "loss", training=True, loss=next_token_loss,
+                   checked=("transformer.h.0.mlp.c_fc.weight", "transformer.wte.weight"),
+                   prepare=lambda model, seed: gpt2_initialization(model, seed))],
 }
 
 
@@ -193,13 +229,26 @@ def realistic_batch_norms(model, seed: int) -> None:
             norm.num_batches_tracked.zero_()
 
 
+def gpt2_initialization(model, seed: int) -> None:
+    """GPT-2's initialization of a torch model: every Linear and Embedding weight from N(0, 0.02),
+    biases zero (torch's defaults give the embeddings, which the output layer shares, unit variance:
+    logits in the tens and a loss that SGD sends past 100 in three steps)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * 0.02)
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.zero_()
+
+
 def torch_reference(case: Case, seed: int):
     """The torch model of a case with its weights set; None without torch."""
     if torch is None:
         return None
     torch.manual_seed(seed)
     model = case.build(torch.nn)
-    realistic_batch_norms(model, seed)
+    (case.prepare or realistic_batch_norms)(model, seed)
     return model.train(case.training)
 
 
@@ -321,57 +370,66 @@ def inference_routes(case: Case, inputs: dict, reference, args, problems: list[s
     return routes
 
 
-TRAINING_CHECKS = ("loss", "conv1 grad", "fc grad")
+def training_checks(case: Case) -> tuple[str, ...]:
+    """The names of what a training case's first step is checked by."""
+    return ("loss", *(f"{name} grad" for name in case.checked))
 
 
-def training_outputs(loss, model) -> dict:
-    """What a training route's first step is checked by: its loss and two weight gradients."""
-    return {"loss": loss.numpy(), "conv1 grad": model.conv1.weight.grad.numpy(),
-            "fc grad": model.fc.weight.grad.numpy()}
+def parameter(model, name: str):
+    """The parameter of a torch or lazygrad.nn model at a state-dict name ("h.0.mlp.c_fc.weight")."""
+    return functools.reduce(lambda owner, part: owner[int(part)] if part.isdigit() else getattr(owner, part),
+                            name.split("."), model)
 
 
-def float64_step(reference, inputs: dict) -> dict:
+def training_outputs(case: Case, loss, model) -> dict:
+    """What a training route's first step is checked by: its loss and the checked weight gradients."""
+    return {"loss": loss.numpy(), **{f"{name} grad": parameter(model, name).grad.numpy() for name in case.checked}}
+
+
+def float64_step(case: Case, reference, inputs: dict) -> dict:
     """The loss and gradients of one step of a float64 copy of the torch model: the exact values
     the float32 routes approximate."""
     model = copy.deepcopy(reference).double().train()
-    loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(inputs["images"]).double()),
-                                             torch.from_numpy(inputs["labels"]))
+    wide = {name: torch.from_numpy(array.astype(np.float64) if array.dtype.kind == "f" else array)
+            for name, array in inputs.items()}
+    loss = case.loss(model, wide, torch.nn.functional)
     loss.backward()
-    return {name: value.astype(np.float64) for name, value in training_outputs(loss.detach(), model).items()}
+    return {name: value.astype(np.float64) for name, value in training_outputs(case, loss.detach(), model).items()}
 
 
 def training_routes(case: Case, inputs: dict, reference, args) -> list[Route]:
     """One SGD step per call, on the same batch every time, each route with its own copy of the
     weights."""
-    images, labels = Tensor(inputs["images"]).realize(), Tensor(inputs["labels"]).realize()
+    names = list(inputs)
+    tensors = [Tensor(array).realize() for array in inputs.values()]
 
     def lazygrad_route(name: str, use_jit: bool) -> Route:
         model = lazygrad_model(case, reference, args.seed)
         optimizer = SGD(get_parameters(model), lr=LEARNING_RATE, momentum=MOMENTUM)
 
-        def train_step(x: Tensor, y: Tensor) -> Tensor:
+        def train_step(*values: Tensor) -> Tensor:
             optimizer.zero_grad()
-            loss = F.cross_entropy(model(x), y)
+            loss = case.loss(model, dict(zip(names, values)), F)
             loss.backward()
             optimizer.step()
             return loss
         step = jit(train_step) if use_jit else train_step
-        return Route(name, lambda: step(images, labels).realize(), lambda loss: training_outputs(loss, model),
-                     before=rewritten([images, labels], [inputs["images"], inputs["labels"]]))
+        return Route(name, lambda: step(*tensors).realize(), lambda loss: training_outputs(case, loss, model),
+                     before=rewritten(tensors, list(inputs.values())))
 
     routes = [lazygrad_route("lg eager", False), lazygrad_route("lg jit", True)]
     if reference is not None:
         model = reference.train()
         optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
-        torch_images, torch_labels = torch.from_numpy(inputs["images"]), torch.from_numpy(inputs["labels"])
+        torch_inputs = {name: torch.from_numpy(array) for name, array in inputs.items()}
 
         def torch_step():
             optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(torch_images), torch_labels)
+            loss = case.loss(model, torch_inputs, torch.nn.functional)
             loss.backward()
             optimizer.step()
             return loss.detach()
-        routes.append(Route("torch", torch_step, lambda loss: training_outputs(loss, model)))
+        routes.append(Route("torch", torch_step, lambda loss: training_outputs(case, loss, model)))
     return routes
 
 
@@ -430,7 +488,7 @@ def check_training(case: Case, first: dict, third: dict, exact: dict | None) -> 
     errors = {name: {key: relative_error(array, exact[key]) for key, array in outputs.items()}
               for name, outputs in first.items()}
     mismatches, notes = [], []
-    for key in TRAINING_CHECKS:
+    for key in training_checks(case):
         allowed = max(TOLERANCE, 3 * errors["torch"][key]) if "torch" in errors and key != "loss" else TOLERANCE
         for name in errors:
             if errors[name][key] > allowed:
@@ -555,7 +613,7 @@ def run_case(case: Case, args) -> CaseResult:
     reference = torch_reference(case, args.seed)
     problems: list[str] = []
     if case.training:
-        exact = float64_step(reference, inputs) if reference is not None else None
+        exact = float64_step(case, reference, inputs) if reference is not None else None
         routes = training_routes(case, inputs, reference, args)
     else:
         routes = inference_routes(case, inputs, reference, args, problems)
