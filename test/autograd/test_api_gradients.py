@@ -212,3 +212,25 @@ def test_prod_keeps_its_value_and_its_gradient_away_from_zeros(device):
     np.testing.assert_array_equal(result.numpy(), [-1.5, 0.0])
     result.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [[-1.0, 0.75, -3.0], [0.0, 0.0, 0.0]], rtol=1e-15)
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["x@w", "x@w.mT"])
+def test_gradients_of_a_batched_matmul_are_summed_over_its_broadcast_batch_dims(transposed):
+    """A batched product's gradients are matmuls (linalg._matmul_gradient), each summed over the batch
+    dims its operand was broadcast along: x of (2, 1, 5, 4) by w of (3, 4, 6), and a 2-D x by a
+    batched w. Against numpy's formulas in float64."""
+    x, w, g = rng.standard_normal((2, 1, 5, 4)), rng.standard_normal((3, 4, 6)), rng.standard_normal((2, 3, 5, 6))
+    x_tensor = Tensor(x, requires_grad=True)
+    w_tensor = Tensor(np.ascontiguousarray(w.transpose(0, 2, 1)) if transposed else w, requires_grad=True)
+    out = x_tensor @ (w_tensor.transpose(-1, -2) if transposed else w_tensor)
+    (out * Tensor(g)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), x @ w, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(x_tensor.grad.numpy(), (g @ w.transpose(0, 2, 1)).sum(1, keepdims=True), rtol=1e-12, atol=1e-12)
+    weight_grad = (x.transpose(0, 1, 3, 2) @ g).sum(0)
+    np.testing.assert_allclose(w_tensor.grad.numpy(), weight_grad.transpose(0, 2, 1) if transposed else weight_grad,
+                               rtol=1e-12, atol=1e-12)
+    flat, flat_g = rng.standard_normal((5, 4)), rng.standard_normal((3, 5, 6))
+    flat_tensor, batched = Tensor(flat, requires_grad=True), Tensor(w, requires_grad=True)
+    (flat_tensor @ batched * Tensor(flat_g)).sum().backward()
+    np.testing.assert_allclose(flat_tensor.grad.numpy(), (flat_g @ w.transpose(0, 2, 1)).sum(0), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(batched.grad.numpy(), flat.T @ flat_g, rtol=1e-12, atol=1e-12)
