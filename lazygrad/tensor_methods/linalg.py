@@ -336,12 +336,20 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
             left = x.contiguous()  # zero rows to whole tiles, stored row by row
     left = left.reshape(x.shape[:-2] + (padded // rows, rows, 1, 1, k))
     if columns != n:  # a computed w is stored first: panels of a padded view of windows index slowly
-        w = (w if w.lazydata.realized else w.contiguous()).pad(((0, 0),) * (w.ndim - 1) + ((0, columns - n),))
+        w = (w if _is_stored_or_its_transpose(w) else w.contiguous()).pad(((0, 0),) * (w.ndim - 1) + ((0, columns - n),))
     right_panels = w.reshape(w.shape[:-2] + (k, columns // width, width)).transpose(-3, -2).contiguous()
     right = right_panels.transpose(-1, -2).reshape(w.shape[:-2] + (1, 1, columns // width, width, k))
     result = (left * right)._reduce(Ops.SUM, -1, False, "matmul")  # (..., m / rows, rows, n / width, width)
     result = result.reshape(result.shape[:-4] + (padded, columns))
     return result if (padded, columns) == (m, n) else result[..., :m, :n]
+
+
+def _is_stored_or_its_transpose(w: "Tensor") -> bool:
+    """Whether w is a stored buffer or a permuted view of one (`W.T`: GPT-2's output layer, 50257
+    columns that panels of 32 do not divide, packed from the weight it shares with the embedding, which
+    a transposed copy first took 92 ms a training step to make, 2 threads)."""
+    node = first_shard(w.lazydata)
+    return node.realized or (node.op is Ops.PERMUTE and node.srcs[0].realized)
 
 
 def _stored_by_rows(x: "Tensor") -> "Tensor":

@@ -101,6 +101,9 @@ CASES = {
         [randn(1, 1, 3, 2)]),
     "embedding": (lambda w: projected(F.embedding(Tensor(np.array([[3, 0], [3, 1]]), device=w.device), w)),
                   [randn(4, 3)]),
+    # fewer tokens than rows: summed per distinct token, then spread to the rows; -1 and 9 read no row
+    "embedding_few_tokens": (lambda w: projected(F.embedding(Tensor(np.array([[5, 0, -1], [5, 9, 2]]), device=w.device), w)),
+                             [randn(8, 3)]),
     "normalize": (lambda x: projected(F.normalize(x, dim=(0, 2))), [randn(2, 3, 4)]),
     "normalize_p3": (lambda x: projected(F.normalize(x, p=3, dim=-1)), [randn(3, 4)]),
     "cosine_similarity_broadcast": (lambda a, b: projected(F.cosine_similarity(a, b, dim=-1)),
