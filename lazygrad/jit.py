@@ -479,6 +479,10 @@ class TinyJit:
         return self if instance is None else functools.partial(self.__call__, instance)
 
     def __call__(self, *args, **kwargs):
+        if PENDING_ASSIGNS and self.replay is not None:
+            # assigns made before this call (a batch norm's running statistics in an eager step) run
+            # before the replay writes the buffers they read, as they would before a plain call's
+            realize_effects([])
         if self.replay is not None and not kwargs and self._replays_as_captured(args):
             self.calls += 1
             return _rebuild_outputs(self.output_template, self.replay.run(args))

@@ -300,6 +300,34 @@ def test_a_training_step_whose_batch_norm_reads_a_layer_the_step_updates_replays
     np.testing.assert_allclose(jit_var, plain_var, rtol=1e-5)
 
 
+def test_eager_and_jitted_steps_of_one_batch_norm_model_take_turns_as_a_plain_loop():
+    """A training loop that alternates a jitted step with an eager one (the same model and optimizer):
+    the eager step leaves its batch norm's running statistics pending (an assign reading the
+    statistic's own buffer), which the next replay also writes; the replay runs them first, as a
+    plain call does. It left them pending, and the next eager step's batch norm read a buffer
+    overwritten since (StaleValueError). Parameters and statistics equal eager steps alone."""
+    batches = [rng.standard_normal((4, 3, 8, 8)).astype(np.float32) for _ in range(6)]
+    labels = Tensor(rng.integers(0, 2, 4))
+
+    def run(alternate):
+        lazygrad.manual_seed(1)
+        conv, norm, head = nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Linear(8, 2)
+        optimizer = SGD(get_parameters([conv, norm, head]), lr=0.1, momentum=0.9)
+
+        def step(images, targets):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(head(norm(conv(images)).relu().mean((2, 3))), targets)
+            loss.backward()
+            optimizer.step()
+            return loss
+        jitted = jit(step)
+        for number, batch in enumerate(batches):
+            (jitted if alternate and number % 2 else step)(Tensor(batch), labels).item()
+        return [tensor.numpy() for tensor in (conv.weight, head.weight, norm.running_mean, norm.running_var)]
+    for alternating, plain in zip(run(True), run(False)):
+        np.testing.assert_allclose(alternating, plain, rtol=1e-5, atol=1e-6)
+
+
 def test_a_replay_reuses_an_output_buffer_only_when_nothing_refers_to_it(monkeypatch):
     @jit
     def f(x):
