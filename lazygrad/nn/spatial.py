@@ -122,26 +122,52 @@ def _fold_windows(grad: Tensor, sizes, stride, dilation) -> Tensor:
     """The gradient of `pool_windows` with respect to x: each window element's gradient added back
     at the position it was read from, x[..., o * stride + k * dilation]. One shifted copy of the
     gradient per kernel offset, summed: plain index math, where differentiating the copies-and-
-    reshapes view of `pool_windows` op by op reads through divisions and remainders."""
+    reshapes view of `pool_windows` op by op reads through divisions and remainders. With a stride,
+    the positions o * stride + r (a phase r of each strided axis) take the offsets whose
+    k * dilation leaves remainder r, shifted by its quotient, on a grid `stride` times coarser;
+    the phases are then interleaved once. Each offset interleaved with zeros, then summed, read
+    every copy through three views with bounds (MobileNetV2's stride-2 depthwise convolutions at
+    batch 16, 96 channels of 56x56: 19 ms for the gradient, 2 threads)."""
     n = len(sizes)
     lead = grad.ndim - 2 * n
     outputs, kernel = grad.shape[lead:lead + n], grad.shape[lead + n:]
-    total = None
-    for offsets in itertools.product(*[range(k) for k in kernel]):
-        part = grad[(slice(None),) * (lead + n) + offsets]  # batch + outputs
-        for axis, (o, s, d, k, size) in enumerate(zip(outputs, stride, dilation, offsets, sizes)):
-            part = _spread(part, lead + axis, o, s, k * d, size)
-        total = part if total is None else total + part
-    return total
+    coarse = [-(-size // s) for size, s in zip(sizes, stride)]  # each phase's positions
+    phases = {}
+    for residues in itertools.product(*[range(s) for s in stride]):
+        total = None
+        for offsets in itertools.product(*[range(k) for k in kernel]):
+            if any(k * d % s != r for k, d, s, r in zip(offsets, dilation, stride, residues)):
+                continue
+            part = grad[(slice(None),) * (lead + n) + offsets]  # batch + outputs
+            padding = [(k * d // s, length - k * d // s - o)
+                       for o, s, d, k, length in zip(outputs, stride, dilation, offsets, coarse)]
+            part = part.pad(((0, 0),) * lead + tuple(padding))
+            total = part if total is None else total + part
+        if total is None:  # no offset reaches this phase (a kernel narrower than its stride)
+            total = Tensor.zeros(grad.shape[:lead] + tuple(coarse), dtype=grad.dtype, device=grad.device)
+        phases[residues] = total
+    return _interleaved(phases, lead, tuple(stride), tuple(coarse), tuple(sizes))
 
 
-def _spread(t: Tensor, axis: int, count: int, stride: int, start: int, size: int) -> Tensor:
-    """t's `count` entries along axis placed at start, start + stride, ... of a zero axis of length size."""
-    if stride > 1:  # interleave stride - 1 zeros after each entry
-        t = t.unsqueeze(axis + 1).pad(((0, 0),) * (axis + 1) + ((0, stride - 1),) + ((0, 0),) * (t.ndim - axis - 1))
-        t = t.reshape(t.shape[:axis] + (count * stride,) + t.shape[axis + 2:])
-    # a negative amount after crops the zeros that run past the axis
-    return t.pad(((0, 0),) * axis + ((start, size - start - count * stride),) + ((0, 0),) * (t.ndim - axis - 1))
+def _interleaved(phases: dict, lead: int, stride: tuple, coarse: tuple, sizes: tuple) -> Tensor:
+    """One grid from its phases (residues per axis -> values on the coarse grid): position
+    q * stride + r of each axis from phase r's position q, then cut to `sizes`."""
+    axis = len(stride) - 1
+    while True:
+        s = stride[axis]
+        merged = {}
+        for residues in {key[:axis] for key in phases}:
+            parts = [phases[residues + (r,)] for r in range(s)]
+            position = lead + axis + 1
+            stacked = parts[0].unsqueeze(position) if s == 1 else Tensor.stack(parts, dim=position)
+            shape = stacked.shape[:position - 1] + (coarse[axis] * s,) + stacked.shape[position + 1:]
+            merged[residues] = stacked.reshape(shape)
+        phases = merged
+        if axis == 0:
+            break
+        axis -= 1
+    (whole,) = phases.values()
+    return whole.shrink(tuple((0, size) for size in whole.shape[:lead]) + tuple((0, size) for size in sizes))
 
 
 def _check_windows_fit(name: str, input_shape, padded_sizes, kernel, dilation) -> None:

@@ -56,6 +56,10 @@ CASES = {
     "conv2d_depthwise_channels_last_strided": (lambda x, w: projected(F.conv2d(x, w, stride=2, padding=1, groups=8)),
                                                [randn(2, 8, 5, 5), randn(8, 1, 3, 3)]),
     "conv2d_pointwise_channels_last": (lambda x, w: projected(F.conv2d(x, w)), [randn(1, 3, 4, 5), randn(16, 3, 1, 1)]),
+    # a stride beyond the kernel: the input gradient's phases (nn/spatial.py _fold_windows) that no
+    # offset reaches are zeros, and rows and columns past the last window get none
+    "conv2d_stride_beyond_kernel": (lambda x, w: projected(F.conv2d(x, w, stride=(3, 4), padding=(1, 0))),
+                                    [randn(1, 2, 7, 9), randn(3, 2, 2, 2)]),
     "conv2d_same_even_kernel": (lambda x, w: projected(F.conv2d(x, w, padding="same")),  # padded 0 before, 1 after
                                 [randn(1, 2, 4, 5), randn(3, 2, 2, 2)]),
     "conv1d_batched_strided": (lambda x, w: projected(F.conv1d(x, w, stride=2, padding=1)),
