@@ -237,6 +237,7 @@ PANEL_MIN_ROWS_CONSTANT = 8
 PANEL_MIN_ELEMENTS = 1 << 17
 PANEL_MIN_ELEMENTS_CONSTANT = 1 << 14
 PANEL_MIN_PRODUCT = 1 << 20
+PANEL_MAX_ELEMENTS_DERIVED = 1 << 22
 
 
 def packs_operands(device: str, m: int, k: int, n: int, constant_right: str | None = None) -> bool:
@@ -266,6 +267,8 @@ def packs_operands(device: str, m: int, k: int, n: int, constant_right: str | No
     Below 8 rows the product is a set of dot products over W's rows, which read it in place."""
     if device_kind(device) != "CPU":
         return False
+    if constant_right == "derived" and k * n > PANEL_MAX_ELEMENTS_DERIVED:
+        constant_right = None  # a call's own activations (a weight gradient's windows), packed anew each call
     if constant_right == "derived" and m >= PANEL_MIN_ROWS_CONSTANT and k * n >= PANEL_MIN_ELEMENTS_CONSTANT \
             and m * k * n >= PANEL_MIN_PRODUCT:
         return True

@@ -345,6 +345,29 @@ def test_a_large_costly_value_read_through_a_broadcast_is_stored_once():
     assert case(256, lambda x, y: x * y + x) == 1
 
 
+def test_a_transposed_convolution_takes_its_input_gradient_as_a_strided_convolution():
+    """The input gradient of a 4x4 stride-2 transposed convolution (an upsampling) is the strided
+    convolution of the output's gradient by the same weight: no kernel of it iterates over more
+    than that convolution's multiply-adds. Derived through the zeros spread between the input's
+    elements it was the windows' product with the weight, 16 products per output element, then
+    their fold (a U-Net's 8 x 64 x 32 x 32 upsampling, 2 threads: 30 ms of a 178 ms step)."""
+    from lazygrad.nn import functional as F
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.standard_normal((2, 8, 6, 6)).astype(np.float32), requires_grad=True)
+    w = rng.standard_normal((8, 4, 4, 4)).astype(np.float32)
+    out = F.conv_transpose2d(x, Tensor(w), stride=2, padding=1)
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    (out * Tensor(g)).sum().backward()
+    items = [item for item in create_schedule([x.grad.lazydata]) if item.kernel is not None]
+    assert max(math.prod(item.kernel.full_shape) for item in items) <= math.prod(x.shape) * 4 * 16
+    padded = np.pad(g, ((0, 0), (0, 0), (1, 1), (1, 1)))  # out[2i - 1 + ky] += x[i] w[ky]: read back at 2i + ky
+    expected = np.zeros((2, 8, 6, 6), np.float32)
+    for ky in range(4):
+        for kx in range(4):
+            expected += np.einsum("nohw,co->nchw", padded[:, :, ky:ky + 12:2, kx:kx + 12:2], w[:, :, ky, kx])
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_an_unstrided_convolution_takes_its_input_gradient_as_a_convolution():
     """The input gradient of a 3x3 convolution with stride 1 is the transposed convolution of the
     output's gradient: no kernel of the backward pass writes a buffer the size of the windows (nine
