@@ -69,6 +69,13 @@ CASES = {
     "conv_transpose2d": (lambda x, w, b: projected(F.conv_transpose2d(x, w, b, stride=2, padding=1,
                                                                       output_padding=1)),
                          [randn(1, 2, 3, 3), randn(2, 3, 3, 2), randn(3)]),
+    # both gradients written out (nn/spatial.py _conv_transpose): grouped, dilated, strides and
+    # paddings per axis, an output_padding
+    "conv_transpose2d_grouped_dilated": (lambda x, w: projected(F.conv_transpose2d(
+        x, w, stride=(2, 3), padding=(1, 0), output_padding=(1, 0), groups=2, dilation=(1, 2))),
+        [randn(2, 4, 3, 2), randn(4, 3, 3, 2)]),
+    "conv_transpose1d": (lambda x, w: projected(F.conv_transpose1d(x, w, stride=3, padding=2)),
+                         [randn(2, 3, 4), randn(3, 2, 5)]),
     "max_pool2d": (lambda x: projected(F.max_pool2d(x, 3, stride=2, padding=1)), [distinct(1, 2, 5, 6)]),
     "max_pool2d_ceil_dilated": (lambda x: projected(F.max_pool2d(x, 2, stride=2, dilation=2, ceil_mode=True)),
                                 [distinct(1, 1, 6, 7)]),
