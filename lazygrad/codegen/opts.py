@@ -658,6 +658,11 @@ def _vector_and_row_tile(kernel: Kernel, globals_: list[int], strides: list[dict
             choices = strided_choices
         if vector_axis not in reused or not walking:
             continue
+        if any(step is not None and step not in (0, 1) + STRIDED_STEPS for load in strides
+               for step in (load[vector_axis],)):
+            # another load gathers along it (a group norm's weight gradient, its channels the axis its
+            # small per-channel factor walks, its activations 4096 apart: 5.7 ms, 0.4 untiled)
+            continue
         vector_amount = _largest_divisor(kernel.full_shape[vector_axis], choices)
         if vector_amount is None:
             continue
