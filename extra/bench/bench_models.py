@@ -17,6 +17,9 @@ What is measured (float32; the models are extra/models', with random weights see
   train gpt     one training step of a small GPT-2 (4 layers, width 256, 4 heads, a vocabulary of
                 4096, no dropout) on 8 sequences of 128 tokens: next-token cross entropy over every
                 position, backward and SGD with momentum 0.9
+  train unet    one training step of a small U-Net denoiser (extra/models/unet.py: GroupNorm, SiLU,
+                a stride-2 convolution down and a transposed one up) on 8x3x64x64 images: mean
+                squared error against targets, backward and SGD with momentum 0.9
 
 Routes (columns)
   lg eager      the lazygrad.nn model called plainly, under lazygrad.no_grad() (torch's column runs
@@ -49,7 +52,8 @@ lg eager / lg jit / onnx / onnx jit.
 What is checked, once per route: the third call's output (for jit routes, the first replay)
 against torch's, rtol and atol 1e-3 (ORT too, so a bad export shows as such). Training: the first
 step's loss and two weight gradients (ResNet-18's conv1 and fc, GPT's first MLP input projection and
-its embedding, which the output layer shares) against a float64 torch step from the same weights
+its embedding, which the output layer shares; the U-Net's first convolution and its transposed one)
+against a float64 torch step from the same weights
 (float32 gradients through 20 training-mode BatchNorms are a few 1e-3 of their largest magnitude
 off in torch as well, so a gradient passes within 1e-3 of that magnitude or 3x torch float32's own
 error; the errors are printed below the table), and the third step's loss against torch's. A
@@ -105,7 +109,7 @@ import lazygrad  # noqa: E402
 import lazygrad.nn  # noqa: E402
 import lazygrad.nn.functional as F  # noqa: E402
 from bench_core import bench_copy, cpu_model, median_seconds  # noqa: E402
-from extra.models import bert_mini_lm, mobilenet_v2, resnet18  # noqa: E402
+from extra.models import bert_mini_lm, mobilenet_v2, resnet18, small_unet  # noqa: E402
 from extra.models.gpt2 import GPT2Config, gpt2  # noqa: E402
 from lazygrad import Context, Tensor, stats  # noqa: E402
 from lazygrad.jit import jit  # noqa: E402
@@ -178,6 +182,15 @@ def token_inputs(rng: np.random.Generator) -> dict:
     return {"input_ids": np.ascontiguousarray(tokens[:, :-1]), "targets": np.ascontiguousarray(tokens[:, 1:])}
 
 
+def denoising_inputs(rng: np.random.Generator) -> dict:
+    return {"images": rng.standard_normal((8, 3, 64, 64), dtype=np.float32),
+            "targets": rng.standard_normal((8, 3, 64, 64), dtype=np.float32)}
+
+
+def denoising_loss(model, inputs: dict, functional):
+    return functional.mse_loss(model(inputs["images"]), inputs["targets"])
+
+
 def next_token_loss(model, inputs: dict, functional):
     logits = model(inputs["input_ids"])
     return functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), inputs["targets"].reshape(-1))
@@ -202,7 +215,9 @@ CASES = {
                    checked=("conv1.weight", "fc.weight")),
               Case("train gpt", small_gpt, token_inputs, "loss", training=True, loss=next_token_loss,
                    checked=("transformer.h.0.mlp.c_fc.weight", "transformer.wte.weight"),
-                   prepare=lambda model, seed: gpt2_initialization(model, seed))],
+                   prepare=lambda model, seed: gpt2_initialization(model, seed)),
+              Case("train unet", small_unet, denoising_inputs, "loss", training=True, loss=denoising_loss,
+                   checked=("inc.0.weight", "up.0.weight"))],
 }
 
 
