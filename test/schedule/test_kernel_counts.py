@@ -345,6 +345,35 @@ def test_a_large_costly_value_read_through_a_broadcast_is_stored_once():
     assert case(256, lambda x, y: x * y + x) == 1
 
 
+def test_a_strided_transposed_convolution_multiplies_no_spread_zeros():
+    """A 4x4 stride-2 transposed convolution (an upsampling) runs as one convolution per phase of its
+    output (each a 2x2 kernel over the input), interleaved: its products iterate over the input's
+    positions by the kernel, not the input spread out with zeros between its elements, four times
+    as many at stride 2 (a U-Net's 8 x 64 x 32 x 32: 4.0 ms product, 4.4 ms storing the spread
+    input). Values against numpy, grouped and with an output_padding too."""
+    from lazygrad.nn import functional as F
+    rng = np.random.default_rng(6)
+    for groups, output_padding in ((1, 0), (2, 1)):
+        x = rng.standard_normal((2, 8, 6, 5)).astype(np.float32)
+        w = rng.standard_normal((8, 4 // groups, 4, 4)).astype(np.float32)
+        with no_grad():
+            out = F.conv_transpose2d(Tensor(x), Tensor(w), stride=2, padding=1, output_padding=output_padding,
+                                     groups=groups)
+        items = [item for item in create_schedule([out.lazydata]) if item.kernel is not None]
+        products = sum(math.prod(item.kernel.full_shape) for item in items if item.kernel.reduce_axes)
+        assert products <= x.size * (4 // groups) * 16
+        expected = np.zeros((2, 4, 2 * 6 + 2 + output_padding, 2 * 5 + 2 + output_padding), np.float64)
+        for ky in range(4):
+            for kx in range(4):
+                for group in range(groups):
+                    inputs = slice(group * 8 // groups, (group + 1) * 8 // groups)
+                    outs = slice(group * 4 // groups, (group + 1) * 4 // groups)
+                    expected[:, outs, ky:ky + 12:2, kx:kx + 10:2] += np.einsum(
+                        "nchw,co->nohw", x[:, inputs], w[inputs, :, ky, kx])
+        np.testing.assert_allclose(out.numpy(), expected[:, :, 1:1 + out.shape[2], 1:1 + out.shape[3]],
+                                   rtol=1e-4, atol=1e-4)
+
+
 def test_a_transposed_convolution_takes_its_input_gradient_as_a_strided_convolution():
     """The input gradient of a 4x4 stride-2 transposed convolution (an upsampling) is the strided
     convolution of the output's gradient by the same weight: no kernel of it iterates over more
