@@ -224,10 +224,11 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
         """This tensor's value with `rule(grad, out, sources, rule) -> [gradient of each source]` as its
         derivative, in place of the one autograd would derive op by op: for a composite whose
         derivative is much cheaper written directly (the fold of convolution windows)."""
+        if not (Tensor.grad_enabled and any(source.requires_grad for source in sources)):
+            return Tensor(self.lazydata) if self.requires_grad else self  # nothing recorded: no new tensor
         out = Tensor(self.lazydata)
-        if Tensor.grad_enabled and any(source.requires_grad for source in sources):
-            out.requires_grad = True
-            out._ctx = (None, tuple(sources), rule)  # no op: the rule is its own
+        out.requires_grad = True
+        out._ctx = (None, tuple(sources), rule)  # no op: the rule is its own
         return out
 
     def _backward_order(self) -> list["Tensor"]:

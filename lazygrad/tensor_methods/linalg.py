@@ -410,13 +410,8 @@ def _matmul_gradient(grad, out, sources, arg) -> list:
     transposed: the two transposes cancel in the graph, so the source's gradient is that matmul's
     result. Batch dims an operand was broadcast along are summed."""
     x, w = sources  # detached; a gradient built for one that needs none is never realized
-    grad_w = _flipped(_flipped(grad).matmul(x)) if _is_transposed_view(w) else _flipped(x).matmul(grad)
-    return [_summed_to(grad.matmul(_flipped(w)), x.shape), _summed_to(grad_w, w.shape)]
-
-
-def _flipped(tensor):
-    """tensor with its last two dims swapped."""
-    return tensor.transpose(-1, -2)
+    grad_w = grad.mT.matmul(x).mT if _is_transposed_view(w) else x.mT.matmul(grad)
+    return [_summed_to(grad.matmul(w.mT), x.shape), _summed_to(grad_w, w.shape)]
 
 
 def _summed_to(gradient, shape: tuple[int, ...]):
