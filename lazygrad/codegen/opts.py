@@ -699,6 +699,9 @@ STORED_ROW_UPCAST_MAX = 32
 # The steps of a read along its input that `transposed_read_panel` follows: contiguous, and the
 # windows of a stride-2 convolution (its weight gradient packs them).
 READ_STEPS = (1, 2)
+# Steps along the stored axis that each block of `_page_aliased_block` covers: the gathered reads'
+# lines (this many per read) stay in L1 from one step of the panel's loop to the next.
+TRANSPOSED_STORE_BLOCK = 128
 # Rows of a source this large are not in cache when the next panel's pass reads them again
 # (`source_order_panel`): beyond the 32 MiB L3 of the CPUs measured.
 SOURCE_ORDER_MIN_BYTES = 32 << 20
@@ -798,8 +801,25 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
             panel = Opt("PANEL", across[0], amount)
             if shape[stored[0]] <= STORED_ROW_UPCAST_MAX and steps.get(stored[0], 0) is None:
                 return [panel, Opt("UPCAST", stored[0], shape[stored[0]])]
-            return [panel]
+            return [panel] + _page_aliased_block(shape, accesses, strides, across[0], stored[0])
     return []
+
+
+def _page_aliased_block(shape, accesses, strides, panel_axis: int, stored_axis: int) -> list[Opt]:
+    """A second PANEL for `transposed_read_panel` where the pass's stores (or the loads in their
+    order) lie a multiple of PAGE_BYTES apart, planes of 32x32 or 64x64 float32 channels: then they
+    all fall in one set of the L1 cache, whose ways they outnumber, and every step evicts the lines
+    the last one filled. Blocks of up to TRANSPOSED_STORE_BLOCK steps of the stored axis go inside
+    the panel's loop instead, so the stores run along their rows and the reads gather from lines
+    that stay in cache. A channels-last gradient plus an NCHW one, 8x64x32x32, 0.49 -> 0.12 ms;
+    8x128x32x32 with a batch norm 4.2 -> 0.46 ms; at 28x28 and 56x56 (no aliasing) the plain PANEL
+    ran 1.5-2.5x faster than blocks, so they keep it."""
+    aliased = any(steps.get(stored_axis) == 1 and steps.get(panel_axis)
+                  and steps[panel_axis] * access.dtype.itemsize % PAGE_BYTES == 0
+                  for access, steps in zip(accesses, strides))
+    block = next((size for size in range(TRANSPOSED_STORE_BLOCK, TRANSPOSED_STORE_BLOCK // 8, -1)
+                  if shape[stored_axis] % size == 0), None)
+    return [Opt("PANEL", stored_axis, block)] if aliased and block is not None and block < shape[stored_axis] else []
 
 
 def source_order_panel(kernel: Kernel) -> list[Opt]:

@@ -428,6 +428,21 @@ def test_a_transposed_read_runs_a_cache_line_of_its_rows_innermost():
     assert heuristic_opts(kernel_of(x.T + 1), renderer) == []  # 1024 rows: more lines than L1 holds
 
 
+def test_a_transposed_read_whose_stores_lie_pages_apart_runs_blocks_of_the_stored_axis_inside_its_panel():
+    """Where the stores of a transposed read's PANEL lie a multiple of 4 KiB apart (NCHW planes of
+    32x32 float32), they share one L1 set: a second PANEL runs blocks of 128 positions inside the
+    panel's loop, so the stores walk their rows (opts.py _page_aliased_block). Planes of 28x28 keep
+    the plain PANEL."""
+    renderer = CRenderer(8, 16)
+    rng = np.random.default_rng(4)
+    for size, expected_opts in ((32, [Opt("PANEL", 0, 16), Opt("PANEL", 1, 128)]), (28, [Opt("PANEL", 0, 16)])):
+        values = rng.standard_normal((1, size, size, 64)).astype(np.float32)
+        other = rng.standard_normal((1, 64, size, size)).astype(np.float32)
+        out = Tensor(values).permute(0, 3, 1, 2) + Tensor(other)
+        assert heuristic_opts(kernel_of(out), renderer) == expected_opts
+        np.testing.assert_allclose(out.numpy(), values.transpose(0, 3, 1, 2) + other, rtol=1e-6)
+
+
 def test_a_uint8_by_int8_dot_product_keeps_plain_loops_for_the_compiler():
     """int32 sums of uint8 by int8 products along a contiguous axis (lazygrad.quantize's Linear) get
     no opts and no `omp simd` pragma: gcc then compiles the inner loop to AVX-512 VNNI's dot products

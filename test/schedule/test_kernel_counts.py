@@ -864,3 +864,31 @@ def test_attention_backward_products_take_whole_register_tiles():
     np.testing.assert_allclose(q.grad.numpy(), grad_scores @ ka, rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(k.grad.numpy(), grad_scores.transpose(0, 1, 3, 2) @ qa, rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(v.grad.numpy(), p.transpose(0, 1, 3, 2) @ ga, rtol=1e-3, atol=1e-3)
+
+
+def test_a_transposed_read_beside_an_expensive_op_is_copied_in_order_first():
+    """A kernel without a reduce that reads a value transposed (a channels-last gradient viewed
+    NCHW) and computes an exp at every position (a SiLU's slope at an NCHW input) gets a transposed
+    copy of that value first (`_store_transposed_reads`): the kernel after it reads everything in
+    its own order, so its exps vectorize. Without an expensive op, or where the transposed view is of
+    a broadcast (a per-channel gate), it stays one kernel."""
+    rng = np.random.default_rng(5)
+    gradient = rng.standard_normal((2, 16, 16, 64)).astype(np.float32)
+    x = rng.standard_normal((2, 64, 16, 16)).astype(np.float32)
+    gate = rng.standard_normal((1, 1, 1, 64)).astype(np.float32)
+    g, tx, tgate = Tensor(gradient), Tensor(x), Tensor(gate)
+    sigmoid = 1 / (1 + np.exp(-x))
+
+    def schedule_of(out):
+        return [item for item in create_schedule([out.lazydata]) if item.kernel is not None]
+    out = g.permute(0, 3, 1, 2) * tx.sigmoid()
+    copy, product = schedule_of(out)
+    assert copy.kernel.stores[0].arg[1].shape == (2, 64, 16, 16) and product.inputs[0] is copy.outputs[0]
+    for steps in load_strides(product.kernel, [node for node in product.kernel.ast.walk() if node.op is Ops.LOAD]):
+        assert steps.get(len(product.kernel.full_shape) - 1) == 1  # every load walks the kernel's last axis
+    np.testing.assert_allclose(out.numpy(), gradient.transpose(0, 3, 1, 2) * sigmoid, rtol=1e-5, atol=1e-6)
+    cheap = g.permute(0, 3, 1, 2) * tx
+    assert len(schedule_of(cheap)) == 1
+    broadcast = tgate.expand(2, 16, 16, 64).permute(0, 3, 1, 2) * tx.sigmoid()
+    assert len(schedule_of(broadcast)) == 1
+    np.testing.assert_allclose(broadcast.numpy(), gate.transpose(0, 3, 1, 2) * sigmoid, rtol=1e-5, atol=1e-6)
