@@ -267,6 +267,21 @@ def load_strides(kernel: Kernel, nodes, ops=(Ops.LOAD,)) -> list[dict[int, int |
     return strides
 
 
+def walks_in_order(tracker, axis: int) -> bool:
+    """Whether a view's memory index steps by the same 0 or 1 at every step along `axis`: sampled at
+    its first two steps and at the middle of the other axes, so that a view valid at every other
+    position (the phases of a strided window's gradient, interleaved) does not pass for contiguous."""
+    shape = tracker.shape
+    offset, _ = tracker.index_and_valid(_probe(shape))
+    steps = set()
+    for sample in ([0] * len(shape), [size // 2 for size in shape]):
+        for position in range(min(shape[axis], 3) - 1):
+            here = {f"p{index}": value for index, value in enumerate(sample)}
+            here[f"p{axis}"] = position
+            steps.add(offset.evaluate({**here, f"p{axis}": position + 1}) - offset.evaluate(here))
+    return len(steps) == 1 and steps.pop() in (0, 1)
+
+
 def _largest_divisor(size: int, choices: tuple[int, ...]) -> int | None:
     return next((amount for amount in choices if size % amount == 0 and size >= amount), None)
 

@@ -20,9 +20,9 @@ The contract (docs/architecture.md):
     however the padding was written) or a reduce over short windows (a pool's) is stored with its
     zeros when it is not small and its last axis is padded too (`worth_storing_padded`), so the
     reduce's loads carry no bounds tests;
-  * a large transposed view (a permute moving the innermost axis) read by a kernel without a reduce
-    that computes an expensive op at every position is stored in that kernel's order first
-    (`_store_transposed_reads`), so both kernels vectorize;
+  * in a kernel without a reduce that computes an expensive op at every position, a large cheap
+    part that reads out of the kernel's order (a transposed view, interleaved phases) is stored
+    first (`_store_out_of_order_reads`), so the expensive part vectorizes;
   * the user's outputs, CONTIGUOUS, ASSIGN, TAKE (an indexed load) and device copies are always
     materialized;
   * kernels without a reduce that have the same shape and read a common buffer, where neither
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from lazygrad.codegen.axes import merge_dims
 from lazygrad.codegen.kernel import Kernel, KernelNode
 from lazygrad.codegen.linearize import SHORT_WINDOW
-from lazygrad.codegen.opts import matmul_tile
+from lazygrad.codegen.opts import matmul_tile, walks_in_order
 from lazygrad.dependency_order import dependency_order
 from lazygrad.dtype import STORAGE_FLOATS, dtypes
 from lazygrad.lazy import LazyBuffer, stored_out_of_order
@@ -93,9 +93,9 @@ SMALL_BROADCAST_RECOMPUTE_LIMIT = 32
 SMALL_BROADCAST_OWN_OPS_LIMIT = 16
 # Nodes `worth_storing_parameter_value` walks before it gives up (a batch norm's scale is about 10).
 PARAMETER_VALUE_MAX_NODES = 64
-# Transposed views this large are copied in their reader's order before a kernel that computes an
-# expensive op at every position (`_store_transposed_reads`).
-TRANSPOSED_COPY_MIN_ELEMENTS = 1 << 14
+# Parts this large that read out of order are stored before a kernel that computes an expensive op at
+# every position (`_store_out_of_order_reads`).
+OUT_OF_ORDER_STORE_MIN_ELEMENTS = 1 << 14
 GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes a PAD's padding
 
 
@@ -126,15 +126,6 @@ def _op_cost(node: LazyBuffer) -> int:
 
 def _is_reduce(node: LazyBuffer) -> bool:
     return node.op.kind == REDUCE
-
-
-def _transposes(permute: LazyBuffer) -> bool:
-    """Whether a permute moves its source's innermost axis (of more than one element) away from
-    the innermost place."""
-    source_shape, order = permute.srcs[0].shape, permute.arg
-    moving = [axis for axis in range(len(order)) if source_shape[order[axis]] > 1]
-    inner = max((axis for axis in range(len(source_shape)) if source_shape[axis] > 1), default=None)
-    return bool(moving) and order[moving[-1]] != inner
 
 
 _SHARED = -1  # a node's reader when the kernels of two or more roots compute it
@@ -180,7 +171,7 @@ class _FusionPlan:
         self.cheap: set[int] = set()  # values found cheap to recompute (they stay so: stores only add leaves)
         self._sweep()
         while self._split_wide_kernels() or any(self.worth_storing(node) for node in self.declined) \
-                or self._store_transposed_reads():
+                or self._store_out_of_order_reads():
             self._sweep()
 
     def is_leaf(self, node: LazyBuffer) -> bool:
@@ -310,49 +301,69 @@ class _FusionPlan:
             reads[id(node)] = total
         return stored_any
 
-    def _store_transposed_reads(self) -> bool:
-        """Store, in its reader's order, each value read transposed (through a permute that moves
-        its innermost axis: a convolution's channels-last result read channels first) by a kernel
-        without a reduce whose body computes an expensive op (exp2, a division) at every position.
-        gcc vectorizes no loop with a gathered load, so the whole body, exp2 and all, runs one
-        element at a time; a transposed copy it does vectorize, and the kernel after it, all in one
-        order. A U-Net's SiLU gradient (a channels-last gradient times the slope at an NCHW input,
-        8x64x32x32): 1.3-1.7 ms in one kernel, 0.1 + 0.1 ms as a copy and a kernel in order. True if
-        it stored any (the next sweep plans around them)."""
+    def _store_out_of_order_reads(self) -> bool:
+        """In a kernel without a reduce that computes an expensive op (exp2, a division) over at least
+        half its positions, store each cheap part that reads out of the kernel's order, and that the
+        expensive part uses, as its own kernel first (`_out_of_order_parts`). gcc vectorizes no loop
+        with a gathered load (a channels-last value read channels first), nor a body that linearize
+        expands into copies (the phases of a strided convolution's input gradient, interleaved): the
+        whole body, exp2 and all, then ran one element at a time. Stored, the cheap part keeps its
+        loop order (a transposed copy gcc vectorizes; the phases' copies) and the kernel after it
+        reads everything in order. A U-Net's SiLU gradient (a channels-last gradient times the slope
+        at an NCHW input, 8x64x32x32): 1.3-1.7 ms in one kernel, 0.1 + 0.1 ms as two. True if it
+        stored any (the next sweep plans around them)."""
         stored_any = False
         for root in self.roots():
             if root.op is Ops.COPY or _is_reduce(root) or id(root) in self.reduce_of_root:
                 continue
-            transposed = self._transposed_reads_beside_expensive_ops(root)
-            self.materialized.update(id(node) for node in transposed)
-            stored_any = stored_any or bool(transposed)
+            for node in self._out_of_order_parts(root):
+                if not self.is_leaf(node):
+                    self.materialized.add(id(node))
+                    stored_any = True
         return stored_any
 
-    def _transposed_reads_beside_expensive_ops(self, root: LazyBuffer) -> list[LazyBuffer]:
-        """The transposing permutes of at least TRANSPOSED_COPY_MIN_ELEMENTS that root's kernel reads,
-        if it computes an expensive op over at least half its elements; else none."""
-        transposed, expensive, seen = [], False, set()
-        stack = [root.srcs[0] if root.op in (Ops.CONTIGUOUS, Ops.ASSIGN) else root]
+    def _out_of_order_parts(self, root: LazyBuffer) -> list[LazyBuffer]:
+        """The sources of root's kernel's expensive elementwise ops (over at least half its
+        positions) that are cheap themselves, of OUT_OF_ORDER_STORE_MIN_ELEMENTS or more, and read a
+        stored value of at least half the kernel's size out of order: its index does not step by the same 0 or 1 all along the kernel's
+        innermost axis (`walks_in_order`: a gather, interleaved phases). The views are followed as
+        _KernelBuilder does."""
+        if not root.shape or root.shape[-1] < 2:
+            return []
+        last = len(root.shape) - 1
+        # (out of order, expensive) per (node, pending views), sources first, without recursion
+        found: dict[tuple, tuple[bool, bool]] = {}
+        parts: dict[int, LazyBuffer] = {}
+        stack = [(root.srcs[0] if root.op in (Ops.CONTIGUOUS, Ops.ASSIGN) else root, (), None)]
         while stack:
-            node = stack.pop()
-            if id(node) in seen or node.op is Ops.CONST or (node is not root and self.is_leaf(node)):
+            node, pending, sources = stack.pop()
+            key = (id(node), pending)
+            if key in found:
                 continue
-            seen.add(id(node))
-            if node.op is Ops.PERMUTE and _transposes(node) and node.numel() >= TRANSPOSED_COPY_MIN_ELEMENTS \
-                    and not self._broadcast(node.srcs[0]):
-                transposed.append(node)
+            if node.op is Ops.CONST:
+                found[key] = (False, False)
+            elif node is not root and self.is_leaf(node):
+                # a small value broadcast over the kernel (a position bias per attention head) stays in cache
+                found[key] = (2 * node.numel() >= root.numel() and not walks_in_order(_view(node.shape, pending), last), False)
             elif node.op.kind == MOVEMENT or node.op.is_elementwise:
-                expensive = expensive or (node.op.is_elementwise and _op_cost(node) > 1 and 2 * node.numel() >= root.numel())
-                stack.extend(node.srcs)
-        return transposed if expensive else []
-
-    def _broadcast(self, node: LazyBuffer) -> bool:
-        """Whether node views a broadcast (an EXPAND below its movement ops, above any stored value)."""
-        while node.op.kind == MOVEMENT and not self.is_leaf(node):
-            if node.op is Ops.EXPAND:
-                return True
-            node = node.srcs[0]
-        return False
+                if sources is None:
+                    sources = [(node.srcs[0], pending + ((node.op, node.arg),))] if node.op.kind == MOVEMENT \
+                        else [(src, pending) for src in node.srcs]
+                    stack.append((node, pending, sources))
+                    stack.extend((src, src_pending, None) for src, src_pending in sources if (id(src), src_pending) not in found)
+                    continue
+                results = [found[(id(src), src_pending)] for src, src_pending in sources]
+                expensive = node.op.is_elementwise and _op_cost(node) > 1 and 2 * node.numel() >= root.numel()
+                if expensive or any(costly for _, costly in results):
+                    for (src, _), (out_of_order, costly) in zip(sources, results):
+                        if node.op.is_elementwise and out_of_order and not costly \
+                                and src.numel() >= OUT_OF_ORDER_STORE_MIN_ELEMENTS:
+                            parts[id(src)] = src
+                found[key] = (any(out_of_order for out_of_order, _ in results),
+                              expensive or any(costly for _, costly in results))
+            else:
+                found[key] = (False, False)
+        return list(parts.values())
 
     def _reads_of(self, sources: list[LazyBuffer], reads: dict[int, set[int]]) -> set[int]:
         """The buffers a kernel reads to compute these sources: a stored one is one buffer."""

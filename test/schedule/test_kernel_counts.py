@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Tensor, no_grad, stats
-from lazygrad.codegen.opts import load_strides
+from lazygrad.codegen.opts import load_strides, walks_in_order
 from lazygrad.ops import Ops
 from lazygrad.schedule.fuse import create_schedule
 
@@ -869,7 +869,7 @@ def test_attention_backward_products_take_whole_register_tiles():
 def test_a_transposed_read_beside_an_expensive_op_is_copied_in_order_first():
     """A kernel without a reduce that reads a value transposed (a channels-last gradient viewed
     NCHW) and computes an exp at every position (a SiLU's slope at an NCHW input) gets a transposed
-    copy of that value first (`_store_transposed_reads`): the kernel after it reads everything in
+    copy of that value first (`_store_out_of_order_reads`): the kernel after it reads everything in
     its own order, so its exps vectorize. Without an expensive op, or where the transposed view is of
     a broadcast (a per-channel gate), it stays one kernel."""
     rng = np.random.default_rng(5)
@@ -892,3 +892,26 @@ def test_a_transposed_read_beside_an_expensive_op_is_copied_in_order_first():
     broadcast = tgate.expand(2, 16, 16, 64).permute(0, 3, 1, 2) * tx.sigmoid()
     assert len(schedule_of(broadcast)) == 1
     np.testing.assert_allclose(broadcast.numpy(), gate.transpose(0, 3, 1, 2) * sigmoid, rtol=1e-5, atol=1e-6)
+
+
+def test_a_strided_convolutions_input_gradient_is_stored_before_an_expensive_slope_reads_it():
+    """The input gradient of a stride-2 convolution interleaves the phases of its windows'
+    gradient, which no vector walks in order; a SiLU's slope (an exp and a division) times it is
+    computed by a kernel of its own that reads the stored gradient in order
+    (`_store_out_of_order_reads`), not inside the interleaving kernel, one element at a time."""
+    from lazygrad.nn import functional as F
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 8, 32, 32)).astype(np.float32)
+    weight = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    a = Tensor(x, requires_grad=True)
+    F.conv2d(a.silu(), Tensor(weight), stride=2, padding=1).sum().backward()
+    last = [item for item in create_schedule([a.grad.lazydata]) if item.kernel is not None][-1]
+    for load in [node for node in last.kernel.ast.walk() if node.op is Ops.LOAD]:
+        assert walks_in_order(load.arg[1], len(last.kernel.full_shape) - 1)
+    spread = np.zeros((2, 8, 34, 34))
+    for ky in range(3):
+        for kx in range(3):
+            spread[:, :, ky:ky + 32:2, kx:kx + 32:2] += weight[:, :, ky, kx].astype(np.float64).sum(0)[None, :, None, None]
+    sigmoid = 1 / (1 + np.exp(-x.astype(np.float64)))
+    expected = spread[:, :, 1:33, 1:33] * sigmoid * (1 + x * (1 - sigmoid))
+    np.testing.assert_allclose(a.grad.numpy(), expected, rtol=1e-4, atol=1e-4)
