@@ -1162,6 +1162,7 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     if few_rows is not None:
         return opts + [few_rows]
     strides = load_strides(kernel, _reduce_source(kernel).walk()) if tile else []
+    several_row_tiles = _row_tiles(tiled) > 1
     if not tile or not large_operands(kernel, strides):
         panel = (small_operand_panel(tiled) or wide_vector_panel(tiled, renderer)) if tile else None
         return opts if panel is None else opts + [panel]
@@ -1172,19 +1173,19 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
         # unless the reduce is so long that each row tile's operands stream from beyond L2 for every
         # panel of columns: a weight gradient, ResNet-18's at batch 16 (64 x 50176 by 50176 x 576
         # 75 -> 38 ms, 256 x 3136 by 3136 x 1152 64 -> 33 ms in blocks of 256 and 196 steps)
-        block = long_reduce_block(tiled)
+        block = long_reduce_block(tiled) if several_row_tiles else None
         return opts if block is None else opts + [block]
     if panel is None:
         large = reused_across_rows(kernel, strides, opts[0].axis) >= LARGE_OPERAND_ELEMENTS
-        block = reduce_block(tiled, BLOCK_STEPS) if large else None
+        block = reduce_block(tiled, BLOCK_STEPS) if large and several_row_tiles else None
     else:
         panelled = apply_opt(tiled, panel, renderer)
-        block = long_reduce_block(panelled) or reduce_block(panelled, PANEL_BLOCK_STEPS)
+        block = (long_reduce_block(panelled) or reduce_block(panelled, PANEL_BLOCK_STEPS)) if several_row_tiles else None
         if block is None:
             # a panel's row tiles reuse its block of steps from L1; without the block they read it
             # from farther (AVX2, one thread, 1024x384 @ 384x1536 in panels: 40 GFLOP/s with the
             # PANEL, 53 with the tile alone, 48 with blocks of 64 steps)
-            block = long_reduce_block(tiled)
+            block = long_reduce_block(tiled) if several_row_tiles else None
             return opts if block is None else opts + [block]
         tiled = panelled
         opts.append(panel)
@@ -1313,6 +1314,22 @@ PANEL_BLOCK_STEPS = 256
 # which the CPU threads share.
 PANEL_ROW_TILES = (8, 4, 2)
 PANEL_MIN_CHUNKS = 4
+
+
+def _row_tiles(tiled: OptimizedKernel) -> int:
+    """How many row tiles of a register-tiled product share its largest operand: the sizes of its
+    global loops along which that operand stays put and another moves, multiplied. A BLOCK of the reduce keeps a block of that operand in cache for the next
+    row tile; with one, each tile reads its own part of the operand once, and the blocks only cost
+    (a weight gradient to 8 output channels over 8 x 64 x 64 positions of 32 channels, 3x3, its
+    windows in panels, 2 threads: 1.9 ms in blocks of 64 steps, each block one parallel region over
+    9 tiles, 0.61 ms without; to 3 channels from the windows in place 0.97 -> 0.76 ms)."""
+    shape = tiled.kernel.full_shape
+    strides = load_strides(tiled.kernel, _reduce_source(tiled.kernel).walk())
+    if not strides:
+        return 1
+    largest = max(strides, key=lambda load: _positions_in_one_matmul(tiled.kernel, strides, load))
+    return math.prod(shape[axis] for axis in tiled.axes_of(GLOBAL)
+                     if largest.get(axis, 0) == 0 and any(load.get(axis, 0) != 0 for load in strides))
 
 
 def reduce_block(tiled: OptimizedKernel, steps: int = BLOCK_STEPS) -> Opt | None:

@@ -25,7 +25,7 @@ from lazygrad.lazy import LazyBuffer, reads_stored_in, stored_in_order, stored_o
 from lazygrad.multi import first_shard
 from lazygrad.tensor import Tensor, no_grad
 from lazygrad.tensor_methods.helpers import computes_in_float32
-from lazygrad.tensor_methods.linalg import matmul_in_panels, packs_operands
+from lazygrad.tensor_methods.linalg import matmul_in_panels
 from lazygrad.ops import Ops
 
 
@@ -460,10 +460,11 @@ def _windowed_product_gradient(grad, out, sources, rule) -> list:
     """Gradients of `_windowed_product`'s sum with respect to the laid-out weight and windows. The
     windows' is the product summed over output channels, as autograd would derive it. The weight's
     is a matmul per group, (out channels) x (batch * outputs) by (batch * outputs) x (channels *
-    kernel), over a contiguous copy of the windows (im2col) unless the matmul copies them into its
-    panels anyway: derived op by op it is a reduce over batch and outputs whose innermost loop is one
-    row of outputs, 8 steps for the digits demo's second convolution, which took 4.4 ms of its 7 ms
-    training step."""
+    kernel), of the windows as they are: the matmul packs them into panels, or with few rows reads
+    them in place (a contiguous copy first, im2col, cost more than the product: a U-Net's last
+    convolution to 3 channels, 3.1 -> 0.9 ms). Derived op by op it is a reduce over batch and
+    outputs whose innermost loop is one row of outputs, 8 steps for the digits demo's second
+    convolution, which took 4.4 ms of its 7 ms training step."""
     weight, windows = sources  # (1, G, O/G, 1..., C/G, *kernel) and (N, G, 1, *outputs, C/G, *kernel)
     batch, groups, group_outputs = grad.shape[:3]
     outputs = grad.shape[3:]
@@ -473,8 +474,6 @@ def _windowed_product_gradient(grad, out, sources, rule) -> list:
     positions = batch * math.prod(outputs)
     rows = grad.permute((1, 2, 0) + tuple(range(3, 3 + dims))).reshape(groups, group_outputs, positions)
     columns = windows.permute((1, 0) + tuple(range(2, windows.ndim))).reshape(groups, positions, -1)
-    if not packs_operands(grad.device, group_outputs, positions, columns.shape[-1]):
-        columns = columns.contiguous()  # packing copies it anyway (16x64x56x56 by 64x3x3: 290 -> 150-200 ms)
     grad_weight = (rows @ columns).reshape(weight.shape)
     return [grad_weight, grad_windows]
 

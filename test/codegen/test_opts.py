@@ -796,6 +796,20 @@ def test_a_matmul_in_panels_with_a_long_reduce_runs_it_in_blocks(monkeypatch):
     assert opts(2048) == []
 
 
+def test_a_product_whose_tile_holds_every_row_runs_its_reduce_unblocked():
+    """With all the rows in one register tile (a weight gradient to 8 output channels over 32768
+    positions), each tile reads its own columns of the large operand once: a BLOCK would keep
+    nothing for another row tile, and costs a parallel region per block (opts.py _row_tiles). With
+    several row tiles (64 rows) the long reduce keeps its blocks."""
+    def blocks(rows):
+        a, b = Tensor(np.ones((rows, 32768), np.float32)), Tensor(np.ones((32768, 288), np.float32))
+        items = [item for item in create_schedule([(a @ b).lazydata]) if item.kernel is not None and item.kernel.reduce_axes]
+        return [opt for opt in heuristic_opts(merge_dims(items[-1].kernel), CRenderer()) if opt.op == "BLOCK"]
+    assert blocks(8) == []
+    assert blocks(3) == []
+    assert len(blocks(64)) == 1
+
+
 def test_a_strided_spread_is_upcast_by_its_stride():
     """A max pool's backward (3x3 windows, stride 2) reads each window's gradient at every other
     input position: both spatial axes are upcast by 2, so each copy's parity test is a constant."""
