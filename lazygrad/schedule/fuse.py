@@ -302,39 +302,51 @@ class _FusionPlan:
         return stored_any
 
     def _store_out_of_order_reads(self) -> bool:
-        """In a kernel without a reduce that computes an expensive op (exp2, a division) over at least
-        half its positions, store each cheap part that reads out of the kernel's order, and that the
-        expensive part uses, as its own kernel first (`_out_of_order_parts`). gcc vectorizes no loop
-        with a gathered load (a channels-last value read channels first), nor a body that linearize
-        expands into copies (the phases of a strided convolution's input gradient, interleaved): the
-        whole body, exp2 and all, then ran one element at a time. Stored, the cheap part keeps its
-        loop order (a transposed copy gcc vectorizes; the phases' copies) and the kernel after it
-        reads everything in order. A U-Net's SiLU gradient (a channels-last gradient times the slope
-        at an NCHW input, 8x64x32x32): 1.3-1.7 ms in one kernel, 0.1 + 0.1 ms as two. True if it
-        stored any (the next sweep plans around them)."""
+        """In a kernel that computes an expensive op (exp2, a division) over at least half its
+        positions, store each cheap part that reads out of the kernel's order, and that the
+        expensive part uses, as its own kernel first (`_out_of_order_parts`; for a kernel with a
+        reduce, in the reduce's loops). gcc vectorizes no loop with a gathered load (a channels-last
+        value read channels first), nor a body that linearize expands into copies (the phases of a
+        strided convolution's input gradient, interleaved): the whole body, exp2 and all, then ran
+        one element at a time. Stored, the cheap part keeps its loop order (a transposed copy gcc
+        vectorizes; the phases' copies) and the kernel after it reads everything in order. A U-Net's
+        SiLU gradient (a channels-last gradient times the slope at an NCHW input, 8x64x32x32): 1.3-1.7
+        ms in one kernel, 0.1 + 0.1 ms as two. True if it stored any (the next sweep plans around them)."""
         stored_any = False
         for root in self.roots():
-            if root.op is Ops.COPY or _is_reduce(root) or id(root) in self.reduce_of_root:
+            if root.op is Ops.COPY:
                 continue
-            for node in self._out_of_order_parts(root):
+            reduce = self.reduce_of_root.get(id(root))
+            if reduce is not None:
+                value, shape = reduce.srcs[0], reduce.srcs[0].shape
+                if self.is_leaf(value):  # a sum of a stored value: nothing computed in its loops
+                    continue
+            else:
+                value, shape = (root.srcs[0] if root.op in (Ops.CONTIGUOUS, Ops.ASSIGN) else root), root.shape
+            for node in self._out_of_order_parts(value, shape, mixed_only=reduce is not None):
                 if not self.is_leaf(node):
                     self.materialized.add(id(node))
                     stored_any = True
         return stored_any
 
-    def _out_of_order_parts(self, root: LazyBuffer) -> list[LazyBuffer]:
-        """The sources of root's kernel's expensive elementwise ops (over at least half its
-        positions) that are cheap themselves, of OUT_OF_ORDER_STORE_MIN_ELEMENTS or more, and read a
-        stored value of at least half the kernel's size out of order: its index does not step by the same 0 or 1 all along the kernel's
-        innermost axis (`walks_in_order`: a gather, interleaved phases). The views are followed as
+    def _out_of_order_parts(self, value: LazyBuffer, shape: tuple[int, ...], mixed_only: bool) -> list[LazyBuffer]:
+        """The sources of the expensive elementwise ops (over at least half the kernel's positions)
+        computing `value` over the kernel's `shape` that are cheap themselves, of
+        OUT_OF_ORDER_STORE_MIN_ELEMENTS or more, and read a stored value of at least half the
+        kernel's size out of order: its index does not step by the same 0 or 1 all along the
+        kernel's innermost axis (`walks_in_order`: a gather, interleaved phases). `mixed_only` (a
+        reduce, whose store is small): only where another such value is read in order, as a reduce
+        reading everything in one order gets its loop order from opts (`transposed_reduce_tile`:
+        an SE block's pool over a channels-last activation). The views are followed as
         _KernelBuilder does."""
-        if not root.shape or root.shape[-1] < 2:
+        if not shape or shape[-1] < 2:
             return []
-        last = len(root.shape) - 1
+        last, positions = len(shape) - 1, math.prod(shape)
         # (out of order, expensive) per (node, pending views), sources first, without recursion
         found: dict[tuple, tuple[bool, bool]] = {}
         parts: dict[int, LazyBuffer] = {}
-        stack = [(root.srcs[0] if root.op in (Ops.CONTIGUOUS, Ops.ASSIGN) else root, (), None)]
+        in_order = False  # some large stored value is read in order
+        stack = [(value, (), None)]
         while stack:
             node, pending, sources = stack.pop()
             key = (id(node), pending)
@@ -342,9 +354,11 @@ class _FusionPlan:
                 continue
             if node.op is Ops.CONST:
                 found[key] = (False, False)
-            elif node is not root and self.is_leaf(node):
+            elif node is not value and self.is_leaf(node):
                 # a small value broadcast over the kernel (a position bias per attention head) stays in cache
-                found[key] = (2 * node.numel() >= root.numel() and not walks_in_order(_view(node.shape, pending), last), False)
+                large, ordered = 2 * node.numel() >= positions, walks_in_order(_view(node.shape, pending), last)
+                in_order = in_order or (large and ordered)
+                found[key] = (large and not ordered, False)
             elif node.op.kind == MOVEMENT or node.op.is_elementwise:
                 if sources is None:
                     sources = [(node.srcs[0], pending + ((node.op, node.arg),))] if node.op.kind == MOVEMENT \
@@ -353,7 +367,7 @@ class _FusionPlan:
                     stack.extend((src, src_pending, None) for src, src_pending in sources if (id(src), src_pending) not in found)
                     continue
                 results = [found[(id(src), src_pending)] for src, src_pending in sources]
-                expensive = node.op.is_elementwise and _op_cost(node) > 1 and 2 * node.numel() >= root.numel()
+                expensive = node.op.is_elementwise and _op_cost(node) > 1 and 2 * node.numel() >= positions
                 if expensive or any(costly for _, costly in results):
                     for (src, _), (out_of_order, costly) in zip(sources, results):
                         if node.op.is_elementwise and out_of_order and not costly \
@@ -363,7 +377,7 @@ class _FusionPlan:
                               expensive or any(costly for _, costly in results))
             else:
                 found[key] = (False, False)
-        return list(parts.values())
+        return list(parts.values()) if in_order or not mixed_only else []
 
     def _reads_of(self, sources: list[LazyBuffer], reads: dict[int, set[int]]) -> set[int]:
         """The buffers a kernel reads to compute these sources: a stored one is one buffer."""

@@ -934,3 +934,23 @@ def test_a_strided_convolutions_input_gradient_is_stored_before_an_expensive_slo
     sigmoid = 1 / (1 + np.exp(-x.astype(np.float64)))
     expected = spread[:, :, 1:33, 1:33] * sigmoid * (1 + x * (1 - sigmoid))
     np.testing.assert_allclose(a.grad.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_reduce_mixing_orders_around_an_expensive_op_reads_a_stored_copy_of_the_transposed_part():
+    """A per-channel sum of an NCHW gradient times a SiLU's slope at an NCHW input times a value
+    computed from a channels-last one (a group norm's weight gradient after a convolution) stores
+    the channels-last part in the reduce's order first; a sum reading channels last alone (an SE
+    block's pool of a SiLU) stays one kernel, its loop order chosen by opts."""
+    rng = np.random.default_rng(8)
+    stored_last = rng.standard_normal((2, 16, 16, 64)).astype(np.float32)
+    gradient, x = rng.standard_normal((2, 2, 64, 16, 16)).astype(np.float32)
+    value = Tensor(stored_last).permute(0, 3, 1, 2) * 0.5 - 1
+    slope = Tensor(x).sigmoid()
+    mixed = (Tensor(gradient) * slope * value).sum((0, 2, 3))
+    items = [item for item in create_schedule([mixed.lazydata]) if item.kernel is not None]
+    assert len(items) == 2 and not items[0].kernel.reduce_axes
+    sigmoid = 1 / (1 + np.exp(-x))
+    expected = (gradient * sigmoid * (stored_last.transpose(0, 3, 1, 2) * 0.5 - 1)).sum((0, 2, 3))
+    np.testing.assert_allclose(mixed.numpy(), expected, rtol=1e-4, atol=1e-4)
+    pooled = Tensor(stored_last).permute(0, 3, 1, 2).silu().sum((2, 3))
+    assert len([item for item in create_schedule([pooled.lazydata]) if item.kernel is not None]) == 1
