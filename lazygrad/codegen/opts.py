@@ -986,7 +986,7 @@ def _padding_checks(tracker, shape: tuple[int, ...]) -> list:
     return tracker.index_and_valid(_probe(shape))[1]
 
 
-def _validity_varies_along(tracker, shape: tuple[int, ...], axis: int) -> bool:
+def validity_varies_along(tracker, shape: tuple[int, ...], axis: int) -> bool:
     """Whether a view's validity (its padding) changes along `axis` anywhere in the kernel's shape:
     tested over the whole axis at the first, middle and last position of the others."""
     checks = _padding_checks(tracker, shape)
@@ -1029,7 +1029,7 @@ def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     _, strides = _memory_accesses(kernel)
     if any(steps.get(last) not in (0, 1) for steps in strides) or not any(steps.get(last) == 1 for steps in strides):
         return []
-    if any(_validity_varies_along(tracker, shape, last) for tracker in trackers):
+    if any(validity_varies_along(tracker, shape, last) for tracker in trackers):
         return []
     return [Opt("UPCAST", last, amount)]
 

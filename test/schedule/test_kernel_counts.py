@@ -954,3 +954,23 @@ def test_a_reduce_mixing_orders_around_an_expensive_op_reads_a_stored_copy_of_th
     np.testing.assert_allclose(mixed.numpy(), expected, rtol=1e-4, atol=1e-4)
     pooled = Tensor(stored_last).permute(0, 3, 1, 2).silu().sum((2, 3))
     assert len([item for item in create_schedule([pooled.lazydata]) if item.kernel is not None]) == 1
+
+
+def test_an_expensive_value_padded_along_its_last_axis_is_computed_before_the_padded_copy():
+    """A SiLU of an NCHW activation stored with a convolution's zero padding: computed in the
+    padded copy, every position tests its bounds and gcc vectorizes nothing, the exps one by one;
+    the SiLU is stored first by a kernel in order, then copied with its padding. Padding only outside
+    the last axis (channels last) and a cheap op keep one kernel."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 8, 32, 32)).astype(np.float32)
+    silu = x / (1 + np.exp(-x))
+
+    def kernels(out):
+        return [item for item in create_schedule([out.lazydata]) if item.kernel is not None]
+    padded = Tensor(x).silu().pad(((0, 0), (0, 0), (1, 1), (1, 1)))
+    first, copy = kernels(padded)
+    assert first.kernel.full_shape == x.shape and copy.inputs == first.outputs
+    np.testing.assert_allclose(padded.numpy(), np.pad(silu, ((0, 0), (0, 0), (1, 1), (1, 1))), rtol=1e-5, atol=1e-6)
+    assert len(kernels(Tensor(x).relu().pad(((0, 0), (0, 0), (1, 1), (1, 1))))) == 1
+    channels_last = Tensor(x.transpose(0, 2, 3, 1).copy()).silu().pad(((0, 0), (1, 1), (1, 1), (0, 0)))
+    assert len(kernels(channels_last)) == 1
