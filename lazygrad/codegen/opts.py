@@ -267,10 +267,11 @@ def load_strides(kernel: Kernel, nodes, ops=(Ops.LOAD,)) -> list[dict[int, int |
     return strides
 
 
-def walks_in_order(tracker, axis: int) -> bool:
-    """Whether a view's memory index steps by the same 0 or 1 at every step along `axis`: sampled at
-    its first two steps and at the middle of the other axes, so that a view valid at every other
-    position (the phases of a strided window's gradient, interleaved) does not pass for contiguous."""
+def steps_along(tracker, axis: int) -> set[int]:
+    """The steps a view's memory index takes along `axis`, sampled at its first two steps at the
+    start and in the middle of the other axes: one step, 0 or 1, where it walks the axis in order;
+    one other step where it gathers; several where the step varies (a view valid at every other
+    position: the phases of a strided window's gradient, interleaved)."""
     shape = tracker.shape
     offset, _ = tracker.index_and_valid(_probe(shape))
     steps = set()
@@ -279,7 +280,13 @@ def walks_in_order(tracker, axis: int) -> bool:
             here = {f"p{index}": value for index, value in enumerate(sample)}
             here[f"p{axis}"] = position
             steps.add(offset.evaluate({**here, f"p{axis}": position + 1}) - offset.evaluate(here))
-    return len(steps) == 1 and steps.pop() in (0, 1)
+    return steps
+
+
+def walks_in_order(tracker, axis: int) -> bool:
+    """Whether a view's memory index steps by the same 0 or 1 all along `axis` (`steps_along`)."""
+    steps = steps_along(tracker, axis)
+    return len(steps) == 1 and next(iter(steps)) in (0, 1)
 
 
 def _largest_divisor(size: int, choices: tuple[int, ...]) -> int | None:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from lazygrad.codegen.axes import merge_dims
 from lazygrad.codegen.kernel import Kernel, KernelNode
 from lazygrad.codegen.linearize import SHORT_WINDOW
-from lazygrad.codegen.opts import matmul_tile, validity_varies_along, walks_in_order
+from lazygrad.codegen.opts import matmul_tile, steps_along, validity_varies_along
 from lazygrad.dependency_order import dependency_order
 from lazygrad.dtype import STORAGE_FLOATS, dtypes
 from lazygrad.lazy import LazyBuffer, stored_out_of_order
@@ -334,20 +334,24 @@ class _FusionPlan:
         return stored_any
 
     def _out_of_order_parts(self, value: LazyBuffer, shape: tuple[int, ...], mixed_only: bool) -> list[LazyBuffer]:
-        """The sources of the expensive elementwise ops (over at least half the kernel's positions)
-        computing `value` over the kernel's `shape` that are cheap themselves, of
-        OUT_OF_ORDER_STORE_MIN_ELEMENTS or more, and read a stored value of at least half the
-        kernel's size out of order: its index does not step by the same 0 or 1 all along the
-        kernel's innermost axis (`walks_in_order`: a gather, interleaved phases). `mixed_only` (a
-        reduce, whose store is small): only where another such value is read in order, as a reduce
-        reading everything in one order gets its loop order from opts (`transposed_reduce_tile`:
-        an SE block's pool over a channels-last activation). The views are followed as
-        _KernelBuilder does."""
+        """Parts of the kernel computing `value` over `shape` to store first, each of
+        OUT_OF_ORDER_STORE_MIN_ELEMENTS or more:
+          * the cheap sources of its expensive elementwise ops (over at least half the kernel's
+            positions) that read a stored value, not broadcast, out of order:
+            its index does not step by the same 0 or 1 all along the kernel's innermost axis
+            (`steps_along`: it gathers, or its step and bounds vary as through interleaved phases);
+          * an expensive value padded along that axis (its bounds tests vary along the loop);
+          * beside a source that gathers, a source that reads interleaved phases (a strided
+            convolution's input gradient beside a channels-last value: the loop order suits one).
+        `mixed_only` (a reduce, whose store is small): only where another value, not broadcast, is read
+        in order, as a reduce reading everything in one order gets its loop order from opts
+        (`transposed_reduce_tile`: an SE block's pool over a channels-last activation). The views are
+        followed as _KernelBuilder does."""
         if not shape or shape[-1] < 2:
             return []
         last, positions = len(shape) - 1, math.prod(shape)
-        # (out of order, expensive) per (node, pending views), sources first, without recursion
-        found: dict[tuple, tuple[bool, bool]] = {}
+        # (gathers, interleaves, expensive) per (node, pending views), sources first, without recursion
+        found: dict[tuple, tuple[bool, bool, bool]] = {}
         parts: dict[int, LazyBuffer] = {}
         in_order = False  # some large stored value is read in order
         stack = [(value, (), None)]
@@ -357,12 +361,17 @@ class _FusionPlan:
             if key in found:
                 continue
             if node.op is Ops.CONST:
-                found[key] = (False, False)
+                found[key] = (False, False, False)
             elif node is not value and self.is_leaf(node):
-                # a small value broadcast over the kernel (a position bias per attention head) stays in cache
-                large, ordered = 2 * node.numel() >= positions, walks_in_order(_view(node.shape, pending), last)
-                in_order = in_order or (large and ordered)
-                found[key] = (large and not ordered, False)
+                view = _view(node.shape, pending)
+                # a value broadcast over the kernel (a position bias per attention head) stays in cache
+                broadcast = any(steps_along(view, axis) == {0} for axis, size in enumerate(shape) if size > 1)
+                steps = {0} if broadcast else steps_along(view, last)
+                in_order = in_order or (not broadcast and len(steps) == 1 and bool(steps & {0, 1}))
+                # a step that varies with bounds that do too: phases interleaved through padding (a
+                # strided gradient's spread); without them it is a tiling (a Winograd output's planes)
+                interleaves = len(steps) > 1 and validity_varies_along(view, shape, last)
+                found[key] = (len(steps) == 1 and not steps & {0, 1}, interleaves, False)
             elif node.op.kind == MOVEMENT or node.op.is_elementwise:
                 if sources is None:
                     sources = [(node.srcs[0], pending + ((node.op, node.arg),))] if node.op.kind == MOVEMENT \
@@ -372,23 +381,24 @@ class _FusionPlan:
                     continue
                 results = [found[(id(src), src_pending)] for src, src_pending in sources]
                 (source, source_pending), = sources[:1]
-                if node.op is Ops.PAD and results[0][1] and source.numel() >= OUT_OF_ORDER_STORE_MIN_ELEMENTS \
+                if node.op is Ops.PAD and results[0][2] and source.numel() >= OUT_OF_ORDER_STORE_MIN_ELEMENTS \
                         and validity_varies_along(_view(source.shape, source_pending), shape, last):
                     # an expensive value padded along the innermost axis: its loads and tests keep gcc
                     # from vectorizing the loop, so it is computed in a kernel of its own
                     parts[id(source)] = source
-                    found[key] = (results[0][0], False)
+                    found[key] = results[0][:2] + (False,)
                     continue
                 expensive = node.op.is_elementwise and _op_cost(node) > 1 and 2 * node.numel() >= positions
-                if expensive or any(costly for _, costly in results):
-                    for (src, _), (out_of_order, costly) in zip(sources, results):
-                        if node.op.is_elementwise and out_of_order and not costly \
-                                and src.numel() >= OUT_OF_ORDER_STORE_MIN_ELEMENTS:
-                            parts[id(src)] = src
-                found[key] = (any(out_of_order for out_of_order, _ in results),
-                              expensive or any(costly for _, costly in results))
+                costly = expensive or any(result[2] for result in results)
+                gathering = any(gathers and not interleaves for gathers, interleaves, _ in results)
+                for (src, _), (gathers, interleaves, src_costly) in zip(sources, results):
+                    if not node.op.is_elementwise or src.numel() < OUT_OF_ORDER_STORE_MIN_ELEMENTS:
+                        continue
+                    if (costly and (gathers or interleaves) and not src_costly) or (gathering and interleaves and not gathers):
+                        parts[id(src)] = src
+                found[key] = (any(result[0] for result in results), any(result[1] for result in results), costly)
             else:
-                found[key] = (False, False)
+                found[key] = (False, False, False)
         return list(parts.values()) if in_order or not mixed_only else []
 
     def _reads_of(self, sources: list[LazyBuffer], reads: dict[int, set[int]]) -> set[int]:
