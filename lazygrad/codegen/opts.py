@@ -283,12 +283,6 @@ def steps_along(tracker, axis: int) -> set[int]:
     return steps
 
 
-def walks_in_order(tracker, axis: int) -> bool:
-    """Whether a view's memory index steps by the same 0 or 1 all along `axis` (`steps_along`)."""
-    steps = steps_along(tracker, axis)
-    return len(steps) == 1 and next(iter(steps)) in (0, 1)
-
-
 def _largest_divisor(size: int, choices: tuple[int, ...]) -> int | None:
     return next((amount for amount in choices if size % amount == 0 and size >= amount), None)
 
