@@ -14,6 +14,9 @@ What is measured (float32; the models are extra/models', with random weights see
                 (attention_mask 0), returning the last hidden state
   train r18     one training step of ResNet-18 on 16x3x224x224: forward (BatchNorm on batch
                 statistics), cross entropy, backward and SGD with momentum 0.9
+  train mbv2    one training step of MobileNetV2 (no dropout) on 16x3x112x112: forward (BatchNorm on
+                batch statistics; depthwise convolutions, channels last), cross entropy, backward
+                and SGD with momentum 0.9
   train gpt     one training step of a small GPT-2 (4 layers, width 256, 4 heads, a vocabulary of
                 4096, no dropout) on 8 sequences of 128 tokens: next-token cross entropy over every
                 position, backward and SGD with momentum 0.9
@@ -51,12 +54,13 @@ lg eager / lg jit / onnx / onnx jit.
 
 What is checked, once per route: the third call's output (for jit routes, the first replay)
 against torch's, rtol and atol 1e-3 (ORT too, so a bad export shows as such). Training: the first
-step's loss and two weight gradients (ResNet-18's conv1 and fc, GPT's first MLP input projection and
-its embedding, which the output layer shares; the U-Net's first convolution and its transposed one)
-against a float64 torch step from the same weights
-(float32 gradients through 20 training-mode BatchNorms are a few 1e-3 of their largest magnitude
-off in torch as well, so a gradient passes within 1e-3 of that magnitude or 3x torch float32's own
-error; the errors are printed below the table), and the third step's loss against torch's. A
+step's loss and two weight gradients (ResNet-18's conv1 and fc, MobileNetV2's first convolution and
+its classifier, GPT's first MLP input projection and its embedding, which the output layer shares;
+the U-Net's first convolution and its transposed one), and the third step's loss, against a float64
+torch run from the same weights (float32 gradients through 20 training-mode BatchNorms are a few
+1e-3 of their largest magnitude off in torch as well, and three steps amplify rounding, so a value
+passes within 1e-3 of its magnitude or 3x torch float32's own error; the errors are printed below
+the table). A
 mismatch or a failing route prints a line and makes the exit status 1.
 
 Threads: lazygrad's kernels use OpenMP and read OMP_NUM_THREADS once, when the first kernel loads,
@@ -164,6 +168,15 @@ def training_inputs(rng: np.random.Generator) -> dict:
     return {"images": images, "labels": rng.integers(0, 1000, 16, dtype=np.int64)}
 
 
+def small_image_training_inputs(rng: np.random.Generator) -> dict:
+    images = rng.standard_normal((16, 3, 112, 112), dtype=np.float32)
+    return {"images": images, "labels": rng.integers(0, 1000, 16, dtype=np.int64)}
+
+
+def mobilenet_v2_without_dropout(nn):
+    return mobilenet_v2(nn, dropout=0.0)  # dropout draws differ between torch and lazygrad
+
+
 def image_loss(model, inputs: dict, functional):
     return functional.cross_entropy(model(inputs["images"]), inputs["labels"])
 
@@ -213,6 +226,8 @@ CASES = {
     "bert": [Case("bert", bert_mini_lm, bert_inputs, "last_hidden_state")],
     "train": [Case("train r18", resnet18, training_inputs, "loss", training=True, loss=image_loss,
                    checked=("conv1.weight", "fc.weight")),
+              Case("train mbv2", mobilenet_v2_without_dropout, small_image_training_inputs, "loss", training=True,
+                   loss=image_loss, checked=("features.0.0.weight", "classifier.1.weight")),
               Case("train gpt", small_gpt, token_inputs, "loss", training=True, loss=next_token_loss,
                    checked=("transformer.h.0.mlp.c_fc.weight", "transformer.wte.weight"),
                    prepare=lambda model, seed: gpt2_initialization(model, seed)),
@@ -401,15 +416,22 @@ def training_outputs(case: Case, loss, model) -> dict:
     return {"loss": loss.numpy(), **{f"{name} grad": parameter(model, name).grad.numpy() for name in case.checked}}
 
 
-def float64_step(case: Case, reference, inputs: dict) -> dict:
-    """The loss and gradients of one step of a float64 copy of the torch model: the exact values
-    the float32 routes approximate."""
+def float64_steps(case: Case, reference, inputs: dict) -> tuple[dict, float]:
+    """The loss and gradients of the first step of a float64 copy of the torch model, and its loss at
+    the third step (the same batch, SGD as the routes): the exact values the float32 routes
+    approximate."""
     model = copy.deepcopy(reference).double().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
     wide = {name: torch.from_numpy(array.astype(np.float64) if array.dtype.kind == "f" else array)
             for name, array in inputs.items()}
-    loss = case.loss(model, wide, torch.nn.functional)
-    loss.backward()
-    return {name: value.astype(np.float64) for name, value in training_outputs(case, loss.detach(), model).items()}
+    for step in range(3):
+        optimizer.zero_grad()
+        loss = case.loss(model, wide, torch.nn.functional)
+        loss.backward()
+        if step == 0:
+            first = {name: value.astype(np.float64) for name, value in training_outputs(case, loss.detach(), model).items()}
+        optimizer.step()
+    return first, float(loss.detach())
 
 
 def training_routes(case: Case, inputs: dict, reference, args) -> list[Route]:
@@ -487,20 +509,23 @@ def check_inference(case: Case, results: dict) -> list[str]:
     return mismatches
 
 
-def check_training(case: Case, first: dict, third: dict, exact: dict | None) -> tuple[list[str], list[str]]:
-    """(mismatches, notes) for the training step. The first step's loss and gradients are compared
-    with a float64 torch step from the same weights: float32 gradients through 20 training-mode
-    BatchNorms are a few 1e-3 of their largest magnitude off in torch too, so a gradient passes when
-    its error (max abs difference over max magnitude) is within TOLERANCE or 3x torch float32's
-    own, and the loss within TOLERANCE relative. The third step's loss (a jit replay) is compared
-    with torch's third. Without torch, both are compared with lg eager's."""
+def check_training(case: Case, first: dict, third: dict, exact: tuple[dict, float] | None) -> tuple[list[str], list[str]]:
+    """(mismatches, notes) for the training step. The first step's loss and gradients, and the third
+    step's loss (a jit replay), are compared with a float64 torch run from the same weights: float32
+    gradients through 20 training-mode BatchNorms are a few 1e-3 of their largest magnitude off in
+    torch too, and three steps of MobileNetV2 amplify float32 rounding to a few 1e-3 of the loss
+    (torch float32 6.5427 against float64's 6.5563), so a value passes when its error (max abs
+    difference over max magnitude) is within TOLERANCE or 3x torch float32's own; the first loss
+    within TOLERANCE relative. Without torch, both are compared with lg eager's."""
     against = "float64 torch"
     if exact is None:
         if "lg eager" not in first:
             return [f"{case.name}: nothing to check against: lg eager did not run"], []
-        against, exact = "lg eager", first["lg eager"]
+        against, exact = "lg eager", (first["lg eager"], third["lg eager"]["loss"] if "lg eager" in third else None)
         first = {name: outputs for name, outputs in first.items() if name != "lg eager"}
-    errors = {name: {key: relative_error(array, exact[key]) for key, array in outputs.items()}
+        third = {name: outputs for name, outputs in third.items() if name != "lg eager"}
+    exact_first, exact_third = exact
+    errors = {name: {key: relative_error(array, exact_first[key]) for key, array in outputs.items()}
               for name, outputs in first.items()}
     mismatches, notes = [], []
     for key in training_checks(case):
@@ -511,15 +536,15 @@ def check_training(case: Case, first: dict, third: dict, exact: dict | None) -> 
                                   f"{errors[name][key]:.2e} of its largest magnitude, allowed {allowed:.2e}")
         notes.append(f"{case.name}: step 1 {key} error vs {against}: "
                      + ", ".join(f"{name} {errors[name][key]:.1e}" for name in errors))
-    later = "torch" if "torch" in third else "lg eager"
-    if later in third:
-        expected = third[later]["loss"]
-        for name, outputs in third.items():
-            if name != later and relative_error(outputs["loss"], expected) > TOLERANCE:
-                mismatches.append(f"{case.name}: {name} vs {later}: MISMATCH step 3 loss {float(outputs['loss']):.6g}, "
-                                  f"expected {float(expected):.6g}")
-        notes.append(f"{case.name}: step 3 loss: " + ", ".join(f"{name} {float(outputs['loss']):.6f}"
-                                                                for name, outputs in third.items()))
+    if exact_third is not None:
+        later = {name: relative_error(outputs["loss"], np.float64(exact_third)) for name, outputs in third.items()}
+        allowed = max(TOLERANCE, 3 * later["torch"]) if "torch" in later else TOLERANCE
+        for name, error in later.items():
+            if error > allowed:
+                mismatches.append(f"{case.name}: {name} vs {against}: MISMATCH step 3 loss {float(third[name]['loss']):.6g}, "
+                                  f"expected {float(exact_third):.6g} (error {error:.1e}, allowed {allowed:.1e})")
+        notes.append(f"{case.name}: step 3 loss: {against} {float(exact_third):.6f}, "
+                     + ", ".join(f"{name} {float(outputs['loss']):.6f}" for name, outputs in third.items()))
     return mismatches, notes
 
 
@@ -628,7 +653,7 @@ def run_case(case: Case, args) -> CaseResult:
     reference = torch_reference(case, args.seed)
     problems: list[str] = []
     if case.training:
-        exact = float64_step(case, reference, inputs) if reference is not None else None
+        exact = float64_steps(case, reference, inputs) if reference is not None else None
         routes = training_routes(case, inputs, reference, args)
     else:
         routes = inference_routes(case, inputs, reference, args, problems)
