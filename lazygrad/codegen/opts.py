@@ -1319,8 +1319,9 @@ PANEL_MIN_CHUNKS = 4
 
 def _row_tiles(tiled: OptimizedKernel) -> int:
     """How many row tiles of a register-tiled product share its largest operand: the sizes of its
-    global loops along which that operand stays put and another moves, multiplied. A BLOCK of the reduce keeps a block of that operand in cache for the next
-    row tile; with one, each tile reads its own part of the operand once, and the blocks only cost
+    global loops along which that operand stays put and another moves, multiplied. A BLOCK of the
+    reduce keeps a block of that operand in cache for the next row tile; with one row tile, each
+    tile reads its own part of the operand once, and the blocks only cost
     (a weight gradient to 8 output channels over 8 x 64 x 64 positions of 32 channels, 3x3, its
     windows in panels, 2 threads: 1.9 ms in blocks of 64 steps, each block one parallel region over
     9 tiles, 0.61 ms without; to 3 channels from the windows in place 0.97 -> 0.76 ms)."""

@@ -129,6 +129,22 @@ def _is_reduce(node: LazyBuffer) -> bool:
     return node.op.kind == REDUCE
 
 
+def _read_order(view: ShapeTracker) -> tuple[bool, bool, bool]:
+    """How a kernel reads a stored value through `view` (over the kernel's shape), along its innermost
+    axis: (gathers: one step other than 0 or 1; interleaves: the step varies, and so do the bounds,
+    as through the padding that interleaves a strided gradient's phases; in order: one step of 0 or
+    1). A value broadcast over the kernel (a position bias per attention head, the same for every
+    window) is none of them: it stays in cache. A step that varies without bounds that do is a
+    tiling (a Winograd output's planes): neither either."""
+    shape, last = view.shape, len(view.shape) - 1
+    if any(steps_along(view, axis) == {0} for axis, size in enumerate(shape) if size > 1):
+        return False, False, False
+    steps = steps_along(view, last)
+    if len(steps) > 1:
+        return False, validity_varies_along(view, shape, last), False
+    return not steps & {0, 1}, False, bool(steps & {0, 1})
+
+
 _SHARED = -1  # a node's reader when the kernels of two or more roots compute it
 
 
@@ -363,15 +379,9 @@ class _FusionPlan:
             if node.op is Ops.CONST:
                 found[key] = (False, False, False)
             elif node is not value and self.is_leaf(node):
-                view = _view(node.shape, pending)
-                # a value broadcast over the kernel (a position bias per attention head) stays in cache
-                broadcast = any(steps_along(view, axis) == {0} for axis, size in enumerate(shape) if size > 1)
-                steps = {0} if broadcast else steps_along(view, last)
-                in_order = in_order or (not broadcast and len(steps) == 1 and bool(steps & {0, 1}))
-                # a step that varies with bounds that do too: phases interleaved through padding (a
-                # strided gradient's spread); without them it is a tiling (a Winograd output's planes)
-                interleaves = len(steps) > 1 and validity_varies_along(view, shape, last)
-                found[key] = (len(steps) == 1 and not steps & {0, 1}, interleaves, False)
+                gathers, interleaves, ordered = _read_order(_view(node.shape, pending))
+                in_order = in_order or ordered
+                found[key] = (gathers, interleaves, False)
             elif node.op.kind == MOVEMENT or node.op.is_elementwise:
                 if sources is None:
                     sources = [(node.srcs[0], pending + ((node.op, node.arg),))] if node.op.kind == MOVEMENT \
@@ -380,7 +390,7 @@ class _FusionPlan:
                     stack.extend((src, src_pending, None) for src, src_pending in sources if (id(src), src_pending) not in found)
                     continue
                 results = [found[(id(src), src_pending)] for src, src_pending in sources]
-                (source, source_pending), = sources[:1]
+                source, source_pending = sources[0]
                 if node.op is Ops.PAD and results[0][2] and source.numel() >= OUT_OF_ORDER_STORE_MIN_ELEMENTS \
                         and validity_varies_along(_view(source.shape, source_pending), shape, last):
                     # an expensive value padded along the innermost axis: its loads and tests keep gcc
