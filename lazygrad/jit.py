@@ -557,8 +557,8 @@ def realize_effects(outputs: list[Tensor]) -> None:
     """Realize the outputs and every pending assign: a function's assigns are its side effects, so
     they run in the call that made them (and, captured, in every replay). lazygrad.export's capture
     calls it too."""
-    realize([node for node in PENDING_ASSIGNS if not node.realized] + [node for tensor in outputs
-                                                                       for node in lazy_nodes(tensor.lazydata)])
+    realize([node for node in PENDING_ASSIGNS.values() if not node.realized]
+            + [node for tensor in outputs for node in lazy_nodes(tensor.lazydata)])
     PENDING_ASSIGNS.clear()
     if outputs:
         Tensor.realize(*outputs)
