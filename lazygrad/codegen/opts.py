@@ -267,20 +267,23 @@ def load_strides(kernel: Kernel, nodes, ops=(Ops.LOAD,)) -> list[dict[int, int |
     return strides
 
 
-def steps_along(tracker, axis: int) -> set[int]:
-    """The steps a view's memory index takes along `axis`, sampled at its first two steps at the
-    start and in the middle of the other axes: one step, 0 or 1, where it walks the axis in order;
-    one other step where it gathers; several where the step varies (a view valid at every other
-    position: the phases of a strided window's gradient, interleaved)."""
+def steps_along(tracker) -> list[set[int]]:
+    """For each axis of a view, the steps its memory index takes along it, sampled at its first two
+    steps at the start and in the middle of the other axes: one step, 0 or 1, where it walks the axis
+    in order; one other step where it gathers; several where the step varies (a view valid at every
+    other position: the phases of a strided window's gradient, interleaved)."""
     shape = tracker.shape
     offset, _ = tracker.index_and_valid(_probe(shape))
-    steps = set()
-    for sample in ([0] * len(shape), [size // 2 for size in shape]):
-        for position in range(min(shape[axis], 3) - 1):
-            here = {f"p{index}": value for index, value in enumerate(sample)}
-            here[f"p{axis}"] = position
-            steps.add(offset.evaluate({**here, f"p{axis}": position + 1}) - offset.evaluate(here))
-    return steps
+    found = []
+    for axis in range(len(shape)):
+        steps = set()
+        for sample in ([0] * len(shape), [size // 2 for size in shape]):
+            for position in range(min(shape[axis], 3) - 1):
+                here = {f"p{index}": value for index, value in enumerate(sample)}
+                here[f"p{axis}"] = position
+                steps.add(offset.evaluate({**here, f"p{axis}": position + 1}) - offset.evaluate(here))
+        found.append(steps)
+    return found
 
 
 def _largest_divisor(size: int, choices: tuple[int, ...]) -> int | None:

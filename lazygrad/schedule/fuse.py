@@ -129,6 +129,7 @@ def _is_reduce(node: LazyBuffer) -> bool:
     return node.op.kind == REDUCE
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _read_order(view: ShapeTracker) -> tuple[bool, bool, bool]:
     """How a kernel reads a stored value through `view` (over the kernel's shape), along its innermost
     axis: (gathers: one step other than 0 or 1; interleaves: the step varies, and so do the bounds,
@@ -137,9 +138,10 @@ def _read_order(view: ShapeTracker) -> tuple[bool, bool, bool]:
     window) is none of them: it stays in cache. A step that varies without bounds that do is a
     tiling (a Winograd output's planes): neither either."""
     shape, last = view.shape, len(view.shape) - 1
-    if any(steps_along(view, axis) == {0} for axis, size in enumerate(shape) if size > 1):
+    every_axis = steps_along(view)
+    if any(steps == {0} for steps, size in zip(every_axis, shape) if size > 1):
         return False, False, False
-    steps = steps_along(view, last)
+    steps = every_axis[last]
     if len(steps) > 1:
         return False, validity_varies_along(view, shape, last), False
     return not steps & {0, 1}, False, bool(steps & {0, 1})
@@ -186,6 +188,7 @@ class _FusionPlan:
                 self.materialized.add(id(node.srcs[0]))
         self.nodes = nodes
         self.cheap: set[int] = set()  # values found cheap to recompute (they stay so: stores only add leaves)
+        self.in_order_roots: set[int] = set()  # roots whose kernels `_store_out_of_order_reads` has seen
         self._sweep()
         while self._split_wide_kernels() or any(self.worth_storing(node) for node in self.declined) \
                 or self._store_out_of_order_reads():
@@ -334,8 +337,9 @@ class _FusionPlan:
         and a copy, about 0.1 ms each). True if it stored any (the next sweep plans around them)."""
         stored_any = False
         for root in self.roots():
-            if root.op is Ops.COPY:
+            if root.op is Ops.COPY or id(root) in self.in_order_roots:
                 continue
+            self.in_order_roots.add(id(root))  # a later store below makes its kernel smaller, not worse
             reduce = self.reduce_of_root.get(id(root))
             if reduce is not None:
                 value, shape = reduce.srcs[0], reduce.srcs[0].shape
@@ -363,9 +367,9 @@ class _FusionPlan:
         in order, as a reduce reading everything in one order gets its loop order from opts
         (`transposed_reduce_tile`: an SE block's pool over a channels-last activation). The views are
         followed as _KernelBuilder does."""
-        if not shape or shape[-1] < 2:
-            return []
         last, positions = len(shape) - 1, math.prod(shape)
+        if not shape or shape[-1] < 2 or positions < OUT_OF_ORDER_STORE_MIN_ELEMENTS:
+            return []
         # (gathers, interleaves, expensive) per (node, pending views), sources first, without recursion
         found: dict[tuple, tuple[bool, bool, bool]] = {}
         parts: dict[int, LazyBuffer] = {}

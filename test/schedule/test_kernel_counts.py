@@ -926,7 +926,7 @@ def test_a_strided_convolutions_input_gradient_is_stored_before_an_expensive_slo
     F.conv2d(a.silu(), Tensor(weight), stride=2, padding=1).sum().backward()
     last = [item for item in create_schedule([a.grad.lazydata]) if item.kernel is not None][-1]
     for load in [node for node in last.kernel.ast.walk() if node.op is Ops.LOAD]:
-        assert steps_along(load.arg[1], len(last.kernel.full_shape) - 1) in ({0}, {1})
+        assert steps_along(load.arg[1])[-1] in ({0}, {1})
     spread = np.zeros((2, 8, 34, 34))
     for ky in range(3):
         for kx in range(3):
@@ -1014,7 +1014,7 @@ def test_a_strided_input_gradient_beside_a_transposed_read_is_stored_first():
     last = [item for item in create_schedule([out.lazydata]) if item.kernel is not None][-1]
     shape = last.kernel.full_shape
     for load in [node for node in last.kernel.ast.walk() if node.op is Ops.LOAD]:
-        steps = steps_along(load.arg[1], len(shape) - 1)
+        steps = steps_along(load.arg[1])[-1]
         assert len(steps) == 1 or not validity_varies_along(load.arg[1], shape, len(shape) - 1)
     spread = np.zeros((2, 32, 18, 18))
     for ky in range(3):
