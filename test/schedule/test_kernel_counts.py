@@ -397,25 +397,32 @@ def test_a_transposed_convolution_takes_its_input_gradient_as_a_strided_convolut
     np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_a_weight_gradient_over_large_activations_copies_its_windows_once():
-    """A convolution's weight gradient over 4 x 64 x 64 positions of 32 channels, 3x3 (windows of 4.7M
-    elements) to 8 output channels: the windows are stored once (im2col) and the product reads them
-    in place. Counted as a value derived from stored buffers (the activations), they were copied
-    again into panels for the product's 8 rows (a U-Net's 4x4 windows at 64x64: 90 ms for the
-    copy, 9 for the product, 2 threads)."""
+def _weight_gradient(batch: int, channels: int, size: int, out_channels: int, seed: int):
+    """A 3x3 convolution's weight gradient (padding 1) against a random output gradient: the kernels
+    of its schedule, the gradient computed, and numpy's."""
     from lazygrad.nn import functional as F
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((4, 32, 64, 64)).astype(np.float32)
-    w = Tensor(rng.standard_normal((8, 32, 3, 3)).astype(np.float32), requires_grad=True)
-    g = rng.standard_normal((4, 8, 64, 64)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
+    w = Tensor(rng.standard_normal((out_channels, channels, 3, 3)).astype(np.float32), requires_grad=True)
+    g = rng.standard_normal((batch, out_channels, size, size)).astype(np.float32)
     (F.conv2d(Tensor(x), w, padding=1) * Tensor(g)).sum().backward()
     items = [item for item in create_schedule([w.grad.lazydata]) if item.kernel is not None]
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    expected = np.stack([np.stack([np.einsum("nchw,nohw->oc", padded[:, :, ky:ky + size, kx:kx + size], g)
+                                   for kx in range(3)], -1) for ky in range(3)], -2)
+    return items, w.grad.numpy(), expected
+
+
+def test_a_weight_gradient_over_large_activations_copies_its_windows_once():
+    """A convolution's weight gradient over 4 x 64 x 64 positions of 32 channels, 3x3 (windows of 4.7M
+    elements) to 8 output channels: the windows are copied once, into the product's panels. Counted
+    as a value derived from stored buffers (the activations), they were copied again into panels
+    after a contiguous copy (a U-Net's 4x4 windows at 64x64: 90 ms for the copy, 9 for the product,
+    2 threads)."""
+    items, gradient, expected = _weight_gradient(4, 32, 64, 8, seed=5)
     windows = 4 * 64 * 64 * 32 * 9
     assert sum(math.prod(item.outputs[0].shape) >= windows for item in items) == 1
-    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    expected = np.stack([np.stack([np.einsum("nchw,nohw->oc", padded[:, :, ky:ky + 64, kx:kx + 64], g)
-                                   for kx in range(3)], -1) for ky in range(3)], -2)
-    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-3, atol=1e-2)
+    np.testing.assert_allclose(gradient, expected, rtol=1e-3, atol=1e-2)
 
 
 def test_a_weight_gradient_to_few_channels_reads_its_windows_in_place():
@@ -423,18 +430,9 @@ def test_a_weight_gradient_to_few_channels_reads_its_windows_in_place():
     positions, reads the input's windows where they are, one kernel; a copy of the windows first
     (im2col, nine times the input) cost more than the product (8 x 32 x 64 x 64, 2 threads: 1.2-1.9 ms
     for the copy, 1.3-1.7 for the product after it, 0.8-0.9 in place)."""
-    from lazygrad.nn import functional as F
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((8, 16, 32, 32)).astype(np.float32)
-    w = Tensor(rng.standard_normal((3, 16, 3, 3)).astype(np.float32), requires_grad=True)
-    g = rng.standard_normal((8, 3, 32, 32)).astype(np.float32)
-    (F.conv2d(Tensor(x), w, padding=1) * Tensor(g)).sum().backward()
-    items = [item for item in create_schedule([w.grad.lazydata]) if item.kernel is not None]
-    assert max(math.prod(item.outputs[0].shape) for item in items) < math.prod(x.shape)
-    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    expected = np.stack([np.stack([np.einsum("nchw,nohw->oc", padded[:, :, ky:ky + 32, kx:kx + 32], g)
-                                   for kx in range(3)], -1) for ky in range(3)], -2)
-    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-3, atol=1e-2)
+    items, gradient, expected = _weight_gradient(8, 16, 32, 3, seed=7)
+    assert max(math.prod(item.outputs[0].shape) for item in items) < 8 * 16 * 32 * 32
+    np.testing.assert_allclose(gradient, expected, rtol=1e-3, atol=1e-2)
 
 
 def test_an_unstrided_convolution_takes_its_input_gradient_as_a_convolution():
