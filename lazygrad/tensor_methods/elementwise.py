@@ -390,16 +390,27 @@ class ElementwiseMethods:
         """min, then max, as PyTorch (so min > max gives max everywhere), with PyTorch's gradients
         (its minimum-norm subgradients since 2.14): at a number bound x's gradient is 0, at a tensor
         bound x and the bound get half each, as a tie of maximum or minimum does."""
-        from lazygrad.tensor import Tensor
+        from lazygrad.tensor import Tensor, no_grad
         if min is None and max is None:
             raise ValueError("clamp: at least one of min and max must be given")
+        numbers = (int, float, np.generic)
+        if Tensor.grad_enabled and self.requires_grad and isinstance(min, numbers) and isinstance(max, numbers) \
+                and min <= max:
+            # as relu: the gradient reads the output, which the forward pass stores, not x, which is
+            # usually a batch norm of a channels-last convolution's product, computed again across the
+            # channels in every backward kernel (MobileNetV2's ReLU6). The bounds give gradient 0;
+            # NaN, outside neither, passes it, as before.
+            with no_grad():
+                out = self._clamped_with_gradient(min, True)._clamped_with_gradient(max, False)
+            out = self._kept_for_backward(out)
+            return out._with_gradient((self,), lambda grad, out, sources, rule: [
+                ((out <= min) | (out >= max)).where(0, grad)])
         if Tensor.grad_enabled and any(isinstance(value, Tensor) and value.requires_grad for value in (self, min, max)):
             result = self
             for bound, below in ((min, True), (max, False)):
                 if bound is not None:
                     result = result._clamped_with_gradient(bound, below)
             return result
-        numbers = (int, float, np.generic)
         if isinstance(min, numbers) and isinstance(max, numbers) and min <= max:
             # numbers in order: both selects test x itself, not one the other's result; gcc vectorized
             # that chain poorly in a tile's epilogue (MobileNetV2's depthwise conv + Clip: 0.89 -> 0.54 ms)
