@@ -240,6 +240,17 @@ def _probe(shape: tuple[int, ...]) -> list[Lin]:
     return [var(f"p{axis}", 0, size - 1) if size > 1 else Lin.of(0) for axis, size in enumerate(shape)]
 
 
+def _index_steps(offset, sample: list[int], axis: int, positions) -> set[int]:
+    """How far the memory index `offset` moves from each of `positions` to the next along `axis`,
+    the other axes at `sample`."""
+    steps = set()
+    for position in positions:
+        here = {f"p{index}": value for index, value in enumerate(sample)}
+        here[f"p{axis}"] = position
+        steps.add(offset.evaluate({**here, f"p{axis}": position + 1}) - offset.evaluate(here))
+    return steps
+
+
 def load_strides(kernel: Kernel, nodes, ops=(Ops.LOAD,)) -> list[dict[int, int | None]]:
     """For each load (or other memory access of `ops`) over the full shape: how far its memory index
     moves per step along each axis (0 where the load does not move, so its value is reused along that
@@ -256,12 +267,7 @@ def load_strides(kernel: Kernel, nodes, ops=(Ops.LOAD,)) -> list[dict[int, int |
         for axis, size in enumerate(shape):
             if size == 1:
                 continue
-            steps = set()
-            for sample in samples:
-                here = {f"p{index}": value for index, value in enumerate(sample)}
-                there = {**here, f"p{axis}": min(sample[axis], size - 2) + 1}
-                here[f"p{axis}"] = there[f"p{axis}"] - 1
-                steps.add(offset.evaluate(there) - offset.evaluate(here))
+            steps = set().union(*(_index_steps(offset, sample, axis, (min(sample[axis], size - 2),)) for sample in samples))
             found[axis] = steps.pop() if len(steps) == 1 else None
         strides.append(found)
     return strides
@@ -274,16 +280,9 @@ def steps_along(tracker) -> list[set[int]]:
     other position: the phases of a strided window's gradient, interleaved)."""
     shape = tracker.shape
     offset, _ = tracker.index_and_valid(_probe(shape))
-    found = []
-    for axis in range(len(shape)):
-        steps = set()
-        for sample in ([0] * len(shape), [size // 2 for size in shape]):
-            for position in range(min(shape[axis], 3) - 1):
-                here = {f"p{index}": value for index, value in enumerate(sample)}
-                here[f"p{axis}"] = position
-                steps.add(offset.evaluate({**here, f"p{axis}": position + 1}) - offset.evaluate(here))
-        found.append(steps)
-    return found
+    samples = ([0] * len(shape), [size // 2 for size in shape])
+    return [set().union(*(_index_steps(offset, sample, axis, range(min(size, 3) - 1)) for sample in samples))
+            for axis, size in enumerate(shape)]
 
 
 def _largest_divisor(size: int, choices: tuple[int, ...]) -> int | None:
@@ -1166,10 +1165,10 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
     if few_rows is not None:
         return opts + [few_rows]
     strides = load_strides(kernel, _reduce_source(kernel).walk()) if tile else []
-    several_row_tiles = _row_tiles(tiled) > 1
     if not tile or not large_operands(kernel, strides):
         panel = (small_operand_panel(tiled) or wide_vector_panel(tiled, renderer)) if tile else None
         return opts if panel is None else opts + [panel]
+    several_row_tiles = _row_tiles(tiled) > 1
     panel = panel_opt(tiled)
     if panel is None and panel_row_axis(tiled) is not None:
         # operands in panels whose row panels take no PANEL: the tile alone streams them well (AVX2,
