@@ -46,6 +46,7 @@ _ASSIGNS_MADE = itertools.count()
 # garbage collector saw them grow and moved them to its oldest generation, whose collections (a
 # walk of every object: 100 ms with torch imported) came every few hundred steps of a small model.
 _CONSED: dict[tuple, weakref.ref] = {}
+_weak_reference, _CONST = weakref.ref, Ops.CONST  # bound once: LazyBuffer.create runs for every op built
 # (value, dtype, shape, device) -> a broadcast constant's nodes (CONST, RESHAPE, EXPAND; the last is
 # the constant), held strongly: `x + 1` in a loop would otherwise build (and free) them every step
 _CONSTANTS: dict[tuple, tuple] = {}
@@ -84,7 +85,7 @@ class LazyBuffer:
         # live unrealized node keeps its sources alive); repr tells -0.0 from 0.0 (equal as floats)
         # and lets NaN constants match each other; fuse.walk_with_structure reads key[1]. Built by
         # arity: one tuple, not one of the ids inside another (a third of this function's time).
-        described = (repr(arg) if op is Ops.CONST else arg, dtype, shape, device)
+        described = (repr(arg) if op is _CONST else arg, dtype, shape, device)
         count = len(srcs)
         if count == 1:
             key = (op, described, id(srcs[0]))
@@ -102,7 +103,7 @@ class LazyBuffer:
                 return existing
         node = LazyBuffer(op, srcs, arg, dtype, shape, device)
         node._key = key
-        _CONSED[key] = weakref.ref(node)
+        _CONSED[key] = _weak_reference(node)
         return node
 
     @staticmethod

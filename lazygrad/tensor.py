@@ -21,7 +21,7 @@ from lazygrad.dtype import (COMPLEX_OF, COMPLEX_PARTS, STORAGE_FLOATS, STORAGE_W
                             result_type, scalar_dtype)
 from lazygrad.lazy import LazyBuffer
 from lazygrad.multi import MultiLazyBuffer
-from lazygrad.ops import BINARY, GATHER, OpDef, Ops, REDUCE, TERNARY, UNARY
+from lazygrad.ops import GATHER, OpDef, Ops, REDUCE
 from lazygrad.realize import realize, record_host_buffer
 from lazygrad.tensor_methods.creation import CreationMethods, manual_seed  # noqa: F401 (lazygrad.manual_seed)
 from lazygrad.tensor_methods.elementwise import ElementwiseMethods
@@ -69,6 +69,7 @@ class no_grad:
 # id(leaf) -> (weak reference to it, its post-accumulate-grad hooks); see
 # Tensor.register_post_accumulate_grad_hook
 _GRAD_HOOKS: dict[int, tuple[weakref.ref, list]] = {}
+_new_tensor = object.__new__
 
 
 class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMethods, SortingMethods,
@@ -146,8 +147,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
 
     def _apply(self, op: OpDef, *others: "Tensor", arg=None) -> "Tensor":
         """Apply one primitive of the op table, recording it for backward when a source needs grads."""
-        kind = op.kind
-        if kind in (UNARY, BINARY, TERNARY):
+        if op.is_elementwise:
             stored_only = self.lazydata.dtype in STORAGE_WIDE
             sources = []  # a loop, not a list comprehension (a function call): this runs for every op
             for other in others:
@@ -160,19 +160,20 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             if stored_only and op is not Ops.CAST and op is not Ops.BITCAST:
                 return self._storage_op(op, others, arg)
             lazy = self.lazydata.alu(op, *sources, arg=arg)
-        elif kind == REDUCE:
+        elif op.kind == REDUCE:
             if self.lazydata.dtype in STORAGE_WIDE:
                 return self._storage_op(op, others, arg)
             lazy = self.lazydata.reduce(op, arg)
-        elif kind == GATHER:
+        elif op.kind == GATHER:
             lazy = self.lazydata.take(others[0].lazydata)
         elif op is Ops.CONTIGUOUS:
             lazy = self.lazydata.contiguous()
         elif op is Ops.COPY:
             lazy = self.lazydata.copy_to(arg)
         else:
-            lazy = getattr(self.lazydata, op.name.lower())(arg)
-        out = Tensor(lazy)
+            lazy = getattr(self.lazydata, op.method)(arg)
+        out = _new_tensor(Tensor)  # Tensor(lazy) without __init__'s checks: this runs for every op built
+        out.lazydata, out.grad, out._ctx, out.requires_grad = lazy, None, None, False
         # only floating point results carry gradients (comparisons, casts to int, argmax do not), as in PyTorch
         needs_grad = self.requires_grad
         for other in others:  # a loop, not any(generator): this runs for every op built

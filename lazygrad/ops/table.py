@@ -70,9 +70,11 @@ class OpDef:
     ulps: int = 0                          # how many units in the last place a device's float result
     #                                        may be from `ref` (test/ops/test_primitives.py); 0: bit for bit
     is_elementwise: bool = field(init=False)  # unary, binary or ternary (a field: the scheduler asks often)
+    method: str = field(init=False)         # the name of LazyBuffer's method for a movement op ("reshape")
 
     def __post_init__(self):
         object.__setattr__(self, "is_elementwise", self.kind in (UNARY, BINARY, TERNARY))
+        object.__setattr__(self, "method", self.name.lower())
         if self.converts or self.kind in (MOVEMENT, SOURCE, KERNEL):
             object.__setattr__(self, "flops", 0)
 

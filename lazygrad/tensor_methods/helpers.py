@@ -119,6 +119,14 @@ def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
             break
     else:
         return tuple(first)
+    if len(shapes) == 2 and len(first) == len(shapes[1]):  # x * w.reshape(1, C, 1, 1): every binary op
+        result = []
+        for a, b in zip(first, shapes[1]):
+            if a != b and a != 1 and b != 1:
+                break
+            result.append(a if b == 1 else b)
+        else:
+            return tuple(result)
     ndim = max(len(shape) for shape in shapes)
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
     result = []

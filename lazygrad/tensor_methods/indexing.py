@@ -130,7 +130,8 @@ class IndexingMethods:
         if any(map(_is_scalar_bool, indices if isinstance(indices, tuple) else (indices,))):
             return self._index_with_scalar_bools(indices)
         indices = self._normalized_indices(indices, "index")
-        result, dim, final_shape, gathers = self, 0, [], []
+        # every int and unit-step slice is one range of one shrink; other steps are sliced after it
+        dim, final_shape, gathers, bounds, stepped = 0, [], [], [], []
         for index in indices:
             if index is None:
                 final_shape.append(1)
@@ -139,17 +140,25 @@ class IndexingMethods:
             if isinstance(index, Tensor):
                 gathers.append((len(final_shape), index))
                 final_shape.append(size)
+                bounds.append((0, size))
             elif isinstance(index, slice):
-                result = result._slice_dim(dim, index)
-                final_shape.append(result.shape[dim])
+                start, stop, step = index.indices(size)
+                if step == 1:
+                    bounds.append((start, max(start, stop)))
+                else:
+                    bounds.append((0, size))
+                    stepped.append((dim, index))
+                final_shape.append(len(range(start, stop, step)))
             else:
                 position = int(index)
                 if not -size <= position < size:
                     raise IndexError(f"index {position} is out of bounds for dimension {dim} with size {size}")
                 position %= size
-                result = result.shrink(tuple((position, position + 1) if d == dim else None
-                                             for d in range(self.ndim)))
+                bounds.append((position, position + 1))
             dim += 1
+        result = self.shrink(bounds)
+        for dim, index in stepped:
+            result = result._slice_dim(dim, index)
         result = result.reshape(tuple(final_shape))
         return result._gather_dims(gathers) if gathers else result
 

@@ -221,6 +221,8 @@ class MovementMethods:
         if mode != "constant":
             return self._pad_with_mode(padding, value, mode)
         pairs = self._padding_pairs(padding)
+        if not any(lo or hi for lo, hi in pairs):
+            return self  # as reshape to its own shape: nothing to record
         value = 0.0 if value is None else value
         result = self
         if any(lo < 0 or hi < 0 for lo, hi in pairs):  # negative padding crops
@@ -279,6 +281,8 @@ class MovementMethods:
         for (start, end), size in zip(bounds, self.shape):
             if not 0 <= start <= end <= size:
                 raise ValueError(f"shrink: bounds {bounds} do not fit shape {self.shape}")
+        if bounds == tuple((0, size) for size in self.shape):
+            return self  # as reshape to its own shape: nothing to record
         return self._apply(Ops.SHRINK, arg=bounds)
 
     def flip(self, *axis) -> "Tensor":

@@ -381,3 +381,26 @@ def test_setitem_errors(device):
         w[0] = 1.0
     assert w.requires_grad
     check(w.detach(), np.array([1.0, 0.0, 0.0], np.float32), F32)
+
+
+BASIC_INDICES = [
+    (1, slice(None), -2), (slice(1, 3), 0, slice(None, None, -1)), (Ellipsis, slice(-3, None)),
+    (None, -1, Ellipsis, slice(5, 1, -2)), (slice(2, 2), slice(None)), (slice(None, None, 2), 3, None, slice(4, 0, -3)),
+    (slice(-100, 100), slice(3, 1)), (0, 0, 0, 0), (slice(None),) * 4, (slice(1, None, 4), Ellipsis, 2, None),
+]
+
+
+@pytest.mark.parametrize("index", BASIC_INDICES, ids=repr)
+def test_getitem_with_ints_slices_none_and_ellipsis_matches_numpy(index, device):
+    check(tensor(A4, device)[index], A4[index], F32)
+
+
+def test_ints_and_unit_step_slices_are_one_shrink_and_a_full_index_records_nothing():
+    from lazygrad.lazy import walk
+    from lazygrad.ops import Ops
+    x = Tensor(A4)
+    nodes = walk([x[1, :, 2:4, -1].lazydata])
+    assert sum(node.op is Ops.SHRINK for node in nodes) == 1
+    assert x[:, :] is x and x[...] is x
+    assert x.shrink(((0, 3), None, (0, 5), (0, 6))) is x
+    assert x.pad(((0, 0),) * 4) is x and x.pad((0, 0), value=7.0) is x
