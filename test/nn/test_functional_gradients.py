@@ -55,6 +55,10 @@ CASES = {
                                        [randn(1, 8, 4, 5), randn(8, 1, 3, 3), randn(8)]),
     "conv2d_depthwise_channels_last_strided": (lambda x, w: projected(F.conv2d(x, w, stride=2, padding=1, groups=8)),
                                                [randn(2, 8, 5, 5), randn(8, 1, 3, 3)]),
+    # its weight gradient from the forward's channels-last copy (a dilation, padding unequal per side)
+    "conv2d_depthwise_channels_last_dilated": (lambda x, w: projected(F.conv2d(x, w, padding=(2, 1), dilation=(2, 1),
+                                                                                groups=8)),
+                                               [randn(2, 8, 6, 5), randn(8, 1, 3, 2)]),
     "conv2d_pointwise_channels_last": (lambda x, w: projected(F.conv2d(x, w)), [randn(1, 3, 4, 5), randn(16, 3, 1, 1)]),
     # a stride beyond the kernel: the input gradient's phases (nn/spatial.py _fold_windows) that no
     # offset reaches are zeros, and rows and columns past the last window get none
