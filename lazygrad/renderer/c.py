@@ -205,8 +205,10 @@ WINDOWED_TILE_ATTRIBUTE = ('__attribute__((optimize("no-tree-loop-vectorize", "n
 # For other kernels with a load that only a WHERE's choice uses: gcc 12 turns such a load into a masked
 # load (vmaskmovpd) and its SLP vectorizer can give two such loads the same mask, a wrong answer (a
 # gradient through a clamped norm: test_a_masked_choice_between_loads_is_right_on_every_device); its
-# loop vectorizer stays out of them, as of the tiles above.
-SELECT_ONLY_LOAD_ATTRIBUTE = '__attribute__((optimize("no-tree-loop-vectorize"))) '
+# loop vectorizer stays out of them, as of the tiles above. So too where a load reads through padding
+# beside a loop of two iterations, whose masks it got wrong for some rows
+# (test_a_padded_read_beside_a_loop_of_two_is_right_on_every_device).
+MASKED_LOAD_ATTRIBUTE = '__attribute__((optimize("no-tree-loop-vectorize"))) '
 
 
 # The dtypes a tile's copies are written as C vector types for (CRenderer.vector_width), with their names:
@@ -348,7 +350,7 @@ class CRenderer(CStyleRenderer):
     def function_attribute(program: LoopProgram) -> str:
         """gcc settings for kernels whose opts expand the loop body (none for the others)."""
         if not any(opt.op in ("UPCAST", "UNROLL") for opt in program.opts):
-            return SELECT_ONLY_LOAD_ATTRIBUTE if program.select_only_loads else ""
+            return MASKED_LOAD_ATTRIBUTE if program.select_only_loads or program.masked_read_beside_pair else ""
         return WINDOWED_TILE_ATTRIBUTE if len(program.reduce_loops) > 1 else EXPANDED_BODY_ATTRIBUTE
 
     def render_program(self, program: LoopProgram) -> str:

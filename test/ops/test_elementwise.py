@@ -677,3 +677,21 @@ def test_a_masked_choice_between_loads_is_right_on_every_device(device):
         expected_slope = np.where(total == 0, 0.0, np.where(np.sqrt(total) >= 1e-8, grad, 0.0)) / (np.sqrt(total) * 2)
     expected = w * y / (np.sqrt(total) + 1) + expected_slope * x * 2
     check(result, expected, F64)
+
+
+@pytest.mark.parametrize("shape, padding", [((4, 2), ((1, 1), (0, 0))), ((11, 2), ((2, 1), (0, 0))),
+                                            ((4, 2, 3), ((1, 1), (0, 0), (0, 0))), ((5, 2, 4), ((0, 3), (0, 0), (0, 0)))])
+def test_a_padded_read_beside_a_loop_of_two_is_right_on_every_device(shape, padding, device):
+    """Rows read through padding, in a kernel with a loop of two iterations inside its outermost (a
+    (6, 2) copy, or sums over the last axis of a (6, 2, 3)): gcc 12's loop vectorizer, on AVX-512,
+    turned the padded read into a masked load with a wrong mask for some rows (zeros where the
+    input's values belong); renderer/c.py keeps it out of such kernels."""
+    a = np.arange(1, np.prod(shape) + 1, dtype=np.float32).reshape(shape)
+    padded = tensor(a, device).pad(padding)
+    expected = np.pad(a, padding)
+    check(padded, expected, F32)
+    if len(shape) == 3:
+        check(padded.sum(-1), expected.sum(-1), F32)
+    # two pads in a row, as a sharded tensor's views stack them (test/distributed/test_shard.py)
+    first, second = ((padding[0][0], 0),) + padding[1:], ((0, padding[0][1]),) + padding[1:]
+    check(tensor(a, device).pad(first).pad(second), expected, F32)
