@@ -379,6 +379,29 @@ def stored_out_of_order(node: LazyBuffer) -> bool:
     return stored is not None and (not stored or stored[1] != tuple(range(len(node.shape))))
 
 
+def last_axis_strided(node: LazyBuffer) -> bool:
+    """Whether node is a view (reshapes, permutes, shrinks) of a buffer or a computed value whose last
+    axis, of more than one element, does not step through that value one element at a time (the
+    columns of a channels-first activation viewed as (positions, channels))."""
+    chain, base = [], node
+    while base.op in _STORAGE_VIEWS and base.buffer is None:
+        chain.append((base.op, base.arg))
+        base = base.srcs[0]
+    if not chain or node.shape[-1] == 1:
+        return False
+    return _last_stride(base.shape, tuple(chain)) not in (0, 1)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _last_stride(shape: tuple[int, ...], chain: tuple) -> int | None:
+    """The step in a contiguous value of `shape` along the last axis of its view through the
+    movements of `chain` (the outermost first); None where that view is no single strided one."""
+    tracker = ShapeTracker.from_shape(shape)
+    for op, arg in reversed(chain):
+        tracker = tracker.apply(op, arg)
+    return tracker.views[-1].strides[-1] if len(tracker.views) == 1 else None
+
+
 def stored_in_order(node: LazyBuffer) -> bool:
     """Whether node reads a computed value in the order it is stored."""
     stored = _stored_order(node)
