@@ -72,6 +72,13 @@ _GRAD_HOOKS: dict[int, tuple[weakref.ref, list]] = {}
 _new_tensor = object.__new__
 
 
+def _wrapped(lazy) -> "Tensor":
+    """Tensor(lazy) without __init__'s checks, for a node the engine built: this runs for every op."""
+    out = _new_tensor(Tensor)
+    out.lazydata, out.grad, out._ctx, out.requires_grad = lazy, None, None, False
+    return out
+
+
 class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMethods, SortingMethods,
              MovementMethods, IndexingMethods, LinalgMethods, NNMethods):
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "_parts", "__weakref__")  # _parts: ComplexTensor's
@@ -172,8 +179,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
             lazy = self.lazydata.copy_to(arg)
         else:
             lazy = getattr(self.lazydata, op.method)(arg)
-        out = _new_tensor(Tensor)  # Tensor(lazy) without __init__'s checks: this runs for every op built
-        out.lazydata, out.grad, out._ctx, out.requires_grad = lazy, None, None, False
+        out = _wrapped(lazy)
         # only floating point results carry gradients (comparisons, casts to int, argmax do not), as in PyTorch
         needs_grad = self.requires_grad
         for other in others:  # a loop, not any(generator): this runs for every op built
@@ -219,7 +225,7 @@ class Tensor(CreationMethods, ElementwiseMethods, MathFunctionMethods, ReduceMet
 
     def detach(self) -> "Tensor":
         """The same value, cut from the backward graph."""
-        return Tensor(self.lazydata)
+        return _wrapped(self.lazydata)  # ComplexTensor has its own
 
     def _with_gradient(self, sources: tuple["Tensor", ...], rule) -> "Tensor":
         """This tensor's value with `rule(grad, out, sources, rule) -> [gradient of each source]` as its

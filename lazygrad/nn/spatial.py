@@ -109,10 +109,10 @@ def pool_windows(x: Tensor, kernel, stride, dilation) -> Tensor:
     x = x.shrink(keep + tuple((0, k * (length + d)) for k, length, d in zip(kernel, lengths, dilation)))
     x = x.reshape(batch + _interleave(kernel, [length + d for length, d in zip(lengths, dilation)]))
     x = x.shrink(keep + _interleave([(0, k) for k in kernel], [(0, o * s) for o, s in zip(outputs, stride)]))
-    # split the columns into (outputs, stride) and keep column 0 of each stride
-    x = x.reshape(batch + tuple(v for k, o, s in zip(kernel, outputs, stride) for v in (k, o, s)))
-    x = x.shrink(keep + tuple(b for k, o in zip(kernel, outputs) for b in ((0, k), (0, o), (0, 1))))
-    x = x.reshape(batch + _interleave(kernel, outputs))
+    if any(s > 1 for s in stride):  # split the columns into (outputs, stride) and keep column 0 of each stride
+        x = x.reshape(batch + tuple(v for k, o, s in zip(kernel, outputs, stride) for v in (k, o, s)))
+        x = x.shrink(keep + tuple(b for k, o in zip(kernel, outputs) for b in ((0, k), (0, o), (0, 1))))
+        x = x.reshape(batch + _interleave(kernel, outputs))
     output_axes = [first + 2 * i + 1 for i in range(n)]
     kernel_axes = [first + 2 * i for i in range(n)]
     return x.permute(tuple(range(first)) + tuple(output_axes) + tuple(kernel_axes))

@@ -276,14 +276,20 @@ class MovementMethods:
         return result
 
     def shrink(self, bounds) -> "Tensor":
-        bounds = tuple((0, size) if b is None else _int_pair(b, "shrink", "bounds", i)
-                       for i, (b, size) in enumerate(zip(bounds, self.shape)))
-        for (start, end), size in zip(bounds, self.shape):
+        shape, pairs, whole = self.shape, [], True
+        if len(bounds) != len(shape):
+            raise ValueError(f"shrink: got {len(bounds)} bounds for a tensor of shape {shape}; give one (start, "
+                             "end) pair, or None for the whole dim, per dim")
+        for index, (bound, size) in enumerate(zip(bounds, shape)):  # one loop: every slice and window shrinks
+            pair = (0, size) if bound is None else _int_pair(bound, "shrink", "bounds", index)
+            start, end = pair
             if not 0 <= start <= end <= size:
-                raise ValueError(f"shrink: bounds {bounds} do not fit shape {self.shape}")
-        if bounds == tuple((0, size) for size in self.shape):
+                raise ValueError(f"shrink: bounds {tuple(bounds)} do not fit shape {shape}")
+            whole = whole and start == 0 and end == size
+            pairs.append(pair)
+        if whole:
             return self  # as reshape to its own shape: nothing to record
-        return self._apply(Ops.SHRINK, arg=bounds)
+        return self._apply(Ops.SHRINK, arg=tuple(pairs))
 
     def flip(self, *axis) -> "Tensor":
         axis = tuple(axis[0]) if len(axis) == 1 and isinstance(axis[0], (tuple, list)) else tuple(axis)

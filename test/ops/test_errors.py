@@ -90,6 +90,9 @@ def test_expand_pad_shrink_mismatch(device):
         x.shrink(((0, 3), (0, 3)))
     with pytest.raises(ValueError):
         x.shrink(((1, 0), None))
+    for bounds in (((0, 1),), ((0, 1), (0, 1), (0, 1))):  # one pair per dim, neither fewer nor more
+        with pytest.raises(ValueError, match="shrink: got .* bounds for a tensor of shape"):
+            x.shrink(bounds)
 
 
 AXIS_ERRORS = {
