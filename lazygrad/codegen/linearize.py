@@ -495,7 +495,8 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None,
                        local_loops=local_loops, group_lane=group_lane,
                        results=reduction.accumulators[:len(outputs)] if reduction else [],
                        vector_width=vector_width, select_only_loads=_has_select_only_load(kernel),
-                       masked_read_beside_pair=_has_masked_read_beside_pair(kernel))
+                       masked_read_beside_pair=_has_masked_read_beside_pair(
+                           kernel, [loop.size for loop in global_loops[1:] + reduce_loops + inner_loops]))
 
 
 # A loop at least this long is never peeled whole by gcc (it peels up to 16 iterations), so a value
@@ -525,13 +526,14 @@ def _has_select_only_load(kernel: Kernel) -> bool:
                for node in nodes)
 
 
-def _has_masked_read_beside_pair(kernel: Kernel) -> bool:
+def _has_masked_read_beside_pair(kernel: Kernel, inner_sizes: list[int]) -> bool:
     """Whether a LOAD reads through a mask (padding) in a kernel with a loop of two iterations inside
-    its outermost one: gcc 12's loop vectorizer (AVX-512) then packs the pair and a masked load of
-    the outer loop's rows into one vector, and gave some rows a wrong mask (zeros where a (4, 2)
-    input padded to (6, 2) has values: test_a_padded_read_beside_a_loop_of_two_is_right_on_every_device).
-    Only loops of two did so, in a sweep of loop nests of one to three loops of 1 to 17 iterations."""
-    if 2 not in kernel.full_shape[1:]:
+    its outermost one (an axis of the kernel's shape, or one of the loops rendered, `inner_sizes`):
+    gcc 12's loop vectorizer (AVX-512) then packs the pair and a masked load of the outer loop's rows
+    into one vector, and gave some rows a wrong mask (zeros where a (4, 2) input padded to (6, 2) has
+    values: test_a_padded_read_beside_a_loop_of_two_is_right_on_every_device). Only loops of two did
+    so, in a sweep of generated loop nests of one to three loops of 1 to 17 iterations."""
+    if 2 not in kernel.full_shape[1:] and 2 not in inner_sizes:
         return False
     return any(node.op is Ops.LOAD and any(view.mask is not None for view in node.arg[1].views)
                for node in kernel.ast.walk())

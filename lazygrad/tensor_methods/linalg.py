@@ -146,7 +146,7 @@ class LinalgMethods:
         if packs_operands(x.device, m, k, n, constant_right=_constant_kind(w)):
             result = _panel_product(x.cast(dtype), w.cast(dtype))
         else:
-            if m >= 8 and _walks_k_contiguously(w) or _strided_columns(w, m, k, n):
+            if (m >= 8 and _walks_k_contiguously(w)) or _strided_columns(w, m, k, n):
                 # x @ W.T (nn.Linear), q @ k.transpose(-1, -2) (attention): w's rows are contiguous
                 # along k, so the kernel would be a set of dot products; a contiguous copy (n*k
                 # elements, against m*n*k multiply-adds) lets it tile along n instead, several times
