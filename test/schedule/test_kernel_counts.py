@@ -1049,6 +1049,33 @@ def test_a_channels_last_depthwise_convolutions_weight_gradient_has_its_channels
     np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_a_training_batch_norms_gradients_are_two_kernels():
+    """BatchNorm on batch statistics has its input gradient written out, inv_std * (g - mean(g) -
+    x_hat * mean(g * x_hat)), where derived op by op through the mean, the centering and the
+    variance it took 40 ops and 4 kernels (27 ops, 2 kernels now: the sums, then the input gradient;
+    MobileNetV2's eager training step builds its backward graph 15% faster, 72 fewer kernels)."""
+    from lazygrad import nn
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((16, 8, 28, 28)).astype(np.float32)  # 12544 values a channel: sums in two stages
+    g = rng.standard_normal((16, 8, 28, 28)).astype(np.float32)
+    tx = Tensor(x, requires_grad=True)
+    norm = nn.BatchNorm2d(8)
+    with no_grad():
+        norm.weight.assign(Tensor(rng.uniform(0.5, 1.5, 8).astype(np.float32))).realize()
+    (norm(tx) * Tensor(g)).sum().backward()
+    count, _ = kernels_for(lambda: Tensor.realize(tx.grad, norm.weight.grad, norm.bias.grad))
+    assert count == 2
+    xd, gd, w = x.astype(np.float64), g.astype(np.float64), norm.weight.numpy().astype(np.float64)[None, :, None, None]
+    mean, var = xd.mean((0, 2, 3), keepdims=True), xd.var((0, 2, 3), keepdims=True)
+    inverse = 1 / np.sqrt(var + 1e-5)
+    normalized, grad = (xd - mean) * inverse, gd * w
+    expected = inverse * (grad - grad.mean((0, 2, 3), keepdims=True)
+                          - normalized * (grad * normalized).mean((0, 2, 3), keepdims=True))
+    np.testing.assert_allclose(tx.grad.numpy(), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(norm.weight.grad.numpy(), (gd * normalized).sum((0, 2, 3)), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(norm.bias.grad.numpy(), gd.sum((0, 2, 3)), rtol=1e-4, atol=1e-4)
+
+
 def test_a_strided_input_gradient_beside_a_transposed_read_is_stored_first():
     """A stride-2 depthwise convolution's input gradient (its windows' gradient interleaved by phase,
     through padding) masked by a test of a channels-last value (MobileNetV2's ReLU6 backward): the
