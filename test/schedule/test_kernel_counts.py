@@ -1076,6 +1076,24 @@ def test_a_training_batch_norms_gradients_are_two_kernels():
     np.testing.assert_allclose(norm.bias.grad.numpy(), gd.sum((0, 2, 3)), rtol=1e-4, atol=1e-4)
 
 
+def test_a_group_norms_input_gradient_is_written_out_too():
+    """GroupNorm and LayerNorm share the written-out gradient of their normalization (`F._normalize`):
+    a group norm's three gradients are 5 kernels, 6 derived op by op."""
+    from lazygrad import nn
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((8, 64, 32, 32)).astype(np.float32)
+    g = rng.standard_normal((8, 64, 32, 32)).astype(np.float32)
+    tx, norm = Tensor(x, requires_grad=True), nn.GroupNorm(8, 64)
+    (norm(tx) * Tensor(g)).sum().backward()
+    count, _ = kernels_for(lambda: Tensor.realize(tx.grad, norm.weight.grad, norm.bias.grad))
+    assert count == 5
+    grouped, gd = x.astype(np.float64).reshape(8, 8, -1), g.astype(np.float64).reshape(8, 8, -1)
+    inverse = 1 / np.sqrt(grouped.var(2, keepdims=True) + 1e-5)
+    normalized = (grouped - grouped.mean(2, keepdims=True)) * inverse
+    expected = inverse * (gd - gd.mean(2, keepdims=True) - normalized * (gd * normalized).mean(2, keepdims=True))
+    np.testing.assert_allclose(tx.grad.numpy(), expected.reshape(x.shape), rtol=1e-4, atol=1e-5)
+
+
 def test_a_strided_input_gradient_beside_a_transposed_read_is_stored_first():
     """A stride-2 depthwise convolution's input gradient (its windows' gradient interleaved by phase,
     through padding) masked by a test of a channels-last value (MobileNetV2's ReLU6 backward): the
