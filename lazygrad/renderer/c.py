@@ -206,8 +206,8 @@ WINDOWED_TILE_ATTRIBUTE = ('__attribute__((optimize("no-tree-loop-vectorize", "n
 # load (vmaskmovpd) and its SLP vectorizer can give two such loads the same mask, a wrong answer (a
 # gradient through a clamped norm: test_a_masked_choice_between_loads_is_right_on_every_device); its
 # loop vectorizer stays out of them, as of the tiles above. So too where a load reads through padding
-# beside a loop of two iterations, whose masks it got wrong for some rows
-# (test_a_padded_read_beside_a_loop_of_two_is_right_on_every_device).
+# beside a loop of two iterations, or two values of an axis inside the padding, whose masks it got
+# wrong for some rows (linearize._has_masked_read_beside_pair).
 MASKED_LOAD_ATTRIBUTE = '__attribute__((optimize("no-tree-loop-vectorize"))) '
 
 
