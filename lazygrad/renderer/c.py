@@ -205,9 +205,8 @@ WINDOWED_TILE_ATTRIBUTE = ('__attribute__((optimize("no-tree-loop-vectorize", "n
 # For other kernels with a load that only a WHERE's choice uses: gcc 12 turns such a load into a masked
 # load (vmaskmovpd) and its SLP vectorizer can give two such loads the same mask, a wrong answer (a
 # gradient through a clamped norm: test_a_masked_choice_between_loads_is_right_on_every_device); its
-# loop vectorizer stays out of them, as of the tiles above. So too where a load reads through padding
-# beside a loop of two iterations, or two values of an axis inside the padding, whose masks it got
-# wrong for some rows (linearize._has_masked_read_beside_pair).
+# loop vectorizer stays out of them, as of the tiles above. So too where a load reads through padding,
+# whose masks it got wrong for some rows (linearize._has_masked_read).
 MASKED_LOAD_ATTRIBUTE = '__attribute__((optimize("no-tree-loop-vectorize"))) '
 
 
@@ -350,7 +349,7 @@ class CRenderer(CStyleRenderer):
     def function_attribute(program: LoopProgram) -> str:
         """gcc settings for kernels whose opts expand the loop body (none for the others)."""
         if not any(opt.op in ("UPCAST", "UNROLL") for opt in program.opts):
-            return MASKED_LOAD_ATTRIBUTE if program.select_only_loads or program.masked_read_beside_pair else ""
+            return MASKED_LOAD_ATTRIBUTE if program.select_only_loads or program.masked_reads else ""
         return WINDOWED_TILE_ATTRIBUTE if len(program.reduce_loops) > 1 else EXPANDED_BODY_ATTRIBUTE
 
     def render_program(self, program: LoopProgram) -> str:

@@ -257,7 +257,7 @@ class LoopProgram:
     #                                                        reduce's result after `combine`
     vector_width: int = 1        # > 1: the copies of the body are vectors of this many lanes
     select_only_loads: bool = False  # some load is used only as a value a WHERE chooses (see renderer/c.py)
-    masked_read_beside_pair: bool = False  # a load reads through a mask beside a pair (renderer/c.py)
+    masked_reads: bool = False   # some load reads through a mask: padding (see renderer/c.py)
 
     @property
     def stages(self) -> list[ReduceStage]:
