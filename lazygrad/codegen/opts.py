@@ -1012,17 +1012,20 @@ ELEMENTWISE_VECTORS = 2
 def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     """For a kernel without a reduce with padding (a masked load or validity test) whose loads and
     store all walk its last axis contiguously (or stay put along it), the padding not changing along
-    it: that axis upcast by two vectors (one where two do not divide it: 144 channels), so the body
-    is computed in vector expressions. gcc's own vectorizer gives up on a body with a masked load:
-    EfficientNet's SiLU into its depthwise convolution's padded input, channels last, 114x114x32,
-    ran one element at a time, 3.3 ms against 0.33 as vectors of 32. Kernels without padding keep
-    gcc's vectors (flat loops), which measured the same as these."""
+    it: that axis upcast by two vectors (one where two do not divide it: 144 channels; half of one
+    where a whole one does not: 24 channels), so the body is computed in vector expressions. gcc's
+    own vectorizer gives up on a body with a masked load: EfficientNet's SiLU into its depthwise
+    convolution's padded input, channels last, 114x114x32, ran one element at a time, 3.3 ms against
+    0.33 as vectors of 32; and it is kept out of kernels with padding anyway (renderer/c.py: it
+    gave wrong answers there), so ShuffleNetV2's padded copy of 113x113x24 took 0.11 ms, 0.017 in
+    half vectors. Kernels without padding keep gcc's vectors (flat loops), which measured the same
+    as these."""
     lanes = getattr(renderer, "simd_lanes", None)
     shape = kernel.full_shape
     last = len(shape) - 1
     if lanes is None or kernel.reduce_axes or not shape:
         return []
-    amount = _largest_divisor(shape[last], (lanes * ELEMENTWISE_VECTORS, lanes))
+    amount = _largest_divisor(shape[last], (lanes * ELEMENTWISE_VECTORS, lanes, lanes // 2))
     if amount is None:
         return []
     trackers = kernel_trackers(kernel.ast)

@@ -178,6 +178,18 @@ def test_conv2d_of_a_large_padded_input_copies_it_and_tiles_32_by_8():
     assert heuristic_opts(kernel, CRenderer()) == [Opt("UPCAST", 3, 32), Opt("UPCAST", 1, 8)]
 
 
+@pytest.mark.parametrize("channels, amount", [(32, 32), (48, 16), (24, 8)])
+def test_a_channels_last_padded_copy_is_computed_in_vectors_of_channels(channels, amount):
+    """A padded copy of a channels-last value, its padding along rows and columns only, takes vectors
+    along its channels (`contiguous_vector_tile`): two, one, or half of one (24 channels, ShuffleNetV2's
+    first max pool: 0.11 -> 0.017 ms), since gcc's own vectorizer is kept out of padded reads."""
+    x = np.arange(1 * 6 * 6 * channels, dtype=np.float32).reshape(1, 6, 6, channels)
+    padded = Tensor(x).pad(((0, 0), (1, 1), (1, 1), (0, 0))) * 2
+    kernel = kernel_of(padded)
+    assert Opt("UPCAST", len(kernel.full_shape) - 1, amount) in heuristic_opts(kernel, CRenderer(16, 32))
+    np.testing.assert_array_equal(padded.numpy(), np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))) * 2)
+
+
 def test_a_channels_last_value_padded_only_along_its_rows_is_stored_with_its_padding():
     """A 3x1 convolution of a value computed channels last (a 1x1 convolution's output), padded along
     its rows only, over 8 columns: its padded input is stored (schedule/fuse.py `worth_storing_padded`),
