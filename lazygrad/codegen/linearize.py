@@ -532,8 +532,9 @@ def _has_masked_read(kernel: Kernel) -> bool:
     (test_a_padded_read_is_right_on_every_device,
     test_fuzz_padded_views_of_short_axes). The wrong answers came where a loop had two iterations or
     the padding left two values of an axis, but no rule of that kind held up against a fuzz of
-    padded views, so every masked read keeps it out: ShuffleNet-v2 18% slower, MnasNet 9%,
-    Inception-v3 4%, the others within their noise."""
+    padded views, so every masked read keeps it out: ShuffleNet-v2 10-18% slower, MnasNet 9-12%,
+    Inception-v3 4%, the others within their noise, before padded copies of 24 channels took half
+    vectors (codegen/opts.py `contiguous_vector_tile`) and won part of it back."""
     for node in kernel.ast.walk():
         if node.op is Ops.LOAD and any(view.mask is not None for view in node.arg[1].views):
             return True
