@@ -182,7 +182,7 @@ def prepare_programs(device_name: str, kernels: list[Kernel]) -> None:
         batch = CompileBatch(device)
         for key, kernel in missing.items():
             rendered = _rendered(device_name, kernel)
-            future = batch.submit(rendered.name, rendered.source, alone=bool(kernel.reduce_axes))
+            future = batch.submit(rendered.name, rendered.source)
             future.add_done_callback(lambda _: progress.advance())
             if knobs.beam:
                 batch.close()

@@ -4,11 +4,14 @@
     python extra/bench/bench_first_call.py                        # every case, 3 rounds
     python extra/bench/bench_first_call.py --only mobilenet_v2 --rounds 1 --threads 2
 
-Cases (lazygrad.nn models of extra/models/, random weights, float32, inference in eval mode under
+Cases (lazygrad.nn models of extra/models/, random weights, float32; inference in eval mode under
 lazygrad.no_grad())
   resnet18      ResNet-18 on 1x3x224x224
   mobilenet_v2  MobileNetV2 on 1x3x224x224
   bert          the BERT encoder of MiniLM-L6's size on 8x128 token ids (the model benchmark's)
+  train_mobilenet_v2  one SGD step (momentum 0.9) of MobileNetV2 in training mode, 16x3x112x112,
+                cross entropy over 1000 classes (bench_models.py's `train mbv2`), eagerly
+  train_resnet18      the same for ResNet-18 on 16x3x224x224 (`train r18`)
 
 Each round runs every case twice in a fresh Python process: once with an empty LAZYGRAD_CACHE
 ("cold"), then once more on the cache that run filled ("cached"). A process times building the
@@ -20,6 +23,7 @@ by side; the machine's load (uptime) is printed first, since a busy machine slow
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -30,7 +34,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CASES = ("resnet18", "mobilenet_v2", "bert")
+CASES = ("resnet18", "mobilenet_v2", "bert", "train_mobilenet_v2", "train_resnet18")
 
 
 def build_case(name: str):
@@ -43,6 +47,8 @@ def build_case(name: str):
     from extra.models.mobilenet import mobilenet_v2
     from extra.models.resnet import resnet18
     rng = np.random.default_rng(0)
+    if name.startswith("train_"):
+        return training_step(name[len("train_"):], rng)
     if name == "bert":
         model = bert_mini_lm(nn).train(False)
         lengths = rng.integers(32, 129, 8)
@@ -55,16 +61,41 @@ def build_case(name: str):
     return lambda: model(images)
 
 
+def training_step(name: str, rng):
+    """One eager training step of a model (a call returning its loss), as bench_models.py times it."""
+    import numpy as np
+
+    import lazygrad.nn as nn
+    from lazygrad import Tensor
+    from lazygrad.nn.optim import SGD
+    from lazygrad.nn.state import get_parameters
+    from extra.models.mobilenet import mobilenet_v2
+    from extra.models.resnet import resnet18
+    model = mobilenet_v2(nn, dropout=0.0) if name == "mobilenet_v2" else resnet18(nn)
+    size = 112 if name == "mobilenet_v2" else 224
+    images = Tensor(rng.standard_normal((16, 3, size, size), dtype=np.float32))
+    labels = Tensor(rng.integers(0, 1000, 16))
+    optimizer = SGD(get_parameters(model), lr=0.01, momentum=0.9)
+
+    def step():
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+    return step
+
+
 def child(name: str) -> None:
     """Runs in the fresh process: prints the timings as JSON. Inference as a user runs it, under
-    no_grad (no graph is kept for a backward pass)."""
+    no_grad (no graph is kept for a backward pass); a training step with gradients."""
     sys.path.insert(0, str(REPO))
     import lazygrad
     from lazygrad import stats
     start = time.perf_counter()
     call = build_case(name)
     built = time.perf_counter() - start
-    with lazygrad.no_grad():
+    with lazygrad.no_grad() if not name.startswith("train_") else contextlib.nullcontext():
         start = time.perf_counter()
         call().realize()
         first = time.perf_counter() - start
@@ -110,12 +141,12 @@ def main() -> int:
             with tempfile.TemporaryDirectory(prefix="lazygrad-first-call-") as cache_dir:
                 results[name]["cold"].append(run_child(name, cache_dir, args.threads))
                 results[name]["cached"].append(run_child(name, cache_dir, args.threads))
-    print(f"{'case':<14}{'cold first':>12}{'cached first':>14}{'warm':>10}{'cached - warm':>15}{'compiles':>10}{'build':>8}")
+    print(f"{'case':<20}{'cold first':>12}{'cached first':>14}{'warm':>10}{'cached - warm':>15}{'compiles':>10}{'build':>8}")
     for name, runs in results.items():
         def median(kind: str, field: str) -> float:
             return statistics.median(run[field] for run in runs[kind])
         cold, cached, warm = median("cold", "first"), median("cached", "first"), median("cached", "warm")
-        print(f"{name:<14}{cold:>10.2f} s{cached:>12.2f} s{warm * 1e3:>7.0f} ms{(cached - warm) * 1e3:>12.0f} ms"
+        print(f"{name:<20}{cold:>10.2f} s{cached:>12.2f} s{warm * 1e3:>7.0f} ms{(cached - warm) * 1e3:>12.0f} ms"
               f"{int(median('cold', 'compiles')):>10}{median('cold', 'build'):>7.2f}s")
     return 0
 

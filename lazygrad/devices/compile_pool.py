@@ -7,10 +7,11 @@ and the rendering of the next kernel; BEAM compiles its candidates through the s
 while it runs.
 
 A device that can compile several kernels in one compiler run (`compile_together`: the CPU, and
-OpenCL as one program) gets the kernels missing from its disk cache without a reduce in groups: a
-gcc run costs about 45 ms besides its kernels, and a small kernel's compile about as much again
-(a PoCL program build about 0.1 s besides its kernels' 0.1-1.5 s). A group goes to the pool once its estimated work
-reaches GROUP_SECONDS; what is left when the schedule ends is split over the workers.
+OpenCL as one program) gets the kernels missing from its disk cache in groups (a gcc run costs about
+26 ms besides its kernels; a PoCL program build about 0.1 s besides its kernels' 0.1-1.5 s). A group
+goes to the pool once its estimated work reaches GROUP_SECONDS; what is left when the schedule ends
+is split over the workers. The CPU aligns every function to a cache line (cpu.py), so a kernel's
+loops lie at the same offsets within cache lines in a group as alone, and run as fast.
 
 Workers per device: one per core this process may use for CPU (gcc processes) and OpenCL (PoCL
 builds release the GIL: 8 programs in 2.4-2.5 s on two threads against 3.5-5.1 s on one); CUDA
@@ -23,22 +24,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}  # id(device) -> its pool
 
-# A kernel's compile at -O3 with gcc 12 here: about 30 ms and 13 ms per 1000 characters of source
-# (a 21,000-character register tile 0.3 s). A group of about 0.3 s of that spends a seventh of its
-# time on the run's own cost, and a big tile goes alone.
+# A kernel's compile alone at -O3 with gcc 12 here: about 40 ms and 0.3 ms per statement (a `;` of
+# its source), fitted over the 642 kernels of MobileNetV2's training step and of ResNet-18's and
+# MobileNetV2's inference (a register tile of 1073 statements, ResNet-18's at batch 16, 0.39 s; a copy 30-50 ms).
+# Characters measure it badly: a vector literal of 16 lanes is one long, cheap line. A run's own
+# cost (process start, assembler, link) is about 26 ms of those 40, so a group of about 0.3 s
+# spends a sixth of its time on it where each kernel alone spent two thirds; a big kernel goes alone.
 GROUP_SECONDS = 0.3
-# A kernel estimated to take this long compiles alone: its run's own cost is small beside it, and
-# alone its code lies where it would have in earlier runs. In a shared library a register tile's
-# loop starts at another offset within a cache line, which moved BERT's 1536 x 384 products by
-# -5% to +13% (gcc's code is the same, only its address differs). The engine also sends every
-# kernel with a reduce alone: with only the big ones alone, MobileNetV2's small depthwise and 1x1
-# convolutions in shared libraries made the jitted model 16.1 -> 18.0 ms (medians of 5 alternating
-# runs), so only kernels without a reduce (copies, pads, elementwise epilogues) share runs.
 ALONE_SECONDS = 0.12
 
 
 def estimated_compile_seconds(source: str) -> float:
-    return 0.03 + 13e-6 * len(source)
+    return 0.04 + 3e-4 * source.count(";")
 
 
 def usable_cores() -> int:
@@ -74,8 +71,7 @@ class CompileBatch:
         self.held: list[tuple[str, str, Future]] = []
         self.held_seconds = 0.0
 
-    def submit(self, name: str, source: str, alone: bool = False) -> Future:
-        """`alone`: compile this kernel in a run of its own (a reduce: see ALONE_SECONDS)."""
+    def submit(self, name: str, source: str) -> Future:
         if not self.together:
             return submit_compile(self.device, source)
         future: Future = Future()
@@ -84,7 +80,7 @@ class CompileBatch:
             future.set_result(binary)
             return future
         seconds = estimated_compile_seconds(source)
-        if alone or seconds >= ALONE_SECONDS:
+        if seconds >= ALONE_SECONDS:
             self._send([(name, source, future)])
             return future
         self.held.append((name, source, future))

@@ -36,7 +36,7 @@ def compiles(monkeypatch, tmp_path):
     most running at one moment; the test has a disk cache of its own."""
     compiler = get_device("CPU").compiler
     original = compiler.compile
-    record = {"runs": [], "peak": 0, "active": 0}
+    record = {"runs": [], "sources": [], "peak": 0, "active": 0}
     lock = threading.Lock()
 
     def tracked(source, extra=None):
@@ -47,6 +47,7 @@ def compiles(monkeypatch, tmp_path):
             time.sleep(0.05)  # holds each compile open long enough for the next to start beside it
             binary = original(source, extra)
             record["runs"].append(max(1, source.count("#undef ")))  # runs that succeeded
+            record["sources"].append(source)
             return binary
         finally:
             with lock:
@@ -77,13 +78,16 @@ def test_the_same_kernel_twice_in_one_realize_compiles_once(compiles):
 
 
 def test_small_kernels_of_one_realize_compile_several_to_a_compiler_run(compiles):
-    """Kernels without a reduce share compiler runs (those with one compile alone)."""
-    base = np.linspace(-1, 1, 24, dtype=np.float32)
-    results = [(Tensor(base) * (2.2360679 + index)).exp() for index in range(12)]  # own inputs: 12 kernels
-    expected = [np.exp(base * np.float32(2.2360679 + index)) for index in range(12)]
+    """Elementwise kernels and reduces alike share compiler runs."""
+    base = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+    results = [(Tensor(base) * (2.2360679 + index)).exp() for index in range(6)]  # own inputs: 12 kernels
+    results += [(Tensor(base) * (2.2360679 + index)).sum(1) for index in range(6)]
+    expected = [np.exp(base * np.float32(2.2360679 + index)) for index in range(6)]
+    expected += [(base * np.float32(2.2360679 + index)).sum(1) for index in range(6)]
     Tensor.realize(*results)
     assert sum(compiles["runs"]) == 12
     assert len(compiles["runs"]) < 12
+    assert any(source.count("#undef ") >= 2 and "#define r_" in source for source in compiles["sources"])
     for result, value in zip(results, expected):
         np.testing.assert_allclose(result.numpy(), value, rtol=1e-5)
 
