@@ -16,16 +16,17 @@ import math
 
 class Atom:
     """A variable, or `inner // divisor`, or `inner % divisor`."""
-    __slots__ = ("kind", "name", "inner", "divisor", "min", "max", "_key")
+    __slots__ = ("kind", "name", "inner", "divisor", "min", "max", "_key", "_hash")
 
     def __init__(self, kind: str, name: str = "", inner: "Lin | None" = None, divisor: int = 1,
                  lo: int = 0, hi: int = 0):
         self.kind, self.name, self.inner, self.divisor = kind, name, inner, divisor
         self.min, self.max = lo, hi
         self._key = (kind, name, inner.identity() if inner is not None else None, divisor)
+        self._hash = hash(self._key)  # atoms key every Lin's terms: hashed far more often than made
 
     def __hash__(self) -> int:
-        return hash(self._key)
+        return self._hash
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Atom) and self._key == other._key
@@ -188,6 +189,21 @@ class Lin:
             rest_terms[atom] = coeff - whole * divisor
         const_quotient, const_rest = divmod(self.const, divisor)
         return Lin(quotient_terms, const_quotient), Lin(rest_terms, const_rest)
+
+    def shifted(self, amount: int) -> "Lin":
+        """self + amount, its terms and their bounds taken as they are."""
+        moved = Lin.__new__(Lin)
+        moved.terms, moved.const = self.terms, self.const + amount
+        moved.min, moved.max, moved._identity = self.min + amount, self.max + amount, None
+        return moved
+
+    def mentions(self, names: set[str]) -> bool:
+        """Whether a variable of `names` appears anywhere in this expression, inside a division or
+        remainder too."""
+        for atom in self.terms:
+            if atom.name in names if atom.kind == "var" else atom.inner.mentions(names):
+                return True
+        return False
 
     def narrowed(self, bounds: dict[str, tuple[int, int]]) -> "Lin":
         """This expression rebuilt with the variables in `bounds` ranging over their narrower bounds,

@@ -147,6 +147,47 @@ def test_a_condition_that_confines_a_variable_folds_the_views_below():
     np.testing.assert_array_equal(read_through(tracker, data), expected)
 
 
+@settings(max_examples=300, deadline=None)
+@given(movement_chains(), st.data())
+def test_an_access_linear_in_one_axis_moves_by_its_step_along_it(chain, data):
+    # codegen/linearize.py computes the lanes of a vector once, their axis a variable: where the
+    # offset is step * that variable plus the rest, and no division, remainder or condition reads
+    # it, each lane's access is the rest shifted by step * lane. It must read what the access
+    # computed with the axis at each value reads.
+    _, _, tracker = followed(chain)
+    names = [f"i{axis}" for axis in range(len(tracker.shape))]
+    indices = [var(name, 0, max(size - 1, 0)) for name, size in zip(names, tracker.shape)]
+    axis = data.draw(st.integers(0, len(tracker.shape) - 1))
+    lane = {names[axis]}
+    offset, conditions = tracker.index_and_valid(indices)
+    linear = not any(expr.mentions(lane) for expr, _, _ in conditions) and \
+        not any(atom.kind != "var" and atom.inner.mentions(lane) for atom in offset.terms)
+    if not linear:
+        return
+    step = sum(coeff for atom, coeff in offset.terms.items() if atom.kind == "var" and atom.name in lane)
+    rest = Lin({atom: coeff for atom, coeff in offset.terms.items() if atom.kind != "var" or atom.name not in lane},
+               offset.const)
+    for value in range(tracker.shape[axis]):
+        at_value = indices[:axis] + [Lin.of(value)] + indices[axis + 1:]
+        fixed_offset, fixed_conditions = tracker.index_and_valid(at_value)
+        shifted = rest.shifted(step * value)
+        assert (shifted.min, shifted.max) == ((rest + step * value).min, (rest + step * value).max)
+        for position in itertools.product(*[range(size) for size in tracker.shape]):
+            values = dict(zip(names, position))
+            values[names[axis]] = value
+            valid = all(lo <= expr.evaluate(values) < hi for expr, lo, hi in conditions)
+            assert valid == all(lo <= expr.evaluate(values) < hi for expr, lo, hi in fixed_conditions)
+            if valid:
+                assert shifted.evaluate(values) == fixed_offset.evaluate(values)
+
+
+def test_an_expression_mentions_a_variable_inside_its_divisions_too():
+    i, j = var("i", 0, 7), var("j", 0, 3)
+    assert (i * 2 + 1).mentions({"i"}) and not (i * 2 + 1).mentions({"j"})
+    assert ((i + j * 8) // 3).mentions({"j"}) and ((i * 4 + j) % 5).mentions({"j"})
+    assert not Lin.of(3).mentions({"i"})
+
+
 def test_contradicting_conditions_are_never_valid():
     # the top view admits i0 < 2, the view below i0 >= 2
     tracker = ShapeTracker((View((4,), (1,), 0, ((2, 4),)), View((4,), (1,), 0, ((0, 2),))))
