@@ -285,6 +285,24 @@ class LazyBuffer:
 
     # ---- sources and sinks --------------------------------------------------------------------
 
+    def order_read(self) -> tuple[int, ...] | None:
+        """The order of this node's axes in which a computed value its elementwise ops read is
+        stored, where that is no identity (a batch norm of a channels-last convolution's product
+        viewed channels first: (0, 2, 3, 1)); None if it reads none so (a walk of at most
+        STORED_READ_WALK_NODES nodes)."""
+        stack, seen = [self], set()
+        while stack and len(seen) < STORED_READ_WALK_NODES:
+            current = stack.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            stored = _stored_order(current)
+            if stored and len(stored[1]) == len(self.shape) and stored[1] != tuple(range(len(self.shape))):
+                return stored[1]
+            if current.buffer is None and current.op.is_elementwise:
+                stack.extend(current.srcs)
+        return None
+
     def contiguous(self) -> "LazyBuffer":
         return LazyBuffer.create(Ops.CONTIGUOUS, (self,), None, self.dtype, self.shape, self.device)
 

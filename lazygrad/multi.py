@@ -231,6 +231,10 @@ class MultiLazyBuffer:
     def contiguous(self) -> "MultiLazyBuffer":
         return MultiLazyBuffer(self._each("contiguous"), self.axis, self.bounds)
 
+    def order_read(self) -> tuple[int, ...] | None:
+        """LazyBuffer.order_read of the shards, which are built alike: the first one's."""
+        return self.lbs[0].order_read()
+
     def assign(self, value: "MultiLazyBuffer") -> "MultiLazyBuffer":
         """`value` stored into every shard's buffer, split as this value is."""
         lbs = [lb.assign(piece) for lb, piece in zip(self.lbs, value.split_like(self.axis, self.bounds))]
