@@ -334,17 +334,22 @@ _UNORDERED = ()  # a computed value read through a view that is no permutation o
 _STORAGE_VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK})  # views _stored_order looks through
 
 
-def _stored_order(node: LazyBuffer) -> tuple[LazyBuffer, tuple[int, ...]] | tuple | None:
+def _stored_order(node: LazyBuffer, kept: bool = False) -> tuple[LazyBuffer, tuple[int, ...]] | tuple | None:
     """How `node` reads a computed (unrealized) value through reshapes, permutes and shrinks: (that
     value, node's axes in the order their elements are stored), _UNORDERED if the view is not a
     permutation of the storage or of a prefix of it, None if node is no such view (a buffer, a
     constant, a broadcast). A prefix is a matmul's result without the rows its panels padded
-    (linalg `_panel_product`; ResNet-18's 1x1 downsampling at batch 1)."""
+    (linalg `_panel_product`; ResNet-18's 1x1 downsampling at batch 1). `kept`: a value stored by
+    `contiguous()` counts too, realized or not (an activation kept for its gradient, stored channels
+    last: elementwise ops compute in its order, `_common_stored_order`; the convolutions' layout
+    rules do not take it, as ResNet-18's 3x3 convolutions then read their inputs channels last and
+    its weight gradients' window panels were copied across the channels, 540 -> 670 ms a step)."""
     chain, base = [], node
     while base.op in _STORAGE_VIEWS and base.buffer is None:
         chain.append((base.op, base.arg))
         base = base.srcs[0]
-    if base.buffer is not None or (not base.op.is_elementwise and base.op.kind != REDUCE):
+    if not (kept and base.op is Ops.CONTIGUOUS) and \
+            (base.buffer is not None or (not base.op.is_elementwise and base.op.kind != REDUCE)):
         return None
     order = _view_order(base.shape, tuple(chain)) if chain else tuple(range(len(base.shape)))
     return _UNORDERED if order is None else (base, order)
@@ -380,7 +385,7 @@ def _common_stored_order(srcs: tuple) -> tuple[int, ...] | None:
             source = source.srcs[0]
         if source.buffer is None and (source.op.is_elementwise or source.op.kind == REDUCE):
             return None  # a computed value read as it is stored: no other order is common to all
-        stored = _stored_order(source)
+        stored = _stored_order(source, kept=True)
         if stored is not None:
             orders.add(stored[1] if stored else None)
     if len(orders) != 1:
@@ -458,7 +463,7 @@ def _in_order(node: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
     if node._constant is not None:  # the same constant broadcast to the permuted shape: kept, no new node
         scalar = node._constant[1][0]  # the chain's CONST (its description holds the value's repr)
         return LazyBuffer.const(scalar.arg, node.dtype, tuple([node.shape[axis] for axis in order]), node.device)
-    stored = _stored_order(node)
+    stored = _stored_order(node, kept=True)
     if stored and stored[1] == order:
         value, shape = stored[0], tuple([node.shape[axis] for axis in order])
         if value.numel() != node.numel():  # a prefix of its storage

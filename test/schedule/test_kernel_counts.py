@@ -746,10 +746,11 @@ def _kept_input(out):
 @pytest.mark.parametrize("activation", ["relu", "relu6", "silu"])
 def test_a_kept_activation_of_a_channels_last_product_is_stored_channels_last(activation):
     """What an activation keeps for its gradient (its output, or silu's input) is stored in the order
-    its kernel reads the convolution's channels-last product, and viewed channels first: stored
-    channels first, the batch norm and activation of MobileNetV2's training step wrote across the
-    channels and its backward kernels read the copy so (its kernels 116 -> 108 ms). Gradients of
-    a convolution, a training batch norm and the activation against the NPY device's."""
+    its kernel reads the convolution's channels-last product, and viewed channels first, and
+    elementwise ops on it compute in that order: stored channels first, the batch norm and
+    activation of MobileNetV2's training step were written across the channels, and its gradients
+    computed so (its kernels 116 -> 94 ms). Gradients of a convolution, a training batch norm and
+    the activation against the NPY device's."""
     rng = np.random.default_rng(21)
     a, w = rng.standard_normal((2, 8, 6, 6)).astype(np.float32), rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
     g = rng.standard_normal((2, 16, 6, 6)).astype(np.float32)
@@ -762,6 +763,12 @@ def test_a_kept_activation_of_a_channels_last_product_is_stored_channels_last(ac
             kept = out.lazydata if activation != "silu" else _kept_input(out)
             assert kept.op is Ops.PERMUTE and kept.srcs[0].op is Ops.CONTIGUOUS, kept
             assert kept.srcs[0].shape == (2, 6, 6, 16)
+            # an op on the kept value and another channels-last product computes channels last
+            # too (a gradient's select), rather than reading both across the channels
+            with no_grad():
+                other = x.conv2d(Tensor(w, device=device)) * 2
+                gated = (Tensor(kept) > 0).where(other, 0)
+            assert gated.lazydata.op is Ops.PERMUTE, gated.lazydata
         (out * Tensor(g, device=device)).sum().backward()
         grads[device] = (out.numpy(), x.grad.numpy())
     np.testing.assert_allclose(grads["CPU"][0], grads["NPY"][0], rtol=1e-5, atol=1e-5)
