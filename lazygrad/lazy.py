@@ -330,6 +330,22 @@ def _elementwise(op: OpDef, srcs: tuple, arg) -> LazyBuffer:
     return LazyBuffer.create(op, srcs, arg, dtype, srcs[0].shape, srcs[0].device)
 
 
+def _of_broadcasts(node: LazyBuffer, depth: int = 3) -> bool:
+    """Whether node is a broadcast (a constant, an EXPAND) or an elementwise op computed only from
+    broadcasts, `depth` ops deep at most (a batch norm's mean, negated for its gradient): such a
+    value has no order of its own to compute in."""
+    if node.buffer is not None:
+        return False
+    if node.op is Ops.EXPAND or node._constant is not None:
+        return True
+    if depth and node.op.is_elementwise:
+        for source in node.srcs:
+            if not _of_broadcasts(source, depth - 1):
+                return False
+        return True
+    return False
+
+
 _UNORDERED = ()  # a computed value read through a view that is no permutation of its storage
 _STORAGE_VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK})  # views _stored_order looks through
 
@@ -384,6 +400,8 @@ def _common_stored_order(srcs: tuple) -> tuple[int, ...] | None:
         while source.op is Ops.PAD and source.buffer is None:  # a padded view keeps its source's order
             source = source.srcs[0]
         if source.buffer is None and (source.op.is_elementwise or source.op.kind == REDUCE):
+            if _of_broadcasts(source):  # read in any order alike: a channels-last gradient minus
+                continue                # its broadcast mean computes channels last, not across them
             return None  # a computed value read as it is stored: no other order is common to all
         stored = _stored_order(source, kept=True)
         if stored is not None:

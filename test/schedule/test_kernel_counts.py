@@ -775,6 +775,26 @@ def test_a_kept_activation_of_a_channels_last_product_is_stored_channels_last(ac
     np.testing.assert_allclose(grads["CPU"][1], grads["NPY"][1], rtol=1e-4, atol=1e-4)
 
 
+def test_a_channels_last_product_and_ops_of_broadcast_values_compute_channels_last():
+    """An elementwise op of a channels-last product and a value computed only from broadcasts (its
+    per-channel mean negated and scaled, as a batch norm's gradient has it) computes in the
+    product's order: the broadcast value has no order of its own. Taken as channels first,
+    MobileNetV2's batch norm gradients were written across the channels (its training step's
+    kernels 108 -> 86 ms). Values against numpy."""
+    rng = np.random.default_rng(3)
+    a, w = rng.standard_normal((2, 8, 6, 6)).astype(np.float32), rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
+    with no_grad():
+        product = Tensor(a).conv2d(Tensor(w))
+        mean = product.mean((0, 2, 3), keepdim=True)
+        centered = product - mean
+        scaled = product + (-mean).expand(product.shape) * 2
+    assert centered.lazydata.op is Ops.PERMUTE and scaled.lazydata.op is Ops.PERMUTE
+    expected = np.einsum("oc,nchw->nohw", w[:, :, 0, 0], a)
+    expected_mean = expected.mean((0, 2, 3), keepdims=True)
+    np.testing.assert_allclose(centered.numpy(), expected - expected_mean, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(scaled.numpy(), expected - 2 * expected_mean, rtol=1e-4, atol=1e-4)
+
+
 def test_a_clamp_between_numbers_stores_its_output_when_a_gradient_will_read_it():
     """Training: a clamp between two numbers (ReLU6) keeps its output, as relu does, and its
     gradient reads that output: the bounds, or x between them. Computed again from x in the backward
