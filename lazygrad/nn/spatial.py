@@ -469,6 +469,44 @@ def _depthwise_channels_last_product(x: Tensor, weight: Tensor, stride, dilation
     return grouped._with_gradient((laid_out_weight, laid_out_windows), gradient).reshape(result.shape)
 
 
+def _strided_depthwise_input_gradient(grad: Tensor, weight: Tensor, sizes, before, stride, dilation) -> Tensor:
+    """x's gradient (N, C, *sizes) of a strided depthwise convolution of x padded by `before` (and
+    any amount after), from the output's gradient grad (N, C, *outputs), computed with the channels
+    last. Input position i = o * stride + k * dilation - before takes the product of output o and tap
+    k, so each tap's products, shifted, fill one phase (i mod stride) of a grid of whole strides:
+    one sum of the taps' shifted products over (N, *(positions, stride), C), a reshape of the
+    channels-last gradient when the stride divides the size. Through the windows it was their fold,
+    phases interleaved across the channels, which the activation's and batch norm's gradients after
+    it then read channels first (MobileNetV2's first block of each stride-2 stage)."""
+    dims = len(sizes)
+    batch, channels, outputs = grad.shape[0], grad.shape[1], grad.shape[2:]
+    kernel = weight.shape[2:]
+    last = grad.permute((0,) + tuple(range(2, 2 + dims)) + (1,))  # (N, *outputs, C)
+    # (*kernel, C): each tap's weights a contiguous vector along the channels, as the loads of grad
+    taps = weight.reshape((channels,) + kernel).permute(tuple(range(1, 1 + dims)) + (0,)).contiguous()
+    whole = tuple(-(-size // step) for size, step in zip(sizes, stride))  # whole strides per axis
+    total = None
+    for tap in itertools.product(*(range(count) for count in kernel)):
+        offsets = [k * d - b for k, d, b in zip(tap, dilation, before)]
+        term = last * taps[tap]
+        # output o lands on whole stride q = o + offset // stride, phase offset % stride
+        bounds = [(off // step, count - output - off // step) for off, step, count, output
+                  in zip(offsets, stride, whole, outputs)]
+        cut = tuple((max(-lo, 0), output - max(-hi, 0)) for (lo, hi), output in zip(bounds, outputs))
+        if any(end <= start for start, end in cut):  # the tap reads only x's padding
+            continue
+        term = term.shrink(((0, batch),) + cut + ((0, channels),))
+        term = term.pad(((0, 0),) + tuple((max(lo, 0), max(hi, 0)) for lo, hi in bounds) + ((0, 0),))
+        term = term.reshape((batch,) + _interleave(whole, (1,) * dims) + (channels,))
+        phases = tuple((off % step, step - 1 - off % step) for off, step in zip(offsets, stride))
+        term = term.pad(((0, 0),) + _interleave(((0, 0),) * dims, phases) + ((0, 0),))
+        total = term if total is None else total + term
+    grid = total.reshape((batch,) + tuple(count * step for count, step in zip(whole, stride)) + (channels,))
+    if grid.shape[1:1 + dims] != tuple(sizes):
+        grid = grid.shrink(((0, batch),) + tuple((0, size) for size in sizes) + ((0, channels),))
+    return grid.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
+
+
 def _depthwise_channels_last_weight_gradient(grad: Tensor, stored: Tensor, kernel, stride, dilation) -> Tensor:
     """The weight gradient (C, *kernel) of `_depthwise_channels_last_product` from grad (N, C, 1,
     *outputs) and the forward's channels-last copy of its padded input, `stored` (N, *padded, C),
@@ -578,6 +616,12 @@ def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dil
         out = _windowed_product(padded.detach(), weight, stride, dilation, groups)
         out = out._with_gradient((out, x), lambda grad, *_: [grad, _conv_transpose(
             name, dims, grad, weight, None, 1, tuple(before for before, _ in pads), 0, groups, dilation)])
+    elif x.requires_grad and Tensor.grad_enabled and any(s > 1 for s in stride) \
+            and _depthwise_channels_last(x.device, groups, weight.shape):
+        out = _windowed_product(padded.detach(), weight, stride, dilation, groups)
+        before = tuple(lo for lo, _ in pads)
+        out = out._with_gradient((out, x), lambda grad, *_: [grad, _strided_depthwise_input_gradient(
+            grad, weight, x.shape[2:], before, stride, dilation)])
     elif _winograd(padded, weight, stride, dilation, groups):
         out = _winograd_product(padded, weight)
     else:

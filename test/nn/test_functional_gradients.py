@@ -55,6 +55,10 @@ CASES = {
                                        [randn(1, 8, 4, 5), randn(8, 1, 3, 3), randn(8)]),
     "conv2d_depthwise_channels_last_strided": (lambda x, w: projected(F.conv2d(x, w, stride=2, padding=1, groups=8)),
                                                [randn(2, 8, 5, 5), randn(8, 1, 3, 3)]),
+    # x's gradient as phases of whole strides, channels last: a stride per axis, a dilation, and
+    # padding some taps of the first outputs read only (nn/spatial.py `_strided_depthwise_input_gradient`)
+    "conv2d_depthwise_channels_last_strided_phases": (lambda x, w: projected(F.conv2d(
+        x, w, stride=(2, 3), padding=(2, 1), dilation=(1, 2), groups=8)), [randn(2, 8, 6, 7), randn(8, 1, 3, 3)]),
     # its weight gradient from the forward's channels-last copy (a dilation, padding unequal per side)
     "conv2d_depthwise_channels_last_dilated": (lambda x, w: projected(F.conv2d(x, w, padding=(2, 1), dilation=(2, 1),
                                                                                 groups=8)),
