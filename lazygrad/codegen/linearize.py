@@ -402,9 +402,10 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None,
     # variable, split into what every position shares and how far a step along each axis moves the
     # offset; None when an axis reaches a division, a remainder or a condition. Then a position's
     # access is that offset moved, not the view's arithmetic done again for each lane (rendering
-    # MobileNetV2's training step, 445 kernels: 2.9 -> 2.1 s)
+    # MobileNetV2's training step, 445 kernels: 2.9 -> 1.5 s, with the keys by id above)
     steps_along: dict[tuple, tuple[ShapeTracker, tuple | None]] = {}
     lane_vars = {axis: var(f"lane{axis}", 0, full_shape[axis] - 1) for axis in upcast_axes + unroll_axes}
+    lane_axes = {f"lane{axis}": axis for axis in lane_vars}
 
     def indices_at(position: dict[int, int], out: bool) -> list[Lin]:
         return [Lin.of(0) if out and axis in axes else Lin.of(position[axis]) if axis in position else index
@@ -419,7 +420,7 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None,
         for atom, coefficient in offset.terms.items():
             if atom.kind == "var":
                 if atom.name in names:
-                    steps[int(atom.name[4:])] = coefficient
+                    steps[lane_axes[atom.name]] = coefficient
             elif atom.inner.mentions(names):
                 return None
         if any(expr.mentions(names) for expr, _, _ in conditions):

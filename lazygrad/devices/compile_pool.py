@@ -26,10 +26,11 @@ _POOLS: dict[int, ThreadPoolExecutor] = {}  # id(device) -> its pool
 
 # A kernel's compile alone at -O3 with gcc 12 here: about 40 ms and 0.3 ms per statement (a `;` of
 # its source), fitted over the 642 kernels of MobileNetV2's training step and of ResNet-18's and
-# MobileNetV2's inference (a register tile of 1073 statements, ResNet-18's at batch 16, 0.39 s; a copy 30-50 ms).
-# Characters measure it badly: a vector literal of 16 lanes is one long, cheap line. A run's own
-# cost (process start, assembler, link) is about 26 ms of those 40, so a group of about 0.3 s
-# spends a sixth of its time on it where each kernel alone spent two thirds; a big kernel goes alone.
+# MobileNetV2's inference (a register tile of 1073 statements, ResNet-18's at batch 16, 0.39 s; a
+# copy 30-50 ms). Characters measure it badly: a vector literal of 16 lanes is one long, cheap
+# line. A run's own cost (process start, assembler, link) is about 26 ms of those 40, so a group of
+# about 0.3 s spends a sixth of its time on it where each kernel alone spent two thirds; a big
+# kernel goes alone.
 GROUP_SECONDS = 0.3
 ALONE_SECONDS = 0.12
 

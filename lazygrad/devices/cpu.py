@@ -13,8 +13,9 @@ one run (compile_pool.py) keep the offsets their loops have alone: unaligned, th
 BERT's 1536 x 384 products 5-13% slower or faster in a shared library, which had kept every kernel
 with a reduce in a run of its own; aligned and grouped, jitted MobileNetV2, MNASNet and
 EfficientNet-B0 ran as fast as with those alone (0.999-1.005x, either side first). Kernels declare
-the few libm functions they call (renderer/c.py) rather than include <math.h>; -Werror=implicit-function-declaration keeps a call to anything undeclared from compiling
-as a guess that returns int.
+the few libm functions they call (renderer/c.py) rather than include <math.h>;
+-Werror=implicit-function-declaration keeps a call to anything undeclared from compiling as a guess
+that returns int.
 OpenMP spreads big kernels over every core; a compiler without OpenMP still works, single-threaded.
 """
 from __future__ import annotations
