@@ -738,6 +738,13 @@ def _stored(node) -> bool:
     return node.op is Ops.CONTIGUOUS or (node.op is Ops.PERMUTE and node.srcs[0].op is Ops.CONTIGUOUS)
 
 
+def _agree_with_npy(run, tolerance: float) -> None:
+    """run(device) -> tensors, on CPU (which may assert on its graphs) and on NPY, the reference:
+    the values agree within `tolerance`."""
+    for actual, expected in zip(run("CPU"), run("NPY")):
+        np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=tolerance, atol=tolerance)
+
+
 def _kept_input(out):
     """The value silu's gradient reads: the stored input among out's autograd sources."""
     return out._ctx[1][0].lazydata
@@ -754,8 +761,8 @@ def test_a_kept_activation_of_a_channels_last_product_is_stored_channels_last(ac
     rng = np.random.default_rng(21)
     a, w = rng.standard_normal((2, 8, 6, 6)).astype(np.float32), rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
     g = rng.standard_normal((2, 16, 6, 6)).astype(np.float32)
-    grads = {}
-    for device in ("CPU", "NPY"):
+
+    def run(device):
         x = Tensor(a, requires_grad=True, device=device)
         normed = x.conv2d(Tensor(w, device=device)).batch_norm(None, None, training=True)
         out = getattr(normed, activation)()
@@ -770,9 +777,8 @@ def test_a_kept_activation_of_a_channels_last_product_is_stored_channels_last(ac
                 gated = (Tensor(kept) > 0).where(other, 0)
             assert gated.lazydata.op is Ops.PERMUTE, gated.lazydata
         (out * Tensor(g, device=device)).sum().backward()
-        grads[device] = (out.numpy(), x.grad.numpy())
-    np.testing.assert_allclose(grads["CPU"][0], grads["NPY"][0], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(grads["CPU"][1], grads["NPY"][1], rtol=1e-4, atol=1e-4)
+        return out, x.grad
+    _agree_with_npy(run, 1e-4)
 
 
 def test_a_channels_last_product_and_ops_of_broadcast_values_compute_channels_last():
@@ -803,15 +809,15 @@ def test_a_strided_depthwise_convolutions_input_gradient_is_computed_channels_la
     rng = np.random.default_rng(4)
     a, w = rng.standard_normal((2, 16, 8, 8)).astype(np.float32), rng.standard_normal((16, 1, 3, 3)).astype(np.float32)
     g = rng.standard_normal((2, 16, 4, 4)).astype(np.float32)
-    grads = {}
-    for device in ("CPU", "NPY"):
+
+    def run(device):
         x = Tensor(a, requires_grad=True, device=device)
         (x.conv2d(Tensor(w, device=device), stride=2, padding=1, groups=16) * Tensor(g, device=device)).sum().backward()
         if device == "CPU":  # a view of the sum over (N, H, W, C)
             node = x.grad.lazydata
             assert node.op is Ops.PERMUTE and node.srcs[0].shape == (2, 8, 8, 16), node
-        grads[device] = x.grad.numpy()
-    np.testing.assert_allclose(grads["CPU"], grads["NPY"], rtol=1e-5, atol=1e-5)
+        return (x.grad,)
+    _agree_with_npy(run, 1e-5)
 
 
 def test_a_clamp_between_numbers_stores_its_output_when_a_gradient_will_read_it():
