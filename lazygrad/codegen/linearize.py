@@ -488,10 +488,17 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None,
         copies = [[{**lane, **step} for lane in output] for step in _combinations(full_shape, unroll_axes)
                   for output in outputs]
     reductions: list[_Reduction] = []
+    loops: list[list[_Reduction]] = []  # the reduces of each pass over the reduce loops
+    shared = not (block_loops or inner_loops or group_lane or byte_dot)
     for node in reduce_nodes:
         stage = _Reduction(node, copies, len(outputs), emitter, inner_loops, bool(optimized.opts), bool(byte_dot))
-        stage.emit_body(lanes_at, reductions)
+        joins = shared and loops and _joins_loop(node, [earlier.node for earlier in loops[-1]])
+        stage.emit_body(lanes_at, reductions, loops[-1][0] if joins else None)
         reductions.append(stage)
+        if joins:
+            loops[-1].append(stage)
+        else:
+            loops.append([stage])
     reduction = reductions[-1] if reductions else None
     reduce_node = reduction.node if reduction else None
     # Values after the reduce are emitted afresh, even one (a constant) also used inside the loop,
@@ -529,17 +536,16 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None,
                            for lane, indexer in enumerate(lanes)]
         if reduction is not None and block_loops:
             partial_stores.append(Store(params[0][0], store_indices[0], reduction.targets[number]))
-    return LoopProgram(name, params, global_loops, reduce_loops, reduction.inner if reduction else [],
-                       reduction.accumulators if reduction else [], outer, stores, full_shape, inner_loops,
+    stages = [_stage(loop, len(outputs)) for loop in loops]
+    last = stages.pop() if stages else ReduceStage([], [], [])
+    return LoopProgram(name, params, global_loops, reduce_loops, last.inner, last.accumulators, outer, stores,
+                       full_shape, inner_loops,
                        parallel=_runs_on_threads(threads, full_shape, global_loops, optimize, parallel_threshold),
                        threads=threads,
                        vectorize=optimize, opts=optimized.opts, block_loop=block_loops[0] if block_loops else None,
-                       partial_stores=partial_stores, combine=reduction.combine if reduction else [],
-                       raw_stores=raw_stores,
-                       prior_stages=[ReduceStage(stage.accumulators, stage.inner, stage.combine, stage.accumulators[:len(outputs)])
-                                     for stage in reductions[:-1]],
-                       local_loops=local_loops, group_lane=group_lane,
-                       results=reduction.accumulators[:len(outputs)] if reduction else [],
+                       partial_stores=partial_stores, combine=last.combine, raw_stores=raw_stores,
+                       prior_stages=stages, reduces=last.reduces,
+                       local_loops=local_loops, group_lane=group_lane, results=last.results,
                        vector_width=vector_width, select_only_loads=_has_select_only_load(kernel),
                        masked_reads=_has_masked_read(kernel))
 
@@ -666,6 +672,26 @@ def _runs_on_threads(threads: int | None, full_shape, global_loops, optimize: bo
     return optimize and math.prod(full_shape) >= parallel_threshold and bool(global_loops)
 
 
+def _joins_loop(node: KernelNode, others: list[KernelNode]) -> bool:
+    """Whether a reduce can run in the same pass over the reduce loops as `others` (reduces of the
+    same op and dtype, emitted before it): it reads none of them. A batch norm's gradient sums the
+    gradient and its product with the normalized input; in one pass each value is read once and what
+    both compute (a SiLU's gradient before a group norm's) is computed once."""
+    first = others[0]
+    if node.op is not first.op or node.dtype != first.dtype:
+        return False
+    below = set(node.srcs[0].walk())
+    return not any(other in below for other in others)
+
+
+def _stage(loop: list["_Reduction"], output_count: int) -> ReduceStage:
+    """The ReduceStage of the reduces that share one pass over the reduce loops."""
+    return ReduceStage([accumulator for reduction in loop for accumulator in reduction.accumulators],
+                       loop[0].inner, [statement for reduction in loop for statement in reduction.combine],
+                       [accumulator for reduction in loop for accumulator in reduction.accumulators[:output_count]],
+                       reduces=len(loop))
+
+
 class _Reduction:
     """The statements of a reduce: one accumulator per copy of the body (the upcast outputs times
     the unrolled steps, which accumulate independently: ILP, and SIMD for reduces such as max that
@@ -691,9 +717,14 @@ class _Reduction:
             update = Accumulate(op, dtype, final, partial, self.width)
             self.combine.append(Statement(final, dtype, update, declare=False, width=self.width))
         self.inner: list[Statement] = []
+        self.seen: dict = {}  # the values the body computed, by expression (_Emitter.emit)
 
-    def emit_body(self, lanes_at, earlier: list["_Reduction"]) -> None:
-        """The loop body; the results of `earlier` reduces (run before this one) are read by name."""
+    def emit_body(self, lanes_at, earlier: list["_Reduction"], sharing: "_Reduction | None" = None) -> None:
+        """The loop body; the results of `earlier` reduces (run before this one) are read by name.
+        With `sharing`, a reduce of the same pass over the loops, the body goes on after that one's,
+        reusing the values it computed."""
+        if sharing is not None:
+            self.inner, self.seen = sharing.inner, sharing.seen
         source, emitter = self.node.srcs[0], self.emitter
         dtype, width = self.node.dtype, self.width
         if self.byte_dot:
@@ -702,7 +733,7 @@ class _Reduction:
         # a fused multiply-add reads the product's operands: the product itself is not emitted (an
         # unused variable, which an exported file compiled with -Wall -Werror must not have)
         nodes = _walk_above(list(source.srcs) if self.fused else [source], {stage.node for stage in earlier})
-        seen: dict = {}
+        seen = self.seen
         for number, (target, positions) in enumerate(zip(self.targets, self.copies)):
             names = {stage.node: stage.targets[number % self.output_count] for stage in earlier}
             lanes = lanes_at(positions)

@@ -465,9 +465,11 @@ class CRenderer(CStyleRenderer):
                     type_name = self.value_type_name(first.dtype, accumulator.width)
                     initial = self.render_broadcast(first.dtype, accumulator.width, initial)
                 line(f"{type_name} {accumulator.name} = {initial};")
-            single = program.vectorize and len(stage.accumulators) == 1 and program.vector_width == 1
+            # one scalar accumulator per reduce (not a tile's several): a SIMD reduction over all of them
+            single = program.vectorize and len(stage.accumulators) == stage.reduces and program.vector_width == 1
             operator = self.simd_reduction(first) if single else None
-            open_loops(program.reduce_loops, f"#pragma omp simd reduction({operator}:{first.name})" if operator else None)
+            names = ", ".join(accumulator.name for accumulator in stage.accumulators)
+            open_loops(program.reduce_loops, f"#pragma omp simd reduction({operator}:{names})" if operator else None)
             statement_lines(stage.inner)
             close_loops(program.reduce_loops)
             statement_lines(stage.combine)

@@ -222,6 +222,7 @@ class ReduceStage:
     combine: list[Statement]
     results: list[Accumulator] = field(default_factory=list)  # per output, the accumulator holding the
     #                                                           result after `combine` (what a GROUP folds)
+    reduces: int = 1  # how many reduces (of one op and dtype, none reading another) share this pass
 
 
 @dataclass
@@ -255,6 +256,7 @@ class LoopProgram:
     group_lane: Loop | None = None  # GROUP: the lane axis (also in local_loops); each lane reduces every n-th step
     results: list[Accumulator] = field(default_factory=list)  # per output, the accumulator holding the last
     #                                                        reduce's result after `combine`
+    reduces: int = 1             # reduces sharing the last pass over the reduce loops (ReduceStage.reduces)
     vector_width: int = 1        # > 1: the copies of the body are vectors of this many lanes
     select_only_loads: bool = False  # some load is used only as a value a WHERE chooses (see renderer/c.py)
     masked_reads: bool = False   # some load reads through a mask: padding (see renderer/c.py)
@@ -264,4 +266,4 @@ class LoopProgram:
         """Every reduce in the order they run (empty without a reduce)."""
         if not self.accumulators:
             return []
-        return self.prior_stages + [ReduceStage(self.accumulators, self.inner, self.combine, self.results)]
+        return self.prior_stages + [ReduceStage(self.accumulators, self.inner, self.combine, self.results, self.reduces)]

@@ -65,6 +65,7 @@ def _graphs():
     yield "integer-ops", lambda d: _integer_ops(t(d, (5, 7), np.int32, low=-50, high=50))
     yield "indexed-load", lambda d: t(d, (10, 6))[Tensor(np.array([[3, -1], [12, 0]]), device=d)] * 2
     yield "several-outputs", lambda d: _several(t(d, (4, 6)))
+    yield "sibling-sums", lambda d: _sibling_sums(t(d, (3, 8, 20)), t(d, (3, 8, 20), seed=1))
     yield "byte-dot", _byte_dots
 
 
@@ -78,6 +79,12 @@ def _integer_ops(a: Tensor) -> Tensor:
 
 def _several(source: Tensor):
     return source + 1, (source * 2).cast(dtypes.float16), source > 0
+
+
+def _sibling_sums(x: Tensor, grad: Tensor):
+    """Two sums over the same axes, neither reading the other (a normalization's gradient): one pass."""
+    g = grad * x.sigmoid()
+    return g.sum((0, 2)), (g * x).sum((0, 2))
 
 
 def _byte_dots(device):

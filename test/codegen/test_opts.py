@@ -1338,6 +1338,33 @@ def test_chained_reduces_match_numpy_under_opts(monkeypatch, opts):
     np.testing.assert_allclose(total.numpy(), expected_total, rtol=1e-5)
 
 
+@pytest.mark.parametrize("opts", [[], [Opt("UNROLL", 1, 4)], [Opt("UPCAST", 0, 4)], [Opt("UNROLL", 1, 8), Opt("UPCAST", 0, 2)]],
+                         ids=["plain", "unrolled", "upcast", "both"])
+def test_independent_reduces_share_one_pass_under_opts(monkeypatch, opts):
+    """A normalization's gradient sums (g, g * x) over the same axes: one pass over the loops, the
+    values both read computed once. A sum that reads another reduce's result (softmax's sum after
+    its max) joins the pass after that reduce's, where the independent sums run too."""
+    x_values = np.random.default_rng(7).standard_normal((8, 32)).astype(np.float32)
+    g_values = np.random.default_rng(8).standard_normal((8, 32)).astype(np.float32)
+    with_opts(monkeypatch, opts)
+    x, grad = Tensor(x_values), Tensor(g_values)
+    g = grad * x.sigmoid()
+    row_max = g.max(axis=1, keepdim=True)
+    results = (row_max, (g - row_max).exp().sum(axis=1), g.sum(axis=1), (g * x).sum(axis=1))
+    (item,) = create_schedule([result.lazydata for result in results])
+    program = linearize(item.kernel, CRenderer(), opts=opts)
+    assert sorted(stage.reduces for stage in program.stages) == [1, 3]
+    if not opts:  # the sigmoid once a pass, the softmax's exponential once: 3 calls and the definition
+        source = CRenderer().render_program(program)
+        assert sum("lg_exp2f(" in line for line in source.splitlines()) == 4
+    Tensor.realize(*results)
+    expected_g = g_values / (1 + np.exp(-x_values.astype(np.float64)))
+    expected_max = expected_g.max(1, keepdims=True)
+    expected = (expected_max, np.exp(expected_g - expected_max).sum(1), expected_g.sum(1), (expected_g * x_values).sum(1))
+    for result, want in zip(results, expected):
+        np.testing.assert_allclose(result.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_chained_reduces_refuse_block():
     x = Tensor(np.ones((4, 512), np.float32))
     total = (x - x.max(axis=1, keepdim=True)).sum(axis=1)
