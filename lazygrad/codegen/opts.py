@@ -508,7 +508,22 @@ def channels_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
             if kernel.full_shape[column_axis] % columns == 0 and kernel.full_shape[channels] % (vectors * lanes) == 0 \
                     and fits(vectors * lanes, columns) and vectors * lanes * columns <= MAX_UPCAST:
                 return [Opt("UPCAST", channels, vectors * lanes), Opt("UPCAST", column_axis, columns)]
-    return [Opt("UPCAST", channels, lanes)]
+    return [Opt("UPCAST", channels, lanes)] + _whole_window(kernel, globals_[:-1], strides, lanes, fits)
+
+
+def _whole_window(kernel: Kernel, globals_: list[int], strides: list[dict], lanes: int, fits) -> list[Opt]:
+    """UPCASTs of the last two axes before the channels along which some load stays put, whole, or
+    of the last alone: a depthwise convolution's weight gradient, whose outputs are the taps of its
+    window, the output gradient the load that stays put. Each step then reads the gradient once for
+    every tap, and the input's rows once for the taps along them, where each tap's pass over the
+    batch read both again (MobileNetV2's 144 channels at 28x28, batch 16, 3x3, 2 threads: 1.27 ->
+    0.58 ms; 32 channels at 56x56 1.01 -> 0.46)."""
+    window = [axis for axis in globals_ if any(load.get(axis) == 0 for load in strides)][-2:]
+    for axes in (window, window[-1:]):
+        taps = math.prod(kernel.full_shape[axis] for axis in axes)
+        if axes and fits(lanes, taps) and lanes * taps <= MAX_UPCAST:
+            return [Opt("UPCAST", axis, kernel.full_shape[axis]) for axis in reversed(axes)]
+    return []
 
 
 # Vectors of channels a max pool computed channels last takes in one step (`pool_vector_tile`).

@@ -101,6 +101,25 @@ def test_a_channels_last_depthwise_tile_is_vectors_of_channels_by_a_run_of_colum
     assert all(opt.op == "UPCAST" for opt in program.opts)
 
 
+@pytest.mark.parametrize("lanes, kernel, taps", [(8, 3, (3, 3)), (16, 3, (3, 3)), (8, 5, (5,)), (16, 5, (5,))],
+                         ids=["avx2-3x3", "avx512-3x3", "avx2-5x5", "avx512-5x5"])
+def test_a_depthwise_weight_gradients_taps_share_each_step(lanes, kernel, taps):
+    """The weight gradient of a depthwise convolution computed channels last: a vector of channels by
+    the window's taps, whole (a row of them where all of a 5x5 window's do not fit the registers),
+    so each step reads the output gradient once for every tap."""
+    x = realized((2, 32, 12, 12))
+    w = Tensor(np.random.default_rng(1).standard_normal((32, 1, kernel, kernel)).astype(np.float32), requires_grad=True)
+    grad = realized((2, 32, 12, 12), seed=2)
+    (F.conv2d(x, w, padding=kernel // 2, groups=32) * grad).sum().backward()
+    renderer, program = program_of(w.grad, lanes)
+    assert program.vector_width == lanes
+    assert sorted(opt.amount for opt in program.opts) == sorted((lanes,) + taps)
+    padded = np.pad(x.numpy().astype(np.float64), ((0, 0), (0, 0), (kernel // 2,) * 2, (kernel // 2,) * 2))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (kernel, kernel), axis=(2, 3))
+    expected = np.einsum("nchwij,nchw->cij", windows, grad.numpy().astype(np.float64))[:, None]
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_vectorized_depthwise_convolution_matches_numpy():
     x, w = realized((1, 16, 56, 56)), realized((16, 1, 3, 3), seed=1)
     result = F.conv2d(x, w, padding=1, groups=16).relu6().numpy()
