@@ -276,8 +276,8 @@ _DEFS = [
     _binary("CMPLT", np.less, NOT_DIFFERENTIABLE, "({0}<{1})", out_dtype=_bool_out,
             vector={"gnu": {"bool": "(~{0} & {1})"}}),  # masks: true is -1 in every bit
     _binary("CMPNE", np.not_equal, NOT_DIFFERENTIABLE, "({0}!={1})", out_dtype=_bool_out, vector={"gnu": LANEWISE}),
-    _binary("AND", np.bitwise_and, NOT_DIFFERENTIABLE, "({0}&{1})", integer_only=True),
-    _binary("OR", np.bitwise_or, NOT_DIFFERENTIABLE, "({0}|{1})", integer_only=True),
+    _binary("AND", np.bitwise_and, NOT_DIFFERENTIABLE, "({0}&{1})", vector={"gnu": LANEWISE}, integer_only=True),
+    _binary("OR", np.bitwise_or, NOT_DIFFERENTIABLE, "({0}|{1})", vector={"gnu": LANEWISE}, integer_only=True),
     _binary("XOR", np.bitwise_xor, NOT_DIFFERENTIABLE, "({0}^{1})", vector={"gnu": LANEWISE}, integer_only=True),
     # Shifts by the operand's width or more are undefined in C; numpy gives 0 (or -1 for a
     # negative value shifted right), and so do we. The amount is compared as unsigned (a negative

@@ -150,6 +150,20 @@ def test_masks_combined_after_the_tile_keep_their_truth_values():
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_masks_ored_and_anded_are_vector_bit_operations():
+    """A clamp's NaN test (x < lo or x != x) and a logical and of masks are `|` and `&` on the masks,
+    not a lane-by-lane expression per lane (relu6 after a tile: gcc compiled 16 scalar ors per vector)."""
+    a, b = realized((64, 96)), realized((96, 64), seed=1)
+    product = a @ b
+    result = product.relu6() + (product > 0).logical_and(product < 3).where(10.0, 0.0)
+    renderer, program = program_of(result, 16)
+    source = renderer.render_program(program)
+    assert program.vector_width == 16 and "[0] != 0)" not in source and "|" in source and "&" in source
+    p = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64)
+    expected = np.clip(p, 0, 6) + np.where((p > 0) & (p < 3), 10.0, 0.0)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_an_op_without_a_vector_form_is_computed_lane_by_lane():
     # sqrt after the tile: each lane's sqrtf on its lane of the row's vector, the tile still vectors
     a, b = realized((64, 96)), realized((96, 64), seed=1)
