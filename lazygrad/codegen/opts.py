@@ -726,7 +726,7 @@ ROW_PANEL_MAX, ROW_PANEL_READ_MAX = 8, 1024
 PAGE_BYTES, PANEL_PAGES = 4096, 64
 # A transposed read of at least this many elements whose axis and stored axis are whole cache lines
 # is a tile of lines (line x line: 16 x 16 float32) instead of a PANEL. Its 256 values gcc compiles
-# in 0.2-0.6 s where the PANEL's loop takes 0.04: smaller copies (a weight packed once, an inference
+# in 0.15-0.3 s where the PANEL's loop takes 0.04: smaller copies (a weight packed once, an inference
 # at batch 1) keep the PANEL.
 TRANSPOSED_TILE_MIN_ELEMENTS = 1 << 20
 CACHE_LINE_BYTES = 64
