@@ -413,8 +413,8 @@ FEW_TILE_ROWS = 4
 def _with_second_row_axis(kernel: Kernel, globals_: list[int], strides: list[dict[int, int | None]],
                           tile: list[Opt], row_choices: tuple[int, ...], fits) -> list[Opt]:
     """`tile` (a vector and a row UPCAST) with a second row axis where its row axis is short and
-    taken whole (else a wider vector), so more accumulators share each loaded value: Winograd's output transform, 2x2
-    outputs of each tile from 16 planes stored channels last (nn/spatial.py), whose two row axes
+    taken whole (else a wider vector), so more accumulators share each loaded value: Winograd's
+    output transform, 2x2 outputs of each tile from 16 planes stored channels last (nn/spatial.py), whose two row axes
     are the output's 2 rows and 2 columns of a tile. 2 threads, AVX-512, kernels alone, as
     32 channels by 2 columns -> by 2 x 2: 64 channels at 56x56 0.188 -> 0.161 ms, 128 at 28x28
     0.085 -> 0.078, 192 at 28x28 0.131 -> 0.123, 256 at 14x14 0.052 -> 0.049."""
@@ -901,7 +901,7 @@ def source_order_panel(kernel: Kernel) -> list[Opt]:
             if shape[outer] * shape[last] <= MAX_UPCAST:
                 # every panel of a row as vector copies, in the same order: the padding of the last
                 # panel (147 window values in 5 panels of 32) decided per copy, not tested per element
-                # (ResNet-18's stem at batch 16, 2 threads, 7.6 -> 5.7 ms)
+                # (ResNet-18's stem at batch 16, 2 threads: 7.6 -> 5.7 ms alone, 7.5 -> 3.8 in its step)
                 return [Opt("UPCAST", last, shape[last]), Opt("UPCAST", outer, shape[outer])]
             return [Opt("PANEL", outer, shape[outer])]
     return []
