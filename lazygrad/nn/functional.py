@@ -25,7 +25,7 @@ from lazygrad.nn.spatial import (
     conv3d,
     conv_transpose1d, conv_transpose2d, interpolate, max_pool1d, max_pool2d,
 )
-from lazygrad.nn.parameter_values import kept_values
+from lazygrad.parameter_values import kept_values
 from lazygrad.tensor import Tensor, no_grad
 from lazygrad.tensor_methods.helpers import computes_in_float32
 from lazygrad.ops import Ops

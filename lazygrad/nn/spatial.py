@@ -23,6 +23,7 @@ from lazygrad.devices import device_kind
 from lazygrad.dtype import dtypes
 from lazygrad.lazy import LazyBuffer, reads_stored_in, stored_in_order, stored_out_of_order
 from lazygrad.multi import first_shard
+from lazygrad.parameter_values import kept_copy
 from lazygrad.tensor import Tensor, no_grad
 from lazygrad.tensor_methods.helpers import computes_in_float32
 from lazygrad.tensor_methods.linalg import matmul_in_panels
@@ -354,19 +355,13 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor, channels_inne
     out_channels, kernel = weight.shape[0], weight.shape[2:]
     computed, width = _panelled_channels(out_channels)
     spatial, kernel_axes = tuple(range(2, 2 + dims)), tuple(range(2 + dims, 2 + 2 * dims))
+    panels = kept_copy("convolution panels", weight, _channel_panels, (computed, width, channels_innermost))
     with no_grad():
-        if computed != out_channels:  # zero channels to whole panels
-            weight_panels = weight.pad(((0, computed - out_channels),) + ((0, 0),) * (1 + dims))
-        else:
-            weight_panels = weight
-        panels = weight_panels.reshape((computed // width, width, channels) + kernel)
         if channels_innermost:
-            panels = panels.permute((0,) + tuple(range(3, 3 + dims)) + (2, 1)).contiguous()  # (O/P, *kernel, C, P)
             right = panels.permute((0, 2 + dims) + tuple(range(1, 2 + dims)))                # (O/P, P, *kernel, C)
             left = windows.permute((0,) + spatial + kernel_axes + (1,))
             left = left.reshape((batch,) + outputs + (1, 1) + kernel + (channels,))
         else:
-            panels = panels.permute((0, 2) + tuple(range(3, 3 + dims)) + (1,)).contiguous()  # (O/P, C, *kernel, P)
             right = panels.permute((0, 2 + dims, 1) + tuple(range(2, 2 + dims)))              # (O/P, P, C, *kernel)
             left = windows.permute((0,) + spatial + (1,) + kernel_axes)
             left = left.reshape((batch,) + outputs + (1, 1, channels) + kernel)
@@ -381,6 +376,19 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor, channels_inne
     laid_out_windows = windows.permute((0,) + spatial + (1,) + kernel_axes).unsqueeze(1).unsqueeze(1)
     grouped = result.reshape((batch, 1, out_channels) + outputs)
     return grouped._with_gradient((laid_out_weight, laid_out_windows), _windowed_product_gradient).reshape(result.shape)
+
+
+def _channel_panels(weight: Tensor, computed: int, width: int, channels_innermost: bool) -> Tensor:
+    """weight (O, C, *kernel) padded with zero channels to `computed` and copied into panels of
+    `width` output channels: (O/P, *kernel, C, P) with `channels_innermost`, else (O/P, C, *kernel, P)."""
+    dims = weight.ndim - 2
+    out_channels, channels, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+    if computed != out_channels:  # zero channels to whole panels
+        weight = weight.pad(((0, computed - out_channels),) + ((0, 0),) * (1 + dims))
+    panels = weight.reshape((computed // width, width, channels) + kernel)
+    if channels_innermost:
+        return panels.permute((0,) + tuple(range(3, 3 + dims)) + (2, 1)).contiguous()
+    return panels.permute((0, 2) + tuple(range(3, 3 + dims)) + (1,)).contiguous()
 
 
 def _reads_channels_last_values(x: Tensor) -> bool:
@@ -446,13 +454,13 @@ def _depthwise_channels_last_product(x: Tensor, weight: Tensor, stride, dilation
     dims = weight.ndim - 2
     batch, channels, kernel = x.shape[0], x.shape[1], weight.shape[2:]
     spatial = tuple(range(2, 2 + dims))
+    taps = kept_copy("depthwise taps", weight, _channels_last_taps, ())                     # (*kernel, C)
     with no_grad():
         stored = _channels_last_padded(x.detach(), dims, strided=any(size > 1 for size in stride))  # (N, *padded, C)
         channels_first = stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))      # a view of the copy
         windows = pool_windows(channels_first, kernel, stride, dilation)                   # (N, C, *outputs, *kernel)
         outputs = windows.shape[2:2 + dims]
         left = windows.permute((0,) + spatial + (1,) + tuple(range(2 + dims, 2 + 2 * dims)))  # (N, *outputs, C, *kernel)
-        taps = weight.detach().reshape((channels,) + kernel).permute(tuple(range(1, 1 + dims)) + (0,)).contiguous()
         taps = taps.permute((dims,) + tuple(range(dims)))                                  # (C, *kernel) of a (*kernel, C) copy
         summed = (taps * left)._reduce(Ops.SUM, tuple(range(2 + dims, 2 + 2 * dims)), False, "convolution")  # (N, *outputs, C)
         result = summed.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
@@ -469,6 +477,14 @@ def _depthwise_channels_last_product(x: Tensor, weight: Tensor, stride, dilation
     return grouped._with_gradient((laid_out_weight, laid_out_windows), gradient).reshape(result.shape)
 
 
+def _channels_last_taps(weight: Tensor) -> Tensor:
+    """A depthwise weight (C, 1, *kernel) copied as (*kernel, C): each tap's weights a vector along
+    the channels."""
+    dims = weight.ndim - 2
+    taps = weight.reshape((weight.shape[0],) + weight.shape[2:])
+    return taps.permute(tuple(range(1, 1 + dims)) + (0,)).contiguous()
+
+
 def _strided_depthwise_input_gradient(grad: Tensor, weight: Tensor, sizes, before, stride, dilation) -> Tensor:
     """x's gradient (N, C, *sizes) of a strided depthwise convolution of x padded by `before` (and
     any amount after), from the output's gradient grad (N, C, *outputs), computed with the channels
@@ -482,8 +498,7 @@ def _strided_depthwise_input_gradient(grad: Tensor, weight: Tensor, sizes, befor
     batch, channels, outputs = grad.shape[0], grad.shape[1], grad.shape[2:]
     kernel = weight.shape[2:]
     last = grad.permute((0,) + tuple(range(2, 2 + dims)) + (1,))  # (N, *outputs, C)
-    # (*kernel, C): each tap's weights a contiguous vector along the channels, as the loads of grad
-    taps = weight.reshape((channels,) + kernel).permute(tuple(range(1, 1 + dims)) + (0,)).contiguous()
+    taps = _channels_last_taps(weight)  # each tap's weights a contiguous vector along the channels, as grad's loads
     whole = tuple(-(-size // step) for size, step in zip(sizes, stride))  # whole strides per axis
     total = None
     for tap in itertools.product(*(range(count) for count in kernel)):

@@ -151,7 +151,8 @@ class LinalgMethods:
                 # along k, so the kernel would be a set of dot products; a contiguous copy (n*k
                 # elements, against m*n*k multiply-adds) lets it tile along n instead, several times
                 # faster (BERT's attention scores, 8x12 heads of 128x32 @ 32x128, AVX2: 5.0 -> 2.2 ms)
-                w = w.contiguous()
+                from lazygrad.parameter_values import kept_copy
+                w = kept_copy("matmul copy", w, Tensor.contiguous, ())
             left = x.cast(dtype).reshape(x.shape[:-2] + (m, 1, k))
             right = w.cast(dtype).transpose(-1, -2).reshape(w.shape[:-2] + (1, n, k))
             result = (left * right)._reduce(Ops.SUM, -1, False, "matmul")
@@ -343,13 +344,22 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
         else:
             left = x.contiguous()  # zero rows to whole tiles, stored row by row
     left = left.reshape(x.shape[:-2] + (padded // rows, rows, 1, 1, k))
-    if columns != n:  # a computed w is stored first: panels of a padded view of windows index slowly
-        w = (w if _is_stored_or_its_transpose(w) else w.contiguous()).pad(((0, 0),) * (w.ndim - 1) + ((0, columns - n),))
-    right_panels = w.reshape(w.shape[:-2] + (k, columns // width, width)).transpose(-3, -2).contiguous()
+    from lazygrad.parameter_values import kept_copy
+    right_panels = kept_copy("matmul panels", w, _right_panels, (width,))
     right = right_panels.transpose(-1, -2).reshape(w.shape[:-2] + (1, 1, columns // width, width, k))
     result = (left * right)._reduce(Ops.SUM, -1, False, "matmul")  # (..., m / rows, rows, n / width, width)
     result = result.reshape(result.shape[:-4] + (padded, columns))
     return result if (padded, columns) == (m, n) else result[..., :m, :n]
+
+
+def _right_panels(w: "Tensor", width: int) -> "Tensor":
+    """w (..., k, n) copied into panels of `width` columns, (..., n / width, k, width), the last
+    padded with zero columns."""
+    k, n = w.shape[-2], w.shape[-1]
+    columns = -(-n // width) * width
+    if columns != n:  # a computed w is stored first: panels of a padded view of windows index slowly
+        w = (w if _is_stored_or_its_transpose(w) else w.contiguous()).pad(((0, 0),) * (w.ndim - 1) + ((0, columns - n),))
+    return w.reshape(w.shape[:-2] + (k, columns // width, width)).transpose(-3, -2).contiguous()
 
 
 def _is_stored_or_its_transpose(w: "Tensor") -> bool:

@@ -1,12 +1,14 @@
-"""Values computed from parameters alone, kept between eager calls (nn/parameter_values.py): an
-eval-mode batch norm builds its scale and shift once, takes them again while its parameters are
-unchanged, computes them anew once one is written, and builds them as before where a gradient,
-a jit capture or a pending write needs that."""
+"""Values computed from parameters alone, kept between eager calls (lazygrad/parameter_values.py):
+an eval-mode batch norm builds its scale and shift once, and a matmul or a convolution its weight's
+copy into panels; each takes them again while its parameters are unchanged, computes them anew
+once one is written, and builds them as before where a gradient, a jit capture or a pending write
+needs that. Building never runs a kernel: the call's own realize computes what is kept."""
 import numpy as np
 import pytest
 
 import lazygrad.lazy as lazy
 import lazygrad.nn as nn
+import lazygrad.parameter_values as parameter_values
 from lazygrad import Tensor, no_grad, stats
 from lazygrad.jit import jit
 
@@ -100,3 +102,99 @@ def test_a_jitted_call_computes_the_values_again_when_a_statistic_is_written():
         stats.reset()
         np.testing.assert_allclose(step(x).numpy(), expected(layer, x.numpy()), rtol=1e-5, atol=1e-5)
         assert stats.kernels == 2  # scale and shift, then the normalization
+
+
+def test_building_an_eval_batch_norm_runs_no_kernel():
+    layer = batch_norm_layer()
+    x = Tensor(rng.standard_normal((2, CHANNELS, 3, 3)).astype(np.float32)).realize()
+    with no_grad():
+        stats.reset()
+        out = layer(x)
+        assert stats.kernels == 0
+        np.testing.assert_allclose(out.numpy(), expected(layer, x.numpy()), rtol=1e-5, atol=1e-5)
+
+
+def conv_layer(in_channels: int, out_channels: int, kernel: int, groups: int = 1, stride: int = 1) -> nn.Conv2d:
+    layer = nn.Conv2d(in_channels, out_channels, kernel, stride, kernel // 2, groups=groups, bias=False).eval()
+    with no_grad():
+        layer.weight.assign(Tensor(rng.standard_normal(layer.weight.shape).astype(np.float32))).realize()
+    return layer
+
+
+def numpy_conv(x: np.ndarray, weight: np.ndarray, groups: int, stride: int) -> np.ndarray:
+    """Cross-correlation padded by half the kernel, in float64."""
+    kernel = weight.shape[-1]
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0)) + ((kernel // 2, kernel // 2),) * 2)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (kernel, kernel), axis=(2, 3))[:, :, ::stride, ::stride]
+    per_group, out_per_group = x.shape[1] // groups, weight.shape[0] // groups
+    return np.concatenate([np.einsum("nchwij,ocij->nohw", windows[:, g * per_group:(g + 1) * per_group],
+                                     weight[g * out_per_group:(g + 1) * out_per_group].astype(np.float64))
+                           for g in range(groups)], axis=1)
+
+
+# (input shape, layer): the convolution routes that copy their weight first (nn/spatial.py)
+CONVOLUTIONS = {
+    "1x1 computed channels last": ((1, 32, 56, 56), lambda: conv_layer(32, 64, 1)),
+    "1x1 over few positions, a matmul in panels": ((1, 160, 7, 7), lambda: conv_layer(160, 960, 1)),
+    "3x3 strided, computed channels last": ((1, 64, 28, 28), lambda: conv_layer(64, 128, 3, stride=2)),
+    "depthwise 3x3": ((1, 32, 28, 28), lambda: conv_layer(32, 32, 3, groups=32)),
+}
+
+
+@pytest.mark.parametrize("case", CONVOLUTIONS)
+def test_a_convolution_copies_its_weight_into_its_layout_once(case, monkeypatch):
+    shape, make = CONVOLUTIONS[case]
+    layer = make()
+    x = Tensor(rng.standard_normal(shape).astype(np.float32)).realize()
+    with no_grad():
+        first, second = [], []
+        first_nodes = nodes_built(lambda: first.append(layer(x)), monkeypatch)
+        np.testing.assert_allclose(first[0].numpy(), numpy_conv(x.numpy(), layer.weight.numpy(), layer.groups, layer.stride[0]),
+                                   rtol=1e-4, atol=1e-4)
+        second_nodes = nodes_built(lambda: second.append(layer(x)), monkeypatch)
+        assert second_nodes <= first_nodes - 3  # the weight's reshape, permute and copy at least
+        stats.reset()
+        np.testing.assert_allclose(second[0].numpy(), first[0].numpy(), rtol=0, atol=0)
+        launched = stats.kernels
+        layer.weight.assign(layer.weight * -0.5).realize()  # a write: the copy is made again
+        stats.reset()
+        np.testing.assert_allclose(layer(x).numpy(), numpy_conv(x.numpy(), layer.weight.numpy(), layer.groups, layer.stride[0]),
+                                   rtol=1e-4, atol=1e-4)
+        assert stats.kernels > launched
+
+
+def test_a_weight_and_its_transpose_keep_their_own_panels(monkeypatch):
+    """x @ W and x @ W.T copy one buffer into different panels: each is kept under its own view."""
+    weight = Tensor(rng.standard_normal((512, 512)).astype(np.float32)).realize()
+    x = Tensor(rng.standard_normal((64, 512)).astype(np.float32)).realize()
+    expected_plain, expected_transposed = x.numpy() @ weight.numpy(), x.numpy() @ weight.numpy().T
+    with no_grad():
+        built = {}
+        for call in range(2):
+            for view, expected_product in (("plain", expected_plain), ("transposed", expected_transposed)):
+                product = []
+                built[view, call] = nodes_built(
+                    lambda: product.append(x @ (weight if view == "plain" else weight.T)), monkeypatch)
+                np.testing.assert_allclose(product[0].numpy(), expected_product, rtol=1e-4, atol=1e-3)
+        for view in ("plain", "transposed"):
+            assert built[view, 1] <= built[view, 0] - 3
+
+
+def test_a_linear_layer_that_needs_gradients_copies_its_weight_each_call(monkeypatch):
+    layer = nn.Linear(512, 256)
+    x = Tensor(rng.standard_normal((64, 512)).astype(np.float32)).realize()
+    built = [nodes_built(lambda: layer(x).realize(), monkeypatch) for _ in range(2)]
+    assert built[0] == built[1]
+    layer(x).sum().backward()
+    np.testing.assert_allclose(layer.weight.grad.numpy(), np.broadcast_to(x.numpy().sum(0), (256, 512)), rtol=1e-4)
+
+
+def test_kept_values_past_their_byte_limit_are_let_go(monkeypatch):
+    monkeypatch.setattr(parameter_values, "KEPT_BYTES", 512 * 512 * 4)  # one weight's panels
+    weights = [Tensor(rng.standard_normal((512, 512)).astype(np.float32)).realize() for _ in range(3)]
+    x = Tensor(rng.standard_normal((64, 512)).astype(np.float32)).realize()
+    with no_grad():
+        for _ in range(2):
+            for weight in weights:
+                np.testing.assert_allclose((x @ weight.T).numpy(), x.numpy() @ weight.numpy().T, rtol=1e-4, atol=1e-3)
+                assert parameter_values._kept_bytes[0] <= 512 * 512 * 4
