@@ -246,3 +246,33 @@ def test_unloading_every_kernel_keeps_the_openmp_runtime_mapped(tmp_path):
     if loaded == "False":
         pytest.skip("this C compiler builds kernels without OpenMP (one thread): no runtime to keep")
     assert still_loaded == "True"
+
+
+def test_kernels_compiled_in_one_run_share_one_loaded_library(monkeypatch, tmp_path):
+    """compile_together's kernels lie in one library: loaded once for all of them (from the disk
+    cache a process loads every kernel's binary apart), and unloaded once, after the last of them."""
+    import ctypes
+    import gc
+
+    from lazygrad.devices import cpu
+    device = get_device("CPU")
+    source = ("void {name}(float* restrict data0, const float* restrict data1) "
+              "{{ for (long i = 0; i < 4; i++) data0[i] = data1[i] * {factor}.0f; }}")
+    kernels = [(f"scale_{index}", source.format(name=f"scale_{index}", factor=index + 2)) for index in range(3)]
+    opened, unloaded, load = [], [], ctypes.CDLL
+    monkeypatch.setattr(cpu, "_unload", unloaded.append)
+    monkeypatch.setattr(ctypes, "CDLL", lambda path, *args, **kwargs: opened.append(path) or load(path, *args, **kwargs))
+    with Context(LAZYGRAD_CACHE=str(tmp_path)):
+        binaries = device.compile_together(kernels)
+    programs = [device.load(name, bytes(binary), 2) for (name, _), binary in zip(kernels, binaries)]
+    assert len([path for path in opened if os.path.basename(path).startswith(cpu.work_prefix())]) == 1
+    for index, program in enumerate(programs):
+        out, x = device.alloc(dtypes.float32, 4), device.alloc(dtypes.float32, 4).copyin(np.arange(4, dtype=np.float32))
+        program(out, x)
+        np.testing.assert_array_equal(out.array, np.arange(4, dtype=np.float32) * (index + 2))
+    del programs[:2]
+    gc.collect()
+    assert unloaded == []  # the last program still calls into the library
+    del programs, program
+    gc.collect()
+    assert len(unloaded) == 1
