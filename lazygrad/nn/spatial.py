@@ -26,7 +26,7 @@ from lazygrad.multi import first_shard
 from lazygrad.parameter_values import kept_copy
 from lazygrad.tensor import Tensor, no_grad
 from lazygrad.tensor_methods.helpers import computes_in_float32
-from lazygrad.tensor_methods.linalg import matmul_in_panels
+from lazygrad.tensor_methods.linalg import matmul_in_panels, packs_operands, panel_shape, product_with_panels, right_panels
 from lazygrad.ops import Ops
 
 
@@ -722,22 +722,39 @@ def _winograd_product(padded: Tensor, weight: Tensor) -> Tensor:
     and stores are contiguous; with the tiles contiguous instead the input's transform read every other
     column, scalar by scalar (ResNet-18 at batch 1, one thread: 0.78 -> 0.26 ms per 64-channel
     56x56 transform). The weight's transform, a function of the weight alone, is kept between calls
-    (derived_values.py, and the jit's skipped launches)."""
+    (derived_values.py, and the jit's skipped launches); where the product packs it, a stored
+    weight's transform is built in panels at once and those are kept (parameter_values.kept_copy),
+    so an eager call neither builds it nor copies it into panels again."""
     batch, channels, height, width = padded.shape[0], padded.shape[1], padded.shape[2] - 2, padded.shape[3] - 2
     out_channels, device = weight.shape[0], padded.device
     rows, columns = -(-height // 2), -(-width // 2)
     tiles = padded.pad(((0, 0), (0, 0), (0, 2 * rows - height), (0, 2 * columns - width)))
     channels_last = tiles.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
     windows = pool_windows(channels_last, (4, 4), (2, 2), (1, 1)).permute(0, 2, 3, 1, 4, 5)  # (N, rows, columns, C, 4, 4)
-    input_transform, weight_transform, output_transform = _winograd_matrices(device)
+    input_transform, _, output_transform = _winograd_matrices(device)
     v = (windows.unsqueeze(0) * input_transform).sum((5, 6)).reshape(16, batch * rows * columns, channels)
+    stored = first_shard(weight.lazydata).realized  # then the transform is a value of stored buffers alone
+    if stored and packs_operands(device, batch * rows * columns, channels, out_channels, constant_right="derived"):
+        # the transform in panels, as v @ u packs it, kept between eager calls while the weight is unchanged
+        panels = kept_copy("winograd panels", weight, _winograd_weight_panels, (panel_shape(device)[1],))
+        m = product_with_panels(v, panels, out_channels)
+    else:
+        m = v @ _winograd_weight(weight)
+    m = m.reshape(16, batch, rows, 1, columns, 1, out_channels)
+    y = (m * output_transform).sum(0).reshape(batch, 2 * rows, 2 * columns, out_channels)  # stored channels last
+    return y.permute(0, 3, 1, 2)[:, :, :height, :width]
+
+
+def _winograd_weight(weight: Tensor) -> Tensor:
+    """Winograd's transform of weight (K, C, 3, 3): (16, C, K)."""
     kernel_last = weight.permute(2, 3, 1, 0)  # (3, 3, C, K): the transform's vectors along K
     if not first_shard(weight.lazydata).realized:
         kernel_last = kernel_last.contiguous()
-    u = (kernel_last.unsqueeze(0) * weight_transform).sum((1, 2))  # (16, C, K)
-    m = (v @ u).reshape(16, batch, rows, 1, columns, 1, out_channels)
-    y = (m * output_transform).sum(0).reshape(batch, 2 * rows, 2 * columns, out_channels)  # stored channels last
-    return y.permute(0, 3, 1, 2)[:, :, :height, :width]
+    return (kernel_last.unsqueeze(0) * _winograd_matrices(weight.device)[1]).sum((1, 2))
+
+
+def _winograd_weight_panels(weight: Tensor, width: int) -> Tensor:
+    return right_panels(_winograd_weight(weight), width)
 
 
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,

@@ -320,9 +320,16 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
     zeros. An x computed with expensive ops is stored before either copy (BERT's gelu, packed where
     computed, ran one element at a time; softmax's division in a padded copy was not vectorized), a
     cheap one is computed in it."""
-    m, k, n = x.shape[-2], x.shape[-1], w.shape[-1]
+    from lazygrad.parameter_values import kept_copy
+    width = panel_shape(x.device)[1]
+    return product_with_panels(x, kept_copy("matmul panels", w, right_panels, (width,)), w.shape[-1])
+
+
+def product_with_panels(x: "Tensor", panels: "Tensor", n: int) -> "Tensor":
+    """x @ w from w's panels, `right_panels(w, width)`, and its column count n (`_panel_product`)."""
+    m, k = x.shape[-2], x.shape[-1]
     rows, width = panel_shape(x.device)
-    columns = -(-n // width) * width
+    columns = panels.shape[-3] * width
     tile = next((t for t in (rows, rows - 1) if m % t == 0), None)
     transposed = _walks_k_contiguously(x)
     if tile is not None and not transposed:
@@ -344,15 +351,13 @@ def _panel_product(x: "Tensor", w: "Tensor") -> "Tensor":
         else:
             left = x.contiguous()  # zero rows to whole tiles, stored row by row
     left = left.reshape(x.shape[:-2] + (padded // rows, rows, 1, 1, k))
-    from lazygrad.parameter_values import kept_copy
-    right_panels = kept_copy("matmul panels", w, _right_panels, (width,))
-    right = right_panels.transpose(-1, -2).reshape(w.shape[:-2] + (1, 1, columns // width, width, k))
+    right = panels.transpose(-1, -2).reshape(panels.shape[:-3] + (1, 1, columns // width, width, k))
     result = (left * right)._reduce(Ops.SUM, -1, False, "matmul")  # (..., m / rows, rows, n / width, width)
     result = result.reshape(result.shape[:-4] + (padded, columns))
     return result if (padded, columns) == (m, n) else result[..., :m, :n]
 
 
-def _right_panels(w: "Tensor", width: int) -> "Tensor":
+def right_panels(w: "Tensor", width: int) -> "Tensor":
     """w (..., k, n) copied into panels of `width` columns, (..., n / width, k, width), the last
     padded with zero columns."""
     k, n = w.shape[-2], w.shape[-1]

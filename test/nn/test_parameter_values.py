@@ -138,6 +138,7 @@ CONVOLUTIONS = {
     "1x1 over few positions, a matmul in panels": ((1, 160, 7, 7), lambda: conv_layer(160, 960, 1)),
     "3x3 strided, computed channels last": ((1, 64, 28, 28), lambda: conv_layer(64, 128, 3, stride=2)),
     "depthwise 3x3": ((1, 32, 28, 28), lambda: conv_layer(32, 32, 3, groups=32)),
+    "3x3 by Winograd, its transform in panels": ((1, 128, 28, 28), lambda: conv_layer(128, 128, 3)),
 }
 
 
