@@ -219,16 +219,17 @@ class _Replay:
                 elif id(buffer) in output_buffers:
                     substitutions.append((position, 1, output_buffers[id(buffer)], by_pointer))
             # a launch computed from state alone: [its source buffers, their versions when it last ran,
-            # which is in this capture (or, kept by derived_values, for these very versions)]
-            sources = [derived[id(launch)], [buffer.version for buffer in derived[id(launch)]]] \
-                if id(launch) in derived else None
+            # which is in this capture (or, kept by derived_values, for these very versions), the
+            # buffers it writes]
+            sources = [derived[id(launch)], [buffer.version for buffer in derived[id(launch)]],
+                       launch.buffers[:len(launch.in_place)]] if id(launch) in derived else None
             described = (launch.compiled, sum(buffer.nbytes for buffer in launch.buffers))
             self.steps.append((function, arguments, substitutions, sources, described))
         # the captured buffers but the arguments', held so the memory that the pointers above point into stays theirs
         self.captured_buffers = [[buffer for buffer in launch.buffers if id(buffer) not in input_buffers]
                                  for launch in recording.launches]
         self.kernel_count = sum(1 for launch in recording.launches if launch.program is not None and not launch.host)
-        self.rewritten = self._rewritten_buffers(recording, output_buffers)
+        self.rewritten = self._rewritten_buffers(recording, output_buffers, derived)
 
     @staticmethod
     def _derived_launches(recording: engine.Recording, input_buffers: dict[int, int],
@@ -265,13 +266,19 @@ class _Replay:
         return derived
 
     @staticmethod
-    def _rewritten_buffers(recording: engine.Recording, output_buffers: dict[int, int]) -> list[tuple[object, list]]:
+    def _rewritten_buffers(recording: engine.Recording, output_buffers: dict[int, int],
+                           derived: dict[int, list]) -> list[tuple[object, list]]:
         """Every buffer a replay writes again (state written in place, intermediates such as a
         parameter's .grad), with weak references to the tensors holding its current value: a replay
         bumps each buffer's version, so values built earlier from the old contents raise
-        StaleValueError, and gives those tensors the new version, as an eager step would."""
+        StaleValueError, and gives those tensors the new version, as an eager step would. Not the
+        buffers of derived launches: a replay bumps those only when it runs the launch (values of
+        parameters alone, which an eager graph built before the capture may read, unchanged while
+        the replay skips it)."""
         written = {}
         for launch in recording.launches:
+            if id(launch) in derived:
+                continue
             for buffer in launch.buffers[:len(launch.in_place)]:
                 if id(buffer) not in output_buffers:
                     written[id(buffer)] = buffer
@@ -336,6 +343,8 @@ class _Replay:
                         print(f"  {described[0].name:<40} skipped (what it reads is unchanged)", file=sys.stderr)
                     continue
                 derived[1] = versions
+                for buffer in derived[2]:  # new contents; a skipped launch leaves them as they were
+                    buffer.version += 1
             if substitutions:
                 arguments = arguments.copy()
                 for position, source, number, by_pointer in substitutions:

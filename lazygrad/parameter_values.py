@@ -48,8 +48,15 @@ def kept_values(name: str, compute, parameters: tuple[Tensor | None, ...], setti
     key = (name, settings, tuple(id(buffer) for buffer in buffers), views)
     versions = tuple(buffer.version for buffer in buffers)
     entry = _KEPT.get(key)
-    if entry is not None and entry[1] == versions and all(reference() is buffer
-                                                           for reference, buffer in zip(entry[0], buffers)):
+    if engine.recording is not None:
+        # a capture builds its own, which hash-consing makes the kept nodes while they are unrealized:
+        # computed by the capture, into a buffer its replays reuse, they would not stay as kept
+        if entry is not None:
+            _forget(key)
+        return compute()
+    if entry is not None and entry[1] == versions \
+            and all(reference() is buffer for reference, buffer in zip(entry[0], buffers)) \
+            and all(_unwritten(value) for value in entry[2]):
         _KEPT.move_to_end(key)
         return entry[2]
     values = compute()
@@ -71,6 +78,12 @@ def _forget(key: tuple, _kept=_KEPT, _bytes=_kept_bytes) -> None:  # bound: modu
         _bytes[0] -= entry[3]
 
 
+def _unwritten(value: Tensor) -> bool:
+    """Whether a kept value, if realized, still holds what it was computed as."""
+    node = value.lazydata
+    return node.buffer is None or node.buffer.version == node.version
+
+
 def kept_copy(name: str, tensor: Tensor, build, settings: tuple) -> Tensor:
     """build(tensor, *settings), a copy of a parameter laid out for a kernel (Tensor ops ending in a
     stored value), kept as kept_values keeps values; `settings` are plain values, whatever else the
@@ -84,8 +97,6 @@ def kept_copy(name: str, tensor: Tensor, build, settings: tuple) -> Tensor:
 def _parameter_buffers(parameters: tuple[Tensor | None, ...]) -> tuple[list, tuple] | None:
     """The buffers of the parameters and how each is viewed (the reshapes and permutations over the
     buffer's node, and its shape), or None where their values must not be kept."""
-    if engine.recording is not None:
-        return None
     buffers, views = [], []
     for tensor in parameters:
         if tensor is None:

@@ -199,3 +199,19 @@ def test_kept_values_past_their_byte_limit_are_let_go(monkeypatch):
             for weight in weights:
                 np.testing.assert_allclose((x @ weight.T).numpy(), x.numpy() @ weight.numpy().T, rtol=1e-4, atol=1e-3)
                 assert parameter_values._kept_bytes[0] <= 512 * 512 * 4
+
+
+def test_a_value_kept_unrealized_is_not_handed_to_a_jit_capture():
+    """A kept value built by an eager call that was never realized is the node a capture would
+    build too (hash-consed): the capture computes it in a buffer of its own, which its replays
+    reuse for other values, so it must not stay kept for later eager calls."""
+    layer = batch_norm_layer()
+    x = Tensor(rng.standard_normal((2, CHANNELS, 3, 3)).astype(np.float32)).realize()
+    other = Tensor(rng.standard_normal((2, CHANNELS, 3, 3)).astype(np.float32)).realize()
+    step = jit(lambda x: (layer(x) * 2 + 1).sum((2, 3)))
+    with no_grad():
+        pending = layer(x)  # kept values built, not realized
+        for data in (x, other, x, other):
+            step(data).realize()
+        np.testing.assert_allclose(layer(other).numpy(), expected(layer, other.numpy()), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(pending.numpy(), expected(layer, x.numpy()), rtol=1e-5, atol=1e-5)
