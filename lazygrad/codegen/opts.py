@@ -1238,8 +1238,15 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
         block = reduce_block(tiled, BLOCK_STEPS) if large and several_row_tiles else None
     else:
         panelled = apply_opt(tiled, panel, renderer)
-        block = (long_reduce_block(panelled) or reduce_block(panelled, PANEL_BLOCK_STEPS)) if several_row_tiles else None
-        if block is None:
+        # AVX-512's panels take no short blocks: their 8 x 32 tiles ran 1.3-1.5x faster without
+        # (2 threads, kernels alone, GFLOP/s: 2048x1024 @ 1024x2048 364 -> 517, 2048^3 329 -> 478,
+        # ViT-B/16's MLP at batch 8, 1568x768 @ 768x3072, 340 -> 480; 4096x1024 @ 1024x256 478 -> 501);
+        # each block wrote every partial sum back and read it again
+        short_blocks = getattr(renderer, "simd_lanes", 8) < WIDE_PANEL_LANES
+        block = None
+        if several_row_tiles:
+            block = long_reduce_block(panelled) or (reduce_block(panelled, PANEL_BLOCK_STEPS) if short_blocks else None)
+        if block is None and (short_blocks or not several_row_tiles):
             # a panel's row tiles reuse its block of steps from L1; without the block they read it
             # from farther (AVX2, one thread, 1024x384 @ 384x1536 in panels: 40 GFLOP/s with the
             # PANEL, 53 with the tile alone, 48 with blocks of 64 steps)
@@ -1366,8 +1373,11 @@ def _lane_axis(kernel: Kernel, renderer) -> int | None:
 # and 32 columns a tile reads stay in L1; 128 and 256 were 10 to 30% slower, 32 and 16 slower too).
 BLOCK_STEPS = 64
 # With the right operand in panels and PANEL rows, 256 steps: a panel's 256 x 32 block (32 KiB)
-# stays in L1 while the PANEL's row tiles use it, and the rows' block of the left operand in L2.
+# stays in L1 while the PANEL's row tiles use it, and the rows' block of the left operand in L2
+# (measured on AVX2; AVX-512's panels take none, WIDE_PANEL_LANES).
 PANEL_BLOCK_STEPS = 256
+# Vector lanes from which a matmul in panels with a PANEL takes no blocks of PANEL_BLOCK_STEPS (AVX-512).
+WIDE_PANEL_LANES = 16
 # Row tiles per PANEL: the largest that leaves at least PANEL_MIN_CHUNKS steps of the loop outside,
 # which the CPU threads share.
 PANEL_ROW_TILES = (8, 4, 2)
