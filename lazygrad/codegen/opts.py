@@ -1243,10 +1243,18 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
         # ViT-B/16's MLP at batch 8, 1568x768 @ 768x3072, 340 -> 480; 4096x1024 @ 1024x256 478 -> 501);
         # each block wrote every partial sum back and read it again
         short_blocks = getattr(renderer, "simd_lanes", 8) < WIDE_PANEL_LANES
-        block = None
-        if several_row_tiles:
-            block = long_reduce_block(panelled) or (reduce_block(panelled, PANEL_BLOCK_STEPS) if short_blocks else None)
-        if block is None and (short_blocks or not several_row_tiles):
+        block = long_reduce_block(panelled) if several_row_tiles else None
+        if block is None and several_row_tiles and short_blocks:
+            block = reduce_block(panelled, PANEL_BLOCK_STEPS)
+        # without blocks, AVX-512's PANEL stays where those blocks would have been taken, or the reduce
+        # is too short for two of them (ResNet-18's Winograd products at batch 16, 16 x 3136x128 @
+        # 128x128: 5.2 -> 3.8 ms), not over other lengths (its 512 x 784 @ 784 x 4608 weight gradients:
+        # 7.9 -> 8.3 ms with it)
+        reduces = panelled.axes_of(REDUCE)
+        wide_panel = several_row_tiles and not short_blocks and len(reduces) == 1 and (
+            reduce_block(panelled, PANEL_BLOCK_STEPS) is not None
+            or panelled.kernel.full_shape[reduces[0]] < 2 * PANEL_BLOCK_STEPS)
+        if block is None and not wide_panel:
             # a panel's row tiles reuse its block of steps from L1; without the block they read it
             # from farther (AVX2, one thread, 1024x384 @ 384x1536 in panels: 40 GFLOP/s with the
             # PANEL, 53 with the tile alone, 48 with blocks of 64 steps)

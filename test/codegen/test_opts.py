@@ -1218,6 +1218,13 @@ def test_on_avx512_a_panelled_matmul_runs_its_reduce_whole(monkeypatch):
         opts = heuristic_opts(kernel, AVX512)
         assert Opt("PANEL", 0, 8) in opts, k
         assert [opt for opt in opts if opt.op == "BLOCK"] == ([block] if block else []), k
+    # a weight gradient's x.T in panels by 4608 columns: over 128 steps, too short for two blocks, the
+    # PANEL stays (Winograd's products: 5.2 -> 3.8 ms); over 784, which blocks did not divide, the
+    # tile alone stays (7.9 ms against 8.3 with the PANEL)
+    for k, panelled in ((128, True), (784, False), (1024, True)):
+        kernel, _ = last_kernel_of((Tensor(np.ones((k, 512), np.float32)) * 1.0).T @ Tensor(np.ones((k, 4608), np.float32)))
+        opts = heuristic_opts(kernel, AVX512)
+        assert (Opt("PANEL", 0, 8) in opts) == panelled and "BLOCK" not in [opt.op for opt in opts], k
     monkeypatch.setattr(linalg, "panel_shape", lambda device: (6, 16))
     kernel, _ = last_kernel_of(Tensor(np.ones((264, 2048), np.float32)) @ Tensor(np.ones((2048, 1024), np.float32)))
     assert heuristic_opts(kernel, AVX2)[-1] == Opt("BLOCK", 6, 256)
