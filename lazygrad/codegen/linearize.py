@@ -35,6 +35,7 @@ from lazygrad.codegen.opts import (
     OptimizedKernel,
     apply_opts,
     byte_dot_axes,
+    has_select_only_load,
     heuristic_opts,
     initial,
     load_strides,
@@ -546,35 +547,8 @@ def linearize(kernel: Kernel, renderer, optimize: bool = True, opts=None,
                        partial_stores=partial_stores, combine=last.combine, raw_stores=raw_stores,
                        prior_stages=stages, reduces=last.reduces,
                        local_loops=local_loops, group_lane=group_lane, results=last.results,
-                       vector_width=vector_width, select_only_loads=_has_select_only_load(kernel),
+                       vector_width=vector_width, select_only_loads=has_select_only_load(kernel),
                        masked_reads=_has_masked_read(kernel))
-
-
-# A loop at least this long is never peeled whole by gcc (it peels up to 16 iterations), so a value
-# read at the same place on each of its steps is read once, before it (see _has_select_only_load).
-HOISTED_LOOP_MIN = 32
-
-
-def _has_select_only_load(kernel: Kernel) -> bool:
-    """Whether some LOAD is used only as a value a WHERE chooses (never as its condition or elsewhere):
-    a read of padding, or a value a mask picks. Not a read of one element everywhere (a scalar such as
-    a mask's fill value, -100 on Swin's shifted-window scores), nor, in a kernel without a reduce, one
-    that stays put along a long innermost loop (a cross entropy's gradient per row, picked at the
-    row's target class among 4096): the C compiler reads it once, outside that loop, so it cannot
-    become a masked load; counted, the first kept gcc's loop vectorizer off the scores' product
-    (Swin-T's 16 x 6 x 49 x 49 scores 1.9 -> 0.3 ms), the second off the cross entropy's gradient
-    (1024 x 4096, 2 threads: 12.8 -> 1.9 ms)."""
-    shape = kernel.full_shape
-    long_inner = not kernel.reduce_axes and len(shape) > 0 and shape[-1] >= HOISTED_LOOP_MIN
-    steady = len(shape) - 1 if long_inner else None
-    uses: dict[KernelNode, list[tuple[KernelNode, int]]] = {}
-    nodes = kernel.ast.walk()
-    for node in nodes:
-        for position, source in enumerate(node.srcs):
-            uses.setdefault(source, []).append((node, position))
-    return any(node.op is Ops.LOAD and node in uses and not _read_outside_loop(node.arg[1], steady)
-               and all(user.op is Ops.WHERE and position > 0 for user, position in uses[node])
-               for node in nodes)
 
 
 def _has_masked_read(kernel: Kernel) -> bool:
@@ -591,14 +565,6 @@ def _has_masked_read(kernel: Kernel) -> bool:
         if node.op is Ops.LOAD and any(view.mask is not None for view in node.arg[1].views):
             return True
     return False
-
-
-def _read_outside_loop(tracker, axis: int | None) -> bool:
-    """Whether a load reads one element everywhere, or (one unmasked view) one along `axis`."""
-    if all(view.mask is None and not any(view.strides) for view in tracker.views):
-        return True
-    view = tracker.views[-1]
-    return axis is not None and len(tracker.views) == 1 and view.mask is None and view.strides[axis] == 0
 
 
 def vector_dtype(kernel: Kernel, renderer, skip: frozenset = frozenset()) -> DType | None:

@@ -1047,8 +1047,45 @@ def validity_varies_along(tracker, shape: tuple[int, ...], axis: int) -> bool:
 ELEMENTWISE_VECTORS = 2
 
 
+# A loop at least this long is never peeled whole by gcc (it peels up to 16 iterations), so a value
+# read at the same place on each of its steps is read once, before it (see has_select_only_load).
+HOISTED_LOOP_MIN = 32
+
+
+def has_select_only_load(kernel: Kernel) -> bool:
+    """Whether some LOAD is used only as a value a WHERE chooses (never as its condition or elsewhere):
+    a read of padding, or a value a mask picks. Not a read of one element everywhere (a scalar such as
+    a mask's fill value, -100 on Swin's shifted-window scores), nor, in a kernel without a reduce, one
+    that stays put along a long innermost loop (a cross entropy's gradient per row, picked at the
+    row's target class among 4096): the C compiler reads it once, outside that loop, so it cannot
+    become a masked load; counted, the first kept gcc's loop vectorizer off the scores' product
+    (Swin-T's 16 x 6 x 49 x 49 scores 1.9 -> 0.3 ms), the second off the cross entropy's gradient
+    (1024 x 4096, 2 threads: 12.8 -> 1.9 ms). Such a kernel keeps gcc's loop vectorizer off (renderer/c.py
+    MASKED_LOAD_ATTRIBUTE), so `contiguous_vector_tile` writes its vectors itself."""
+    shape = kernel.full_shape
+    long_inner = not kernel.reduce_axes and len(shape) > 0 and shape[-1] >= HOISTED_LOOP_MIN
+    steady = len(shape) - 1 if long_inner else None
+    uses: dict[KernelNode, list[tuple[KernelNode, int]]] = {}
+    nodes = kernel.ast.walk()
+    for node in nodes:
+        for position, source in enumerate(node.srcs):
+            uses.setdefault(source, []).append((node, position))
+    return any(node.op is Ops.LOAD and node in uses and not _read_outside_loop(node.arg[1], steady)
+               and all(user.op is Ops.WHERE and position > 0 for user, position in uses[node])
+               for node in nodes)
+
+
+def _read_outside_loop(tracker, axis: int | None) -> bool:
+    """Whether a load reads one element everywhere, or (one unmasked view) one along `axis`."""
+    if all(view.mask is None and not any(view.strides) for view in tracker.views):
+        return True
+    view = tracker.views[-1]
+    return axis is not None and len(tracker.views) == 1 and view.mask is None and view.strides[axis] == 0
+
+
 def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
-    """For a kernel without a reduce with padding (a masked load or validity test) whose loads and
+    """For a kernel without a reduce with padding (a masked load or validity test), or a load only a
+    select reads, whose loads and
     store all walk its last axis contiguously (or stay put along it), the padding not changing along
     it: that axis upcast by two vectors (one where two do not divide it: 144 channels; half of one
     where a whole one does not: 24 channels), so the body is computed in vector expressions. gcc's
@@ -1057,7 +1094,9 @@ def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     0.33 as vectors of 32; and it is kept out of kernels with padding anyway (renderer/c.py: it
     gave wrong answers there), so ShuffleNetV2's padded copy of 113x113x24 took 0.11 ms, 0.017 in
     half vectors. Kernels without padding keep gcc's vectors (flat loops), which measured the same
-    as these."""
+    as these, unless a load feeds only a select (`has_select_only_load`), which keeps gcc's loop
+    vectorizer off too: MobileNetV2's ReLU6 gradients through its batch norms, channels last, one
+    element at a time, its training step's seven such kernels 2.82 -> 1.48 ms (12544 x 144 1.24 -> 0.65)."""
     lanes = getattr(renderer, "simd_lanes", None)
     shape = kernel.full_shape
     last = len(shape) - 1
@@ -1068,7 +1107,7 @@ def contiguous_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
         return []
     trackers = kernel_trackers(kernel.ast)
     if any(tracker.shape != shape for tracker in trackers) \
-            or not any(_padding_checks(tracker, shape) for tracker in trackers):
+            or not (any(_padding_checks(tracker, shape) for tracker in trackers) or has_select_only_load(kernel)):
         return []
     _, strides = _memory_accesses(kernel)
     if any(steps.get(last) not in (0, 1) for steps in strides) or not any(steps.get(last) == 1 for steps in strides):
