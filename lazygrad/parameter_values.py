@@ -1,5 +1,5 @@
-"""Values computed from parameters alone, built and realized once and kept while the parameters
-hold the same buffers at the same versions: an eval-mode batch norm's per-channel scale and shift
+"""Values computed from parameters alone, built once and kept while the parameters hold the same
+buffers at the same versions: an eval-mode batch norm's per-channel scale and shift
 (nn/functional.py), and a weight copied into the layout a kernel reads (`kept_copy`: a matmul's
 right operand in panels, tensor_methods/linalg.py; a convolution's weight in channel panels or
 channels-last taps, nn/spatial.py).
