@@ -78,7 +78,7 @@ def test_a_pooling_window_runs_its_output_columns_inside_the_window_loops(pool, 
 
 def test_matmul_gets_a_register_tile_of_both_output_axes():
     a = Tensor(np.ones((32, 16), dtype=np.float32))
-    b = Tensor(np.ones((16, 24), dtype=np.float32))
+    b = Tensor(np.ones((16, 40), dtype=np.float32))
     program = program_for(a @ b)
     assert [str(opt) for opt in program.opts] == ["UPCAST(1,8)", "UPCAST(0,8)"]
     assert sum(accumulator.width for accumulator in program.accumulators) == 64 and not program.inner_loops
