@@ -372,8 +372,8 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
         # AVX-512: 24 columns (16 + 8 lanes) where 16 does not divide them, all three 8-lane groups in
         # one tile (2 threads, kernels alone: 3136x144 @ 144x24 0.21 -> 0.13 ms, 12544x96 @ 96x24 0.47
         # -> 0.28; MobileNetV2's 1x1 convolutions to 24 channels at 28x28, batch 16, 0.83 -> 0.44)
-        wide = getattr(renderer, "simd_lanes", 8) >= WIDE_PANEL_LANES
-        vector_choices, row_choices = (32, 16, 24, 8) if wide else (32, 16, 8), MATMUL_ROW_CHOICES + ODD_ROW_CHOICES
+        vector_choices = (32, 16, 24, 8) if _wide_vectors(renderer) else (32, 16, 8)
+        row_choices = MATMUL_ROW_CHOICES + ODD_ROW_CHOICES
         if not large_operands(kernel, strides):
             # the widest vector of which 2 rows of accumulators fit beside OPERAND_REGISTERS, then
             # as many rows as fit there (AVX2: 32 x 2, where 16 x 8 filled all 16 registers with
@@ -1285,7 +1285,7 @@ def heuristic_opts(kernel: Kernel, renderer) -> list[Opt]:
         # (2 threads, kernels alone, GFLOP/s: 2048x1024 @ 1024x2048 364 -> 517, 2048^3 329 -> 478,
         # ViT-B/16's MLP at batch 8, 1568x768 @ 768x3072, 340 -> 480; 4096x1024 @ 1024x256 478 -> 501);
         # each block wrote every partial sum back and read it again
-        short_blocks = getattr(renderer, "simd_lanes", 8) < WIDE_PANEL_LANES
+        short_blocks = not _wide_vectors(renderer)
         block = long_reduce_block(panelled) if several_row_tiles else None
         if block is None and several_row_tiles and short_blocks:
             block = reduce_block(panelled, PANEL_BLOCK_STEPS)
@@ -1429,6 +1429,12 @@ BLOCK_STEPS = 64
 PANEL_BLOCK_STEPS = 256
 # Vector lanes from which a matmul in panels with a PANEL takes no blocks of PANEL_BLOCK_STEPS (AVX-512).
 WIDE_PANEL_LANES = 16
+def _wide_vectors(renderer) -> bool:
+    """Whether the renderer's vectors are AVX-512's (WIDE_PANEL_LANES float32 lanes or more), for which
+    some tile choices were measured apart from AVX2's."""
+    return getattr(renderer, "simd_lanes", 8) >= WIDE_PANEL_LANES
+
+
 # Row tiles per PANEL: the largest that leaves at least PANEL_MIN_CHUNKS steps of the loop outside,
 # which the CPU threads share.
 PANEL_ROW_TILES = (8, 4, 2)
