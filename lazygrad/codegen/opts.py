@@ -541,15 +541,29 @@ def _whole_window(kernel: Kernel, globals_: list[int], strides: list[dict], lane
 POOL_VECTORS = 4
 
 
+def _padded_window_sum(reduce: KernelNode) -> bool:
+    """Whether a SUM adds the values of one load that reads through padding (an average pool's
+    padded windows), not products of two."""
+    loads = [node for node in reduce.srcs[0].walk() if node.op is Ops.LOAD]
+    return len(loads) == 1 and any(view.mask is not None for view in loads[0].arg[1].views)
+
+
 def pool_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
     """A max over windows whose every load walks the last output axis contiguously (a max pool
     computed channels last, nn/spatial.py `_channels_last_pool`): that axis upcast in whole
     vectors, up to POOL_VECTORS, so each window step is a vector load and a vector max into
     accumulators held in registers (the C renderer's vector MAX_REDUCE). Without it, linearize's
     loop over an array of accumulators loads and stores each one at every step. ResNet-18's pool
-    (64 channels, 112x112 -> 56x56), one thread, kernel alone: 0.45 -> 0.28 ms."""
+    (64 channels, 112x112 -> 56x56), one thread, kernel alone: 0.45 -> 0.28 ms. So too a sum over
+    padded windows (an average pool with padding): gcc's loop vectorizer is kept out of kernels
+    with padding (renderer/c.py), so the accumulator array's loop ran one element at a time
+    (Inception-v3's 3x3 pools over 768 channels at 17x17, 2 threads: 0.35 -> 0.02 ms). Sums without
+    padding keep the array, which gcc vectorizes (a column sum of a realized activation measured
+    the same or 5-15% faster so)."""
     reduces = [node for node in kernel.ast.walk() if node.is_reduce]
-    if len(reduces) != 1 or reduces[0].op is not Ops.MAX_REDUCE or len(kernel.reduce_axes) < 2:
+    if len(reduces) != 1 or len(kernel.reduce_axes) < 2:
+        return []
+    if reduces[0].op is not Ops.MAX_REDUCE and not (reduces[0].op is Ops.SUM and _padded_window_sum(reduces[0])):
         return []
     globals_ = [axis for axis, size in enumerate(kernel.full_shape) if axis not in kernel.reduce_axes and size > 1]
     strides = load_strides(kernel, reduces[0].srcs[0].walk())
@@ -807,6 +821,14 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     0.38 ms. Over ResNet-18's nine such kernels at batch 1, panels of 16 took 2.29 ms, of 32 2.55
     ms; at batch 16 panels of 8 or the whole 64 channels were slower than 16 in each.
 
+    Where the pass is the whole axis (no line divides it) and a line divides the stored axis, that axis
+    is upcast by a line too, so each step stores whole lines, each gathered from a line's worth of
+    input streams: the pass's lines, a stored row apart, need not stay in L1, where rows a multiple
+    of 1 KiB apart share a few of its sets (Inception-v3's 768 channels at 17x17 back to channels
+    last, 3 KiB apart, 0.33 -> 0.05 ms; 16 x 256 channels at 14x14 into panels of 16, 0.32 -> 0.21;
+    RegNetY-400MF's 440 channels at 16x16, 0.15 -> 0.01; 16 x 64 channels at 7x7 lost, 0.010 ->
+    0.013 ms).
+
     A stride-2 window's run is followed too, two elements a step. Where the stored row is at most
     STORED_ROW_UPCAST_MAX values gathered from as many input streams (a panel of a weight gradient's
     window columns), it is upcast as well, so each step of the pass stores whole vectors: AVX-512,
@@ -853,6 +875,8 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
             if amount == line and steps[across[0]] == 1 and shape[across[0]] % line == 0 \
                     and shape[stored[0]] % line == 0 and math.prod(shape) >= TRANSPOSED_TILE_MIN_ELEMENTS:
                 return [Opt("UPCAST", across[0], line), Opt("UPCAST", stored[0] + 1, line)]
+            if amount == shape[across[0]] > line and amount % line and shape[stored[0]] % line == 0:
+                return [panel, Opt("UPCAST", stored[0], line)]
             return [panel] + _page_aliased_block(shape, accesses, strides, across[0], stored[0])
     return []
 

@@ -660,15 +660,47 @@ def test_nchw_channels_packed_into_panels_run_over_images_and_pixels_apart():
     images and pixels into one axis of the panel; the kernel runs over them apart again
     (axes.refine_dims with view.split_along), so the load's index is a sum of steps, not a division
     and a remainder per element, and the pixels of each image's channel plane, read contiguously,
-    are a PANEL innermost (16 x 64 x 56 x 56 into panels of 16, AVX-512, 2 threads: 2.9 -> 0.6 ms)."""
+    are a PANEL innermost (16 x 64 x 56 x 56 into panels of 16, AVX-512, 2 threads: 2.9 -> 0.6 ms),
+    a whole plane (196 pixels, which no cache line divides) per pass, the panel's row of 16 upcast."""
     values = np.random.default_rng(5).standard_normal((2, 64, 14, 14)).astype(np.float32)
     packed = Tensor(values).permute(1, 0, 2, 3).reshape(4, 16, 392).permute(0, 2, 1).contiguous()
     kernel = kernel_of(packed)
     assert kernel.full_shape == (4, 2, 196, 16)
     assert all(len(tracker.views) == 1 for tracker in kernel_trackers(kernel.ast))
-    assert heuristic_opts(kernel, CRenderer(8, 16)) == [Opt("PANEL", 2, 196)]
+    assert heuristic_opts(kernel, CRenderer(8, 16)) == [Opt("PANEL", 2, 196), Opt("UPCAST", 3, 16)]
     expected = values.transpose(1, 0, 2, 3).reshape(4, 16, 392).transpose(0, 2, 1)
     np.testing.assert_array_equal(packed.numpy(), expected)
+
+
+def test_a_transposed_copy_whose_rows_no_line_divides_stores_whole_lines():
+    """NCHW to channels last, 768 channels at 17x17 (Inception-v3's): a pass reads a channel's 289
+    pixels, which no cache line divides, and stores one element into each of 289 rows 3 KiB apart,
+    which share four of L1's sets. 16 channels are upcast, so each step stores a whole line."""
+    values = np.random.default_rng(9).standard_normal((1, 768, 17, 17)).astype(np.float32)
+    copied = Tensor(values).realize().permute(0, 2, 3, 1).contiguous()
+    kernel = kernel_of(copied)
+    assert kernel.full_shape == (289, 768)
+    assert heuristic_opts(kernel, CRenderer(16, 32)) == [Opt("PANEL", 0, 289), Opt("UPCAST", 1, 16)]
+    np.testing.assert_array_equal(copied.numpy(), values.transpose(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("count_include_pad", [True, False])
+def test_an_average_pool_with_padding_computed_channels_last_takes_its_channels_in_vectors(count_include_pad):
+    """A 3x3 average pool with padding of values stored channels last (Inception-v3's pool branches):
+    a sum over padded windows, which gcc's loop vectorizer stays out of, so the channels are upcast
+    in whole vectors (`pool_vector_tile`), as a max pool's are."""
+    stored = np.random.default_rng(10).standard_normal((2, 9, 9, 64)).astype(np.float32)
+    with no_grad():
+        pooled = F.avg_pool2d((Tensor(stored) * 2).permute(0, 3, 1, 2), 3, 1, 1, count_include_pad=count_include_pad)
+        pooled = pooled.permute(0, 2, 3, 1)  # kept in the order it is computed
+        pool = [item.kernel for item in create_schedule([pooled.contiguous().lazydata]) if item.kernel is not None]
+        opts = [heuristic_opts(merge_dims(kernel), CRenderer(16, 32)) for kernel in pool]
+        assert [Opt("UPCAST", 3, 64)] in opts
+    padded = np.pad(stored * 2, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(1, 2)).sum((-2, -1))
+    counts = 9.0 if count_include_pad else np.lib.stride_tricks.sliding_window_view(
+        np.pad(np.ones((9, 9)), 1), (3, 3)).sum((-2, -1))[None, :, :, None]
+    np.testing.assert_allclose(pooled.numpy(), windows / counts, rtol=1e-5, atol=1e-6)
 
 
 def test_window_columns_packed_into_panels_are_stored_a_whole_panel_row_at_a_time():
