@@ -821,13 +821,14 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     0.38 ms. Over ResNet-18's nine such kernels at batch 1, panels of 16 took 2.29 ms, of 32 2.55
     ms; at batch 16 panels of 8 or the whole 64 channels were slower than 16 in each.
 
-    Where the pass is the whole axis (no line divides it) and a line divides the stored axis, that axis
-    is upcast by a line too, so each step stores whole lines, each gathered from a line's worth of
-    input streams: the pass's lines, a stored row apart, need not stay in L1, where rows a multiple
-    of 1 KiB apart share a few of its sets (Inception-v3's 768 channels at 17x17 back to channels
-    last, 3 KiB apart, 0.33 -> 0.05 ms; 16 x 256 channels at 14x14 into panels of 16, 0.32 -> 0.21;
-    RegNetY-400MF's 440 channels at 16x16, 0.15 -> 0.01; 16 x 64 channels at 7x7 lost, 0.010 ->
-    0.013 ms).
+    Where the pass is the whole axis (longer than a line, which does not divide it) and a line divides
+    the stored axis, that axis is upcast by a line too, so each step stores whole lines, each gathered
+    from a line's worth of input streams: the pass's lines, a stored row apart, need not stay in L1,
+    where rows a multiple of 1 KiB apart share a few of its sets (Inception-v3's 768 channels at
+    17x17 back to channels last, 3 KiB apart, 0.33 -> 0.05 ms; 16 x 256 channels at 14x14 into panels
+    of 16, 0.32 -> 0.21; RegNetY-400MF's 440 channels at 16x16, 0.15 -> 0.01; 16 x 64 channels at 7x7
+    lost, 0.010 -> 0.013 ms). Such a pass may be longer than TRANSPOSED_READ_MAX, and its rows pages
+    apart: 192 channels at 35x35 0.097 -> 0.038 ms, 1024 at 14x14 0.077 -> 0.051.
 
     A stride-2 window's run is followed too, two elements a step. Where the stored row is at most
     STORED_ROW_UPCAST_MAX values gathered from as many input streams (a panel of a weight gradient's
@@ -862,6 +863,9 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
         elif shape[across[0]] % line == 0 and (shape[across[0]] <= TRANSPOSED_READ_MAX
                                                 or (shape[stored[0]] <= ROW_PANEL_MAX and shape[across[0]] <= ROW_PANEL_READ_MAX)):
             amount = line
+        elif shape[across[0]] > line and shape[across[0]] % line and shape[stored[0]] % line == 0:
+            # no line divides the pass, one divides the stored rows: the whole axis, storing whole lines
+            return [Opt("PANEL", across[0], shape[across[0]]), Opt("UPCAST", stored[0], line)]
         elif shape[across[0]] <= TRANSPOSED_READ_MAX:
             amount = shape[across[0]]
         else:
@@ -875,8 +879,6 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
             if amount == line and steps[across[0]] == 1 and shape[across[0]] % line == 0 \
                     and shape[stored[0]] % line == 0 and math.prod(shape) >= TRANSPOSED_TILE_MIN_ELEMENTS:
                 return [Opt("UPCAST", across[0], line), Opt("UPCAST", stored[0] + 1, line)]
-            if amount == shape[across[0]] > line and amount % line and shape[stored[0]] % line == 0:
-                return [panel, Opt("UPCAST", stored[0], line)]
             return [panel] + _page_aliased_block(shape, accesses, strides, across[0], stored[0])
     return []
 

@@ -672,15 +672,17 @@ def test_nchw_channels_packed_into_panels_run_over_images_and_pixels_apart():
     np.testing.assert_array_equal(packed.numpy(), expected)
 
 
-def test_a_transposed_copy_whose_rows_no_line_divides_stores_whole_lines():
+@pytest.mark.parametrize("channels, size", [(768, 17), (288, 35)])
+def test_a_transposed_copy_whose_rows_no_line_divides_stores_whole_lines(channels, size):
     """NCHW to channels last, 768 channels at 17x17 (Inception-v3's): a pass reads a channel's 289
     pixels, which no cache line divides, and stores one element into each of 289 rows 3 KiB apart,
-    which share four of L1's sets. 16 channels are upcast, so each step stores a whole line."""
-    values = np.random.default_rng(9).standard_normal((1, 768, 17, 17)).astype(np.float32)
+    which share four of L1's sets. 16 channels are upcast, so each step stores a whole line. So too
+    for passes longer than TRANSPOSED_READ_MAX (288 channels at 35x35, 1225 pixels)."""
+    values = np.random.default_rng(9).standard_normal((1, channels, size, size)).astype(np.float32)
     copied = Tensor(values).realize().permute(0, 2, 3, 1).contiguous()
     kernel = kernel_of(copied)
-    assert kernel.full_shape == (289, 768)
-    assert heuristic_opts(kernel, CRenderer(16, 32)) == [Opt("PANEL", 0, 289), Opt("UPCAST", 1, 16)]
+    assert kernel.full_shape == (size * size, channels)
+    assert heuristic_opts(kernel, CRenderer(16, 32)) == [Opt("PANEL", 0, size * size), Opt("UPCAST", 1, 16)]
     np.testing.assert_array_equal(copied.numpy(), values.transpose(0, 2, 3, 1))
 
 
