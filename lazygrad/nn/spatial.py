@@ -84,6 +84,8 @@ def pool_windows(x: Tensor, kernel, stride, dilation) -> Tensor:
     no_padding = ((0, 0),) * len(batch)
     outputs = [(size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(sizes, kernel, stride, dilation)]
     first = len(batch)
+    if all(k == 1 and s == 1 for k, s in zip(kernel, stride)):  # each element its own window (a 1x1 convolution)
+        return x.reshape(x.shape + (1,) * n)
     if all(k <= s and d == 1 for k, s, d in zip(kernel, stride, dilation)):
         # Windows that do not overlap: cut each dim to outputs*stride (padding never read, or
         # cropping unused tail), split it into (outputs, stride) and keep the first `kernel` columns.
@@ -368,7 +370,9 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor, channels_inne
         right = right.reshape((1,) * (1 + dims) + right.shape)
         # window values first: gcc's SLP packs the tile's fmas only with their operands in this order
         summed = (left * right)._reduce(Ops.SUM, tuple(range(3 + dims, 4 + 2 * dims)), False, "convolution")  # (N, *outputs, O/P, P)
-        result = summed.reshape((batch,) + outputs + (computed,))[..., :out_channels]
+        result = summed.reshape((batch,) + outputs + (computed,))
+        if computed != out_channels:  # without the zero channels that made whole panels
+            result = result[..., :out_channels]
         result = result.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
     if not (Tensor.grad_enabled and (windows.requires_grad or weight.requires_grad)):
         return result

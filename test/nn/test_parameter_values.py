@@ -164,6 +164,18 @@ def test_a_convolution_copies_its_weight_into_its_layout_once(case, monkeypatch)
         assert stats.kernels > launched
 
 
+def test_a_1x1_convolution_builds_one_view_of_its_input_for_its_windows(monkeypatch):
+    """A 1x1 convolution's windows are its input reshaped (pool_windows), not padded, split, cut and
+    permuted; and a product over whole panels takes no slice: an eager call builds 13 nodes."""
+    layer = conv_layer(32, 64, 1)
+    x = Tensor(rng.standard_normal((1, 32, 56, 56)).astype(np.float32)).realize()
+    with no_grad():
+        layer(x).realize()
+        built = []
+        assert nodes_built(lambda: built.append(layer(x)), monkeypatch) <= 13
+        np.testing.assert_allclose(built[0].numpy(), numpy_conv(x.numpy(), layer.weight.numpy(), 1, 1), rtol=1e-4, atol=1e-4)
+
+
 def test_a_weight_and_its_transpose_keep_their_own_panels(monkeypatch):
     """x @ W and x @ W.T copy one buffer into different panels: each is kept under its own view."""
     weight = Tensor(rng.standard_normal((512, 512)).astype(np.float32)).realize()
