@@ -750,7 +750,7 @@ ROW_PANEL_MAX, ROW_PANEL_READ_MAX = 8, 1024
 # entries on the CPUs measured; beyond them every access of the pass is a TLB miss).
 PAGE_BYTES, PANEL_PAGES = 4096, 64
 # A transposed read of at least this many elements whose axis and stored axis are whole cache lines
-# is a tile of lines (line x line: 16 x 16 float32) instead of a PANEL. Its 256 values gcc compiles
+# is a tile of lines (line x line: 16 x 16 float32; 16 x 8 for a computed value) instead of a PANEL. Its 256 values gcc compiles
 # in 0.15-0.3 s where the PANEL's loop takes 0.04: smaller copies (a weight packed once, an inference
 # at batch 1) keep the PANEL.
 TRANSPOSED_TILE_MIN_ELEMENTS = 1 << 20
@@ -889,7 +889,9 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
                 return [panel, Opt("UPCAST", stored[0], shape[stored[0]])]
             if amount == line and steps[across[0]] == 1 and shape[across[0]] % line == 0 \
                     and shape[stored[0]] % line == 0 and math.prod(shape) >= TRANSPOSED_TILE_MIN_ELEMENTS:
-                return [Opt("UPCAST", across[0], line), Opt("UPCAST", stored[0] + 1, line)]
+                # a plain copy's lanes a whole line; a computed value's half of one (its loads' vectors spill)
+                loads = sum(node.op is Ops.LOAD for node in kernel.ast.walk())
+                return [Opt("UPCAST", across[0], line), Opt("UPCAST", stored[0] + 1, line if loads == 1 else line // 2)]
             if amount <= STORED_ROW_UPCAST_MAX and amount % 8 == 0 and _scalar_unless_tiled(kernel):
                 # whole vectors along the pass instead of a loop gcc would leave scalar
                 return [Opt("UPCAST", across[0], amount)]
