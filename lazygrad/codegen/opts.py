@@ -544,8 +544,8 @@ POOL_VECTORS = 4
 def _padded_window_sum(reduce: KernelNode) -> bool:
     """Whether a SUM adds the values of one load that reads through padding (an average pool's
     padded windows), not products of two."""
-    loads = [node for node in reduce.srcs[0].walk() if node.op is Ops.LOAD]
-    return len(loads) == 1 and any(view.mask is not None for view in loads[0].arg[1].views)
+    source = reduce.srcs[0]
+    return sum(node.op is Ops.LOAD for node in source.walk()) == 1 and _has_masked_load(source)
 
 
 def pool_vector_tile(kernel: Kernel, renderer) -> list[Opt]:
@@ -918,8 +918,7 @@ def _scalar_unless_tiled(kernel: Kernel) -> bool:
     """Whether gcc's loop vectorizer is kept out of a kernel (renderer/c.py MASKED_LOAD_ATTRIBUTE): a
     load only a select reads, or a load through padding. Its loops then run one element at a time
     unless opts expand them into vector copies."""
-    return has_select_only_load(kernel) or any(
-        node.op is Ops.LOAD and any(view.mask is not None for view in node.arg[1].views) for node in kernel.ast.walk())
+    return has_select_only_load(kernel) or _has_masked_load(kernel.ast)
 
 
 def _page_aliased_block(shape, accesses, strides, panel_axis: int, stored_axis: int) -> list[Opt]:
