@@ -1323,7 +1323,7 @@ def few_accumulators_unroll(kernel: Kernel, opts: list[Opt], renderer) -> Opt | 
     -> 0.55 in the step); its classifier, 16 x 1280 @ 1280 x 1000 as 8 x 8, 1.23 -> 0.85; ResNet-18's
     at batch 16 0.55 -> 0.41; 2 x 4096 @ 4096 x 256 0.102 -> 0.096; ResNet-50's 1x1 convolutions as 16
     channels by 8 positions at batch 1 the same (4.62 -> 4.53 ms in the model)."""
-    if not _wide_vectors(renderer) or len(kernel.reduce_axes) != 1 or not opts \
+    if not _wide_vectors(renderer) or len(kernel.reduce_axes) != 1 \
             or any(opt.op not in ("UPCAST", "PANEL") for opt in opts) or not any(opt.op == "UPCAST" for opt in opts):
         return None
     source = _reduce_source(kernel)
