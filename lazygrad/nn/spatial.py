@@ -199,7 +199,7 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
     outputs = windows.shape[2:2 + dims]
     if _pointwise(x.device, groups, weight.shape, batch * math.prod(outputs)):
         return _pointwise_product(windows, weight)
-    if _channels_last(x.device, groups, weight.shape, strided=any(size > 1 for size in stride), columns=outputs[-1]):
+    if _channels_last(x, groups, weight.shape, strided=any(size > 1 for size in stride), columns=outputs[-1]):
         if _reads_channels_last_values(x):
             stored = _channels_last_padded(x, dims, strided=False)  # (N, *padded, C), a copy
             windows = pool_windows(stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims))), kernel, stride, dilation)
@@ -296,10 +296,21 @@ DEPTHWISE_CHANNEL_VECTOR = 8
 CHANNELS_LAST_MIN_WINDOW = 512
 
 
-def _channels_last(device: str, groups: int, weight_shape, strided: bool = False, columns: int = 0) -> bool:
+def _channels_last(x: Tensor, groups: int, weight_shape, strided: bool = False, columns: int = 0) -> bool:
     """Whether a convolution runs as `_output_channels_last_product`: on the CPU device, ungrouped,
-    with whole panels of output channels, and either a 1x1 kernel, a stride, windows of at least
-    CHANNELS_LAST_MIN_WINDOW elements or output rows of `columns` that `_in_vectors` does not take.
+    with whole panels of output channels (`_panelled_channels`: R(2+1)D's 230, 460 and 921 as 240,
+    464 and 928, where they took channels in the middle at a third of the speed, its 128 -> 230
+    1x3x3 convolution at 8x28x28 53 -> 8.5 ms; ShuffleNetV2's 58, 116 and 232 as 64, 128 and 240,
+    the model 2.5 -> 1.9 ms), and either a 1x1 kernel, a stride, windows of at
+    least CHANNELS_LAST_MIN_WINDOW elements, output rows of `columns` that `_in_vectors` does not take
+    or an input x (padded) computed channels last (`_computed_channels_last`). Such an input is
+    read along its channels as stored, where the other layout copies it across them first: 2
+    threads, a 1x1 convolution and ReLU before, ms, channels in the middle -> last: R(2+1)D's
+    temporal 3x1x1 convolution, 144 -> 64 channels at 16x56x56, 29.4 -> 17.3; 16 -> 32 channels 3x3
+    at 56x56 0.25 -> 0.12, 16 x 16 -> 32 at 28x28 0.97 -> 0.46, 24 -> 32 at 28x28 0.13 -> 0.05, 8 x
+    32 -> 64 at 64x64 4.1 -> 3.6; 8 x 16 -> 32 at 64x64 1.10 against 1.17, 32 -> 64 at 56x56 0.42
+    against 0.44. An input stored in the usual order keeps this rule (that temporal convolution
+    alone: 17.2 ms channels in the middle, 23.8 last).
     A 1x1 convolution (over more positions than `_pointwise_product` takes) computes channels last so
     that a depthwise convolution after it, which computes channels last too
     (`_depthwise_channels_last_product`), copies its input without a transpose: MobileNetV2, one thread,
@@ -319,20 +330,25 @@ def _channels_last(device: str, groups: int, weight_shape, strided: bool = False
     channels, 0.5-0.7 -> 1.0-1.1 ms; MobileNetV2's first, 3x3x3 to 32 channels, 0.73-0.91 -> 0.36-0.39
     ms)."""
     out_channels, channels, kernel = weight_shape[0], weight_shape[1], weight_shape[2:]
-    if device_kind(device) != "CPU" or groups != 1 or out_channels % _channel_panel(out_channels) \
-            or out_channels < CHANNEL_PANEL:
+    computed, width = _panelled_channels(out_channels)
+    if device_kind(x.device) != "CPU" or groups != 1 or computed % width or out_channels < CHANNEL_PANEL:
         return False
     return strided or math.prod(kernel) == 1 or channels * math.prod(kernel) >= CHANNELS_LAST_MIN_WINDOW \
-        or not _in_vectors(columns)
+        or not _in_vectors(columns) or _computed_channels_last(x)
 
 
 def _in_vectors(columns: int) -> bool:
     """Whether output rows of `columns` make vectors in the layout with channels in the middle, whose
-    register tile runs along them: only where 4 divides them (the narrowest vector; codegen/opts.py
-    takes the widest run up to 32 that divides them, and one of 11 is scalar code). SqueezeNet's 3x3
-    convolutions, 16 -> 64 channels over 55x55 positions, 2 threads, with bias and ReLU: 1.74-1.96 ms
-    as 11 columns by 8 channels, 0.55 channels last with the copy back to this layout."""
-    return columns % 4 == 0
+    register tile runs along them: codegen/opts.py takes the widest run up to 32 that divides them,
+    which must be whole vectors of 4 (the narrowest). SqueezeNet's 3x3 convolutions, 16 -> 64
+    channels over 55x55 positions, 2 threads, with bias and ReLU: 1.74-1.96 ms as 11 columns by 8
+    channels, 0.55 channels last with the copy back to this layout. A 1-D convolution's long rows
+    take runs of 30 (1500 or 3000 positions) or 25 (1000), 8 of them a tile filling every AVX-512
+    register: 64 -> 64 channels, kernel 5 over 3000 positions, 0.89 -> 0.33 ms channels last;
+    128 -> 128, kernel 3 over 1500, 1.13 -> 0.54. Rows of 1024 (runs of 32) keep this layout
+    (32 -> 32 channels: 0.050 ms, 0.059 channels last)."""
+    run = next(width for width in range(min(columns, 32), 0, -1) if columns % width == 0)
+    return run % 4 == 0
 
 
 def _output_channels_last_product(windows: Tensor, weight: Tensor, channels_innermost: bool = False) -> Tensor:
@@ -604,7 +620,14 @@ def _check_conv_weight(name: str, input: Tensor, weight: Tensor, bias, groups, d
 
 
 def _conv_padding(name: str, padding, kernel, stride, dilation) -> tuple[tuple[int, int], ...]:
-    """(before, after) per spatial dim for an int, a tuple, 'valid' or 'same'."""
+    """(before, after) per spatial dim for an int, a tuple, 'valid', 'same' or a (before, after) pair
+    per spatial dim (ONNX's pads)."""
+    if isinstance(padding, (tuple, list)) and padding and all(isinstance(pair, (tuple, list)) for pair in padding):
+        if len(padding) != len(kernel) or not all(len(pair) == 2 and all(_is_int(v) and v >= 0 for v in pair)
+                                                  for pair in padding):
+            raise ValueError(f"{name}: padding given as pairs needs one (before, after) pair of ints >= 0 per "
+                             f"spatial dim ({len(kernel)}), got {padding!r}")
+        return tuple((int(before), int(after)) for before, after in padding)
     if isinstance(padding, str):
         if padding == "valid":
             return ((0, 0),) * len(kernel)
@@ -614,8 +637,34 @@ def _conv_padding(name: str, padding, kernel, stride, dilation) -> tuple[tuple[i
                                  f"(stride={stride})")
             totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
             return tuple((total // 2, total - total // 2) for total in totals)  # extra one after, as PyTorch
-        raise ValueError(f"{name}: padding must be an int, a tuple of ints, 'same' or 'valid', got {padding!r}")
+        raise ValueError(f"{name}: padding must be an int, a tuple of ints, 'same', 'valid' or a (before, after) "
+                         f"pair per spatial dim, got {padding!r}")
     return tuple((p, p) for p in _ints(padding, len(kernel), name, "padding"))
+
+
+def _without_padding_taps(weight: Tensor, sizes, pads, stride, dilation) -> tuple[Tensor, tuple[tuple[int, int], ...]]:
+    """(weight, pads) without the kernel taps that read only zero padding at every output (they add
+    nothing): a dilated convolution whose dilation reaches past the input from every output takes its
+    center tap alone. DeepLabV3's atrous pyramid, 960 -> 256 channels 3x3 at 20x20 with dilations 12,
+    24 and 36: the last two are 1x1 convolutions (5.7 ms each, 2 threads, and a padded copy of 92x92x960
+    values, otherwise). Per spatial dim, tap j reads padded positions j * dilation + o * stride for
+    the outputs o, and the input lies at [before, before + size): the taps whose span of positions
+    meets it are a range, kept, with the padding cut by the dropped taps' extent (negative: the
+    input is cropped)."""
+    keep, new_pads = [], []
+    for size, k, (before, after), s, d in zip(sizes, weight.shape[2:], pads, stride, dilation):
+        outputs = (size + before + after - d * (k - 1) - 1) // s + 1
+        span = (outputs - 1) * s
+        first = max(0, -((span - before) // d))           # j * d + span >= before
+        last = min(k - 1, (before + size - 1) // d)       # j * d <= before + size - 1
+        if first > last:  # no tap meets the input (only at stride gaps); leave the convolution whole
+            return weight, pads
+        keep.append((first, last + 1))
+        reach = span + (last - first) * d + 1              # padded positions the kept taps read
+        new_pads.append((before - first * d, reach - size - (before - first * d)))
+    if all(bounds == (0, k) for bounds, k in zip(keep, weight.shape[2:])):
+        return weight, pads
+    return weight.shrink(((0, weight.shape[0]), (0, weight.shape[1])) + tuple(keep)), tuple(new_pads)
 
 
 @computes_in_float32
@@ -626,8 +675,11 @@ def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dil
     stride = _ints(stride, dims, name, "stride", minimum=1)
     dilation = _ints(dilation, dims, name, "dilation", minimum=1)
     pads = _conv_padding(name, padding, kernel, stride, dilation)
+    _check_windows_fit(name, input.shape, tuple(size + lo + hi for size, (lo, hi) in zip(x.shape[2:], pads)), kernel,
+                       dilation)
+    weight, pads = _without_padding_taps(weight, x.shape[2:], pads, stride, dilation)
+    kernel = weight.shape[2:]
     padded = x.pad(((0, 0), (0, 0)) + pads)  # stored with its zeros when large (schedule/fuse.py)
-    _check_windows_fit(name, input.shape, padded.shape[2:], kernel, dilation)
     if x.requires_grad and Tensor.grad_enabled and math.prod(kernel) > 1 and all(s == 1 for s in stride) \
             and all(before == after for before, after in pads):
         # x's gradient is the transposed convolution of the output's: a convolution of the same
@@ -764,7 +816,7 @@ def _winograd_weight_panels(weight: Tensor, width: int) -> Tensor:
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
            groups: int = 1) -> Tensor:
     """1-D convolution (cross-correlation) of input (N, C_in, L) or (C_in, L) with weight
-    (C_out, C_in/groups, k); padding is an int, a 1-tuple, 'valid' or 'same'."""
+    (C_out, C_in/groups, k); padding is an int, a 1-tuple, 'valid', 'same' or ((before, after),)."""
     return _convolution("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
 
 
@@ -772,7 +824,8 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
            groups: int = 1) -> Tensor:
     """2-D convolution (cross-correlation) of input (N, C_in, H, W) or (C_in, H, W) with weight
     (C_out, C_in/groups, kH, kW). stride, padding and dilation are ints or pairs; padding may also be
-    'valid' or 'same' (stride 1 only; an odd total puts the extra row and column after, as PyTorch).
+    'valid' or 'same' (stride 1 only; an odd total puts the extra row and column after, as PyTorch),
+    or, beyond PyTorch, a (before, after) pair per spatial dim, as in every conv function here.
     With realized input and weight the whole forward, bias included, is one kernel (but see
     `_output_channels_last_product`)."""
     return _convolution("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)

@@ -3,10 +3,14 @@
 The front door of lazygrad.onnx. Loading parses the protobuf (proto.py), turns initializers into
 Tensors on the chosen device and looks up every node's operator in the table (registry.py), so that
 all unsupported operators are reported at once, before anything runs. Running walks the nodes in
-order and calls each operator. A node whose inputs are all small known constants (initializers,
-Constant and Shape outputs, earlier folded nodes) runs once on the NPY device and, when its outputs
-are small too, they become known constants (constant folding); a large result stays lazy, since a
-few bytes of model can ask for gigabytes (`ConstantOfShape([2**28])`). Nothing else is realized
+order and calls each operator. A node whose inputs are all known constants (initializers, Constant
+and Shape outputs, earlier folded nodes) runs once on the NPY device and its outputs become known
+constants (constant folding) when they are small or take no more bytes than its inputs (a weight
+sliced, concatenated or transposed: its kernels then read one plain buffer, where they computed the
+concatenation in every use: a GRU's gates, reordered from torch's, made each time step's kernel
+select between two weights, element by element); a larger result stays lazy, since a few bytes of
+model can ask for gigabytes (`ConstantOfShape([2**28])`) and an int8 weight's dequantized copy
+would take four times its bytes in every product that reads it. Nothing else is realized
 except small inputs an operator needs as numbers (a Reshape's shape), so the result Tensors are lazy
 and fuse like any other.
 """
@@ -28,7 +32,7 @@ from lazygrad.onnx.replay import Replays
 from lazygrad.realize import record_data_dependence
 from lazygrad.tensor import Tensor
 
-FOLD_LIMIT = 4096  # nodes whose constant inputs and whose outputs hold at most this many elements are folded
+FOLD_LIMIT = 4096  # outputs of at most this many elements are folded whatever their inputs
 
 
 def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -101,6 +105,7 @@ class OnnxModel:
         self.initializer_constants = dict(self.constants)
         # (a node's bytes, its inputs' values) -> the folded outputs (`_fold`), or None for a result too large
         self.folds: dict[tuple, list | None] = {}
+        self.folded_constants: dict[int, tuple[Tensor, np.ndarray]] = {}  # as `constants`, for the folds
         self.generators: dict[tuple, np.random.Generator] = {}  # a seeded random node's outputs -> its generator (OpContext.generator)
         self.replays = Replays()
 
@@ -188,7 +193,8 @@ class OnnxModel:
 
     def run_graph(self, values: dict) -> dict:
         """Walk the graph once for the input values (and initializers given as inputs) by name."""
-        self.constants = dict(self.initializer_constants)  # values known during the previous run are dropped
+        # values known during the previous run are dropped, but for the initializers and folds
+        self.constants = {**self.initializer_constants, **self.folded_constants}
         values = self._run_nodes(self.proto.graph.node, {**self.initializers, **values})
         return {info.name: values[info.name] for info in self.outputs}
 
@@ -247,23 +253,23 @@ class OnnxModel:
         return outputs
 
     def _foldable(self, node: onnx.NodeProto, inputs: list) -> bool:
-        """Whether a node only reads small known constants (no grads), so it can run once with numpy."""
+        """Whether a node only reads known constants (no grads), so it can run once with numpy."""
         present = [value for value in inputs if value is not None]
         if not present or _subgraphs(node) or not all(isinstance(value, Tensor) for value in present):
             return False
         if draws_random(node.domain, node.op_type):
             return False
-        if any(value.requires_grad or not self.is_known(value) for value in present):
-            return False
-        return sum(value.numel() for value in present) <= FOLD_LIMIT
+        return not any(value.requires_grad or not self.is_known(value) for value in present)
 
     def _fold(self, node, function, inputs: list, attributes: dict, opset: int, values: dict) -> list | None:
         """Run a node on the NPY device from its constant inputs; its outputs become known constants.
-        None when its outputs are large (small inputs can ask for a huge result): nothing has been
-        computed then, and the node runs lazily like any other. What a node folded to is kept for
-        the same input values, so later runs compute nothing on NPY: under the jit, whose capture
-        cannot replay work done without kernels, a model folding its quantization scales (ResNet-18
-        quantized by ONNX Runtime) replays instead of running plainly on every call."""
+        None when its outputs hold more than FOLD_LIMIT elements and more bytes than its inputs
+        (small inputs can ask for a huge result): nothing has been computed then, and the node runs
+        lazily like any other. What a node folded to is kept for the same input values, so later
+        runs compute nothing on NPY: under the jit, whose capture cannot replay work done without
+        kernels, a model folding its quantization scales (ResNet-18 quantized by ONNX Runtime)
+        replays instead of running plainly on every call. Kept with its Tensor on the model's
+        device, which later runs read again rather than copying it anew."""
         arrays = [None if value is None else self.concrete(value) for value in inputs]
         # the node by its bytes: iterating a protobuf's nodes may give new Python objects every run
         key = (node.SerializeToString(), tuple(None if array is None else (array.dtype.str, array.shape,
@@ -271,13 +277,19 @@ class OnnxModel:
         if key not in self.folds:
             host_inputs = [None if array is None else self.constant(array, "NPY") for array in arrays]
             outputs = self._call(function, OpContext(self, node, opset, values, device="NPY"), host_inputs, attributes)
-            large = sum(output.numel() for output in outputs if isinstance(output, Tensor)) > FOLD_LIMIT
-            self.folds[key] = None if large else [(True, output.numpy()) if isinstance(output, Tensor)
-                                                  else (False, output) for output in outputs]
-        folded = self.folds[key]
-        if folded is None:
-            return None
-        return [self.constant(output) if is_array else output for is_array, output in folded]
+            tensors = [output for output in outputs if isinstance(output, Tensor)]
+            large = sum(output.numel() for output in tensors) > FOLD_LIMIT and \
+                sum(output.numel() * output.dtype.itemsize for output in tensors) > \
+                sum(array.nbytes for array in arrays if array is not None)
+            self.folds[key] = None if large else [self._folded_constant(output.numpy()) if isinstance(output, Tensor)
+                                                  else output for output in outputs]
+        return self.folds[key]
+
+    def _folded_constant(self, array: np.ndarray) -> Tensor:
+        """A known constant that every later run knows too, as it knows the initializers."""
+        tensor = self.constant(array)
+        self.folded_constants[id(tensor)] = self.constants[id(tensor)]
+        return tensor
 
     def _run_function(self, node: onnx.NodeProto, inputs: list, values: dict, opset: int) -> list:
         """Run a node whose operator the ONNX standard defines as a function of other operators."""

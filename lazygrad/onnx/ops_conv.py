@@ -174,12 +174,17 @@ def convolution(x: Tensor, w: Tensor, bias, strides, dilations, pairs, group: in
     dims = x.ndim - 2
     if dims not in CONVOLUTIONS:
         raise NotImplementedError(f"Conv with {dims} spatial dims (1 to 3 are supported)")
-    x = x.pad(((0, 0), (0, 0)) + tuple(pairs))
+    if any(before < 0 or after < 0 for before, after in pairs):  # negative pads crop the input first
+        x = x.pad(((0, 0), (0, 0)) + tuple((min(before, 0), min(after, 0)) for before, after in pairs))
+        pairs = [(max(before, 0), max(after, 0)) for before, after in pairs]
+    # the padding passed, not applied here: the convolution drops taps that read only padding
+    padding = tuple(tuple(pair) for pair in pairs)
     if x.dtype == dtypes.float16:  # accumulate in float32, as numpy does for half products
         result = CONVOLUTIONS[dims](x.float(), w.float(), None if bias is None else bias.float(),
-                                    stride=tuple(strides), dilation=tuple(dilations), groups=group)
+                                    stride=tuple(strides), padding=padding, dilation=tuple(dilations), groups=group)
         return result.half()
-    return CONVOLUTIONS[dims](x, w, bias, stride=tuple(strides), dilation=tuple(dilations), groups=group)
+    return CONVOLUTIONS[dims](x, w, bias, stride=tuple(strides), padding=padding, dilation=tuple(dilations),
+                              groups=group)
 
 
 @onnx_op("Conv")

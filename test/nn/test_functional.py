@@ -224,6 +224,13 @@ CONV2D_CASES = [
     ((1, 8, 9, 7), (8, 1, 3, 3), 2, (1, 2), (1, 2), 8, False),
     # 1x1 over more than 256 positions: output channels last
     ((1, 16, 17, 17), (32, 16, 1, 1), 1, 0, 1, 1, True),
+    # dilations reaching past the input: the taps reading only padding are dropped (a 1x1 convolution;
+    # grouped and strided, the center tap alone, reading rows and columns inside the input: cropped)
+    ((1, 3, 5, 6), (4, 3, 3, 3), 1, 6, 6, 1, True),
+    ((2, 4, 6, 7), (6, 2, 3, 3), 2, 3, 5, 2, True),
+    ((2, 4, 4, 5), (6, 4, 3, 3), 2, 3, 3, 1, False),  # the first row of taps dropped, the padding after kept
+    ((1, 3, 6, 5), (4, 3, 3, 2), 1, ((1, 2), (0, 3)), 1, 1, True),  # (before, after) per dim (ONNX's pads)
+    ((1, 3, 4, 4), (2, 3, 3, 3), 1, ((0, 8), (8, 0)), 4, 1, False),  # one-sided, past the input: taps dropped
 ]
 
 
@@ -241,6 +248,8 @@ def test_conv2d(number, device):
         pads = _same_pads(w_shape[2:], dilation2)
     elif padding == "valid":
         pads = [(0, 0)] * 2
+    elif isinstance(padding, tuple) and isinstance(padding[0], tuple):
+        pads = list(padding)
     else:
         pads = [(p, p) for p in ((padding,) * 2 if isinstance(padding, int) else padding)]
     out = F.conv2d(Tensor(x, device=device), Tensor(w, device=device),
@@ -361,6 +370,22 @@ def test_conv2d_forward_with_bias_is_one_kernel():
         out = F.conv2d(x, w, b, **kwargs).realize()
         assert stats.kernels == 1, kwargs
         assert np.isfinite(out.numpy()).all()
+
+
+def test_a_dilated_convolution_reaching_past_the_input_multiplies_only_the_taps_that_meet_it():
+    """DeepLabV3's atrous pyramid at 20x20: 3x3 taps 24 apart, each past the input from every output
+    but the center one, which reads the input unpadded (nn/spatial.py `_without_padding_taps`): the
+    product sums over the channels alone, one term in nine; at a dilation of 12 every tap meets the
+    input, and all nine stay. Values match numpy's convolution either way."""
+    from lazygrad.schedule.fuse import create_schedule
+    draw = np.random.default_rng(11)
+    x, w = draw.standard_normal((1, 16, 20, 20), np.float32), draw.standard_normal((16, 16, 3, 3), np.float32)
+    for dilation, terms in ((24, 16), (12, 16 * 9)):
+        out = F.conv2d(Tensor(x), Tensor(w), padding=dilation, dilation=dilation)
+        (kernel,) = [item.kernel for item in create_schedule([out.lazydata]) if item.kernel is not None
+                     and item.kernel.reduce_axes]
+        assert math.prod(kernel.full_shape[axis] for axis in kernel.reduce_axes) == terms, kernel.full_shape
+        close(out, conv_reference(x, w, None, (1, 1), [(dilation, dilation)] * 2, (dilation, dilation), 1), atol=1e-3)
 
 
 # ---- pooling -------------------------------------------------------------------------------------
@@ -929,7 +954,13 @@ ERRORS = [
     (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), stride=2, padding="same"), ValueError,
      r"conv2d: padding='same' is not supported for strided convolutions"),
     (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), padding="full"), ValueError,
-     r"conv2d: padding must be an int, a tuple of ints, 'same' or 'valid', got 'full'"),
+     r"conv2d: padding must be an int, a tuple of ints, 'same', 'valid' or a \(before, after\) pair per spatial "
+     r"dim, got 'full'"),
+    (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), padding=((1, 2), (0, -1))), ValueError,
+     r"conv2d: padding given as pairs needs one \(before, after\) pair of ints >= 0 per spatial dim \(2\), got "
+     r"\(\(1, 2\), \(0, -1\)\)"),
+    (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), padding=((1, 2),)), ValueError,
+     r"conv2d: padding given as pairs needs one \(before, after\) pair"),
     (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), stride=(1, 2, 3)), ValueError,
      r"conv2d: stride must be an int or a tuple of 2 ints, got \(1, 2, 3\)"),
     (lambda: F.conv2d(_t(1, 3, 8, 8), _t(4, 3, 3, 3), dilation=0), ValueError, r"conv2d: dilation must be at least 1"),

@@ -63,6 +63,12 @@ CASES = {
     "conv2d_depthwise_channels_last_dilated": (lambda x, w: projected(F.conv2d(x, w, padding=(2, 1), dilation=(2, 1),
                                                                                 groups=8)),
                                                [randn(2, 8, 6, 5), randn(8, 1, 3, 2)]),
+    # taps reading only padding at every output are dropped (nn/spatial.py `_without_padding_taps`):
+    # all but the center one; strided, the center one reading inside the input, which is cropped
+    "conv2d_dilated_past_the_input": (lambda x, w, b: projected(F.conv2d(x, w, b, padding=4, dilation=4)),
+                                      [randn(1, 2, 3, 4), randn(3, 2, 3, 3), randn(3)]),
+    "conv2d_dilated_strided_cropped": (lambda x, w: projected(F.conv2d(x, w, stride=2, padding=3, dilation=5)),
+                                       [randn(2, 2, 6, 7), randn(3, 2, 3, 3)]),
     "conv2d_pointwise_channels_last": (lambda x, w: projected(F.conv2d(x, w)), [randn(1, 3, 4, 5), randn(16, 3, 1, 1)]),
     # a stride beyond the kernel: the input gradient's phases (nn/spatial.py _fold_windows) that no
     # offset reaches are zeros, and rows and columns past the last window get none
