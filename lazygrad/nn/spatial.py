@@ -205,6 +205,8 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
             windows = pool_windows(stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims))), kernel, stride, dilation)
             return _output_channels_last_product(windows, weight, channels_innermost=True)
         return _output_channels_last_product(windows, weight)
+    if _grouped_channels_last(x, groups, weight):
+        return _grouped_channels_last_product(windows, weight, groups)
     if stored_out_of_order(first_shard(x.lazydata)):  # stored channels last: the vector below walks x's columns,
         windows = pool_windows(x.contiguous(), kernel, stride, dilation)  # so read a copy in this order
     windows = windows.reshape((batch, groups, group_channels) + outputs + kernel)
@@ -396,6 +398,55 @@ def _output_channels_last_product(windows: Tensor, weight: Tensor, channels_inne
     laid_out_windows = windows.permute((0,) + spatial + (1,) + kernel_axes).unsqueeze(1).unsqueeze(1)
     grouped = result.reshape((batch, 1, out_channels) + outputs)
     return grouped._with_gradient((laid_out_weight, laid_out_windows), _windowed_product_gradient).reshape(result.shape)
+
+
+def _grouped_channels_last(x: Tensor, groups: int, weight: Tensor) -> bool:
+    """Whether a grouped convolution runs as `_grouped_channels_last_product`: on the CPU device, more
+    than one input channel a group (not depthwise), CHANNEL_PANEL or more output channels a group in
+    whole half panels, and no gradient to record (its rule is written for the other layout). With
+    channels in the middle the tile's vector was a run of a row's columns (14, 7) and its rows a
+    group's channels. 2 threads, conv2d + relu jitted, ms, before -> after: RegNetX's 408 channels
+    in 17 groups at 14x14 0.35 -> 0.21, 168 in 7 at 28x28 0.38 -> 0.27, 912 in 38 at 7x7 0.35 ->
+    0.11; ResNeXt's 512 in 32 groups at 14x14 0.29 -> 0.14, 1024 in 32 at 7x7 0.50 -> 0.12, strided
+    512 at 28x28 0.37 -> 0.20, at batch 8 2.5 -> 1.25. 8 channels a group (ResNeXt's 256 in 32 at
+    28x28) measured 0.26 -> 0.39 and keep the other layout."""
+    group_outputs = weight.shape[0] // groups
+    return (device_kind(x.device) == "CPU" and groups > 1 and weight.shape[1] > 1
+            and group_outputs >= CHANNEL_PANEL and group_outputs % (CHANNEL_PANEL // 2) == 0
+            and not (Tensor.grad_enabled and (x.requires_grad or weight.requires_grad)))
+
+
+def _grouped_channels_last_product(windows: Tensor, weight: Tensor, groups: int) -> Tensor:
+    """A grouped convolution of `windows` (N, C, *outputs, *kernel) with weight (O, C/groups, *kernel)
+    computed in (N, *outputs, groups, O/groups) order, each group's output channels in panels as
+    `_output_channels_last_product`'s (a register tile of a panel by a run of output columns, each
+    window value broadcast), returned as an (N, O, *outputs) view. The weight's panels are kept
+    between calls (`kept_copy`)."""
+    dims = weight.ndim - 2
+    batch, outputs = windows.shape[0], windows.shape[2:2 + dims]
+    out_channels, group_channels, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+    group_outputs = out_channels // groups
+    width = _channel_panel(group_outputs)
+    panels = kept_copy("grouped convolution panels", weight, _grouped_channel_panels, (groups, width))
+    with no_grad():
+        spatial, kernel_axes = tuple(range(3, 3 + dims)), tuple(range(3 + dims, 3 + 2 * dims))
+        left = windows.reshape((batch, groups, group_channels) + outputs + kernel)
+        left = left.permute((0,) + spatial + (1, 2) + kernel_axes)                    # (N, *outputs, G, Cg, *kernel)
+        left = left.reshape((batch,) + outputs + (groups, 1, 1, group_channels) + kernel)
+        right = panels.permute((0, 1, 3 + dims, 2) + tuple(range(3, 3 + dims)))        # (G, Og/P, P, Cg, *kernel)
+        right = right.reshape((1,) * (1 + dims) + right.shape)
+        summed = (left * right)._reduce(Ops.SUM, tuple(range(4 + dims, 5 + 2 * dims)), False, "convolution")
+        result = summed.reshape((batch,) + outputs + (out_channels,))
+        return result.permute((0, 1 + dims) + tuple(range(1, 1 + dims)))
+
+
+def _grouped_channel_panels(weight: Tensor, groups: int, width: int) -> Tensor:
+    """weight (O, Cg, *kernel) of `groups` groups copied into panels of `width` output channels per
+    group: (G, Og/P, Cg, *kernel, P)."""
+    dims = weight.ndim - 2
+    group_channels, kernel = weight.shape[1], weight.shape[2:]
+    panels = weight.reshape((groups, weight.shape[0] // groups // width, width, group_channels) + kernel)
+    return panels.permute((0, 1, 3) + tuple(range(4, 4 + dims)) + (2,)).contiguous()
 
 
 def _channel_panels(weight: Tensor, computed: int, width: int, channels_innermost: bool) -> Tensor:

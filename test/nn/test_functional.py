@@ -229,6 +229,9 @@ CONV2D_CASES = [
     ((1, 3, 5, 6), (4, 3, 3, 3), 1, 6, 6, 1, True),
     ((2, 4, 6, 7), (6, 2, 3, 3), 2, 3, 5, 2, True),
     ((2, 4, 4, 5), (6, 4, 3, 3), 2, 3, 3, 1, False),  # the first row of taps dropped, the padding after kept
+    # grouped with 16 and 24 output channels a group: channels last on CPU without gradients, in panels
+    ((1, 8, 6, 7), (32, 4, 3, 3), 1, 1, 1, 2, True),
+    ((2, 6, 7, 7), (72, 2, 3, 3), 2, 1, (1, 2), 3, False),
     ((1, 3, 6, 5), (4, 3, 3, 2), 1, ((1, 2), (0, 3)), 1, 1, True),  # (before, after) per dim (ONNX's pads)
     ((1, 3, 4, 4), (2, 3, 3, 3), 1, ((0, 8), (8, 0)), 4, 1, False),  # one-sided, past the input: taps dropped
 ]
