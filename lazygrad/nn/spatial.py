@@ -200,11 +200,18 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
     if _pointwise(x.device, groups, weight.shape, batch * math.prod(outputs)):
         return _pointwise_product(windows, weight)
     if _channels_last(x, groups, weight.shape, strided=any(size > 1 for size in stride), columns=outputs[-1]):
+        columns = _tiled_columns(outputs[-1], out_channels * group_channels * math.prod(kernel))
+        if columns != outputs[-1]:  # more output columns, read from zeros past the input, cut off after
+            needed = (columns - 1) * stride[-1] + dilation[-1] * (kernel[-1] - 1) + 1
+            x = x.pad(((0, 0),) * (x.ndim - 1) + ((0, needed - x.shape[-1]),))
+            windows = pool_windows(x, kernel, stride, dilation)
         if _reads_channels_last_values(x):
             stored = _channels_last_padded(x, dims, strided=False)  # (N, *padded, C), a copy
             windows = pool_windows(stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims))), kernel, stride, dilation)
-            return _output_channels_last_product(windows, weight, channels_innermost=True)
-        return _output_channels_last_product(windows, weight)
+            result = _output_channels_last_product(windows, weight, channels_innermost=True)
+        else:
+            result = _output_channels_last_product(windows, weight)
+        return result if columns == outputs[-1] else result[..., :outputs[-1]]
     if _grouped_channels_last(x, groups, weight):
         return _grouped_channels_last_product(windows, weight, groups)
     if stored_out_of_order(first_shard(x.lazydata)):  # stored channels last: the vector below walks x's columns,
@@ -296,6 +303,31 @@ DEPTHWISE_CHANNEL_VECTOR = 8
 # Window elements (input channels times kernel positions) from which a convolution computes with
 # its output channels last.
 CHANNELS_LAST_MIN_WINDOW = 512
+
+
+# A convolution computed channels last whose output columns no register tile's row count divides,
+# TILED_COLUMNS_FROM of them or more, computes extra columns up to a multiple of TILED_COLUMNS where
+# each output position takes TILED_COLUMNS_MIN_WORK multiply-adds or more (`_tiled_columns`).
+TILED_COLUMNS_FROM = 32
+TILED_COLUMNS = 8
+TILED_COLUMNS_MIN_WORK = 4096
+
+
+def _tiled_columns(columns: int, work: int) -> int:
+    """The output columns a convolution computed channels last computes, `work` multiply-adds each
+    position: its own, or, where none of 4 or more of the register tile's row counts
+    (codegen/opts.py MATMUL_ROW_CHOICES, ODD_ROW_CHOICES) divides them, the next multiple of
+    TILED_COLUMNS, read from zeros past the input (a prime, 109: the tile was one column by every
+    panel of output channels, each panel's weights loaded for one window value). 2 threads:
+    SqueezeNet 1.0's first convolution, 3 -> 96 channels 7x7 with stride 2 (14,112 multiply-adds a
+    position), 2.7 -> 1.5 ms with the copy of its input that the extra columns read, the model
+    6.4 -> 5.5 ms; Inception-v3's 1x1 convolution 64 -> 80 channels at 73x73 (5,120) 0.36 -> 0.32.
+    Its first convolution, 3 -> 32 channels 3x3 (864), took as long with the copy: left as it is."""
+    from lazygrad.codegen.opts import MATMUL_ROW_CHOICES, ODD_ROW_CHOICES
+    if columns < TILED_COLUMNS_FROM or work < TILED_COLUMNS_MIN_WORK \
+            or any(columns % rows == 0 for rows in MATMUL_ROW_CHOICES + ODD_ROW_CHOICES if rows >= 4):
+        return columns
+    return -(-columns // TILED_COLUMNS) * TILED_COLUMNS
 
 
 def _channels_last(x: Tensor, groups: int, weight_shape, strided: bool = False, columns: int = 0) -> bool:

@@ -370,6 +370,23 @@ def test_a_convolution_of_an_input_computed_channels_last_computes_output_channe
     np.testing.assert_allclose(out.numpy(), np.einsum("nchwij,ocij->nohw", windows, second), rtol=1e-4, atol=1e-3)
 
 
+def test_a_convolution_whose_columns_no_tile_divides_computes_whole_tiles_of_columns():
+    """SqueezeNet 1.0's first convolution, 3 -> 96 channels 7x7 with stride 2 over 224 columns: 109
+    output columns, a prime, which no tile's row count divides, so its tile was one column by the six
+    panels of output channels (2.7 ms, 2 threads); computed as 112, the input read with zeros past
+    its last column and the 3 extra columns cut off, 8 columns by a panel (1.5 ms with that copy).
+    A product of little work a position (3 -> 32 channels 3x3) keeps its 109. Values match numpy."""
+    rng = np.random.default_rng(12)
+    x_value = rng.standard_normal((1, 3, 13, 224)).astype(np.float32)
+    for out_channels, size, columns in ((96, 7, 112), (32, 3, 111)):
+        w_value = rng.standard_normal((out_channels, 3, size, size)).astype(np.float32)
+        out = Tensor(x_value).conv2d(Tensor(w_value), stride=2)
+        kernel, _ = product_kernel_of(out)
+        assert kernel.full_shape[1] == columns, kernel.full_shape
+        windows = np.lib.stride_tricks.sliding_window_view(x_value, (size, size), axis=(2, 3))[:, :, ::2, ::2]
+        np.testing.assert_allclose(out.numpy(), np.einsum("nchwij,ocij->nohw", windows, w_value), rtol=1e-4, atol=1e-3)
+
+
 def test_a_grouped_convolution_without_gradients_computes_each_groups_output_channels_last():
     """RegNetX's and ResNeXt's grouped 3x3 convolutions (16 or more output channels a group): with
     channels in the middle the tile's vector was a run of 14 or 7 columns and its rows a group's

@@ -232,6 +232,8 @@ CONV2D_CASES = [
     # grouped with 16 and 24 output channels a group: channels last on CPU without gradients, in panels
     ((1, 8, 6, 7), (32, 4, 3, 3), 1, 1, 1, 2, True),
     ((2, 6, 7, 7), (72, 2, 3, 3), 2, 1, (1, 2), 3, False),
+    # 37 output columns (a prime), channels last on CPU: computed as 40, the last 3 read from zeros, cut off
+    ((1, 3, 9, 79), (96, 3, 7, 7), 2, 0, 1, 1, True),
     ((1, 3, 6, 5), (4, 3, 3, 2), 1, ((1, 2), (0, 3)), 1, 1, True),  # (before, after) per dim (ONNX's pads)
     ((1, 3, 4, 4), (2, 3, 3, 3), 1, ((0, 8), (8, 0)), 4, 1, False),  # one-sided, past the input: taps dropped
 ]
