@@ -1,9 +1,10 @@
-"""Image models people run, beyond the four of bench_models.py: torchvision's architectures exported
-to ONNX by torch and run through lazygrad.onnx (called plainly, as a user would: from its fourth call
-OnnxModel replays the kernels its third launched), against ONNX Runtime and torch eager, on
-the CPU at a chosen thread count. Each model is batch 1 at its usual resolution, with seeded random
-weights (parameters torchvision initializes to zero, as ViT's head, drawn too, so the check means
-something); the exports are cached under --onnx-dir.
+"""Models people run, beyond the four of bench_models.py: torchvision's architectures (classification,
+one segmentation and one video model) and two sequence models (a 2-layer GRU and a 1-D convolution
+stack, an audio model's front end) exported to ONNX by torch and run through lazygrad.onnx (called
+plainly, as a user would: from its fourth call OnnxModel replays the kernels its third launched),
+against ONNX Runtime and torch eager, on the CPU at a chosen thread count. Each model is batch 1 at
+its usual resolution, with seeded random weights (parameters torchvision initializes to zero, as
+ViT's head, drawn too, so the check means something); the exports are cached under --onnx-dir.
 
     python extra/bench/bench_zoo.py                                   # every model, 2 threads
     python extra/bench/bench_zoo.py --models vit_b_16,densenet121 --threads 1 --repeats 9
@@ -49,20 +50,63 @@ except ImportError as missing:
 else:
     from bench_models import ort_options
 
-# (torchvision name, input resolution): convolutions of many shapes (odd sizes, grouped,
-# depthwise, squeeze-and-excitation, dense concatenations) and two vision transformers
+# name -> input shape: torchvision's classifiers (convolutions of many shapes: odd sizes, grouped,
+# depthwise, squeeze-and-excitation, dense concatenations, a flatten into large Linears; two vision
+# transformers), a segmentation model (dilated convolutions), a video one ((2+1)-D convolutions) and
+# two sequence models (`sequence_model`)
 MODELS = {
-    "resnet50": 224, "densenet121": 224, "googlenet": 224, "inception_v3": 299, "squeezenet1_1": 224,
-    "shufflenet_v2_x1_0": 224, "mnasnet1_0": 224, "mobilenet_v3_small": 224, "efficientnet_b0": 224,
-    "regnet_y_400mf": 224, "convnext_tiny": 224, "vit_b_16": 224, "swin_t": 224,
+    "resnet50": (1, 3, 224, 224), "densenet121": (1, 3, 224, 224), "googlenet": (1, 3, 224, 224),
+    "inception_v3": (1, 3, 299, 299), "squeezenet1_1": (1, 3, 224, 224), "shufflenet_v2_x1_0": (1, 3, 224, 224),
+    "mnasnet1_0": (1, 3, 224, 224), "mobilenet_v3_small": (1, 3, 224, 224), "efficientnet_b0": (1, 3, 224, 224),
+    "regnet_y_400mf": (1, 3, 224, 224), "convnext_tiny": (1, 3, 224, 224), "vit_b_16": (1, 3, 224, 224),
+    "swin_t": (1, 3, 224, 224), "vgg11_bn": (1, 3, 224, 224), "squeezenet1_0": (1, 3, 224, 224),
+    "resnext50_32x4d": (1, 3, 224, 224), "regnet_x_1_6gf": (1, 3, 224, 224),
+    "deeplabv3_mobilenet_v3_large": (1, 3, 320, 320), "r2plus1d_18": (1, 3, 16, 112, 112),
+    "gru": (1, 64, 256), "conv1d": (1, 80, 3000),
 }
 TOLERANCE = 1e-3
 
 
+def sequence_model(name: str):
+    """The two sequence models: a 2-layer GRU of width 512 over 256 features then a Linear to 10
+    classes at every step (64 steps), or six Conv1d of kernel 5 (80 then 64 channels) and ReLU over
+    3000 positions."""
+    if name == "gru":
+        class Recurrent(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gru, self.head = torch.nn.GRU(256, 512, num_layers=2, batch_first=True), torch.nn.Linear(512, 10)
+
+            def forward(self, x):
+                return self.head(self.gru(x)[0])
+        return Recurrent()
+    layers = []
+    for index in range(6):
+        layers += [torch.nn.Conv1d(80 if index == 0 else 64, 64, 5, padding=2), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers)
+
+
+class MainOutput(torch.nn.Module if torch is not None else object):
+    """A segmentation model's "out" (its output is a dict)."""
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
 def reference_model(name: str, seed: int):
     torch.manual_seed(seed)
-    model = getattr(torchvision.models, name)(weights=None, **({"aux_logits": False, "init_weights": True}
-                                                              if name in ("googlenet", "inception_v3") else {}))
+    if name in ("gru", "conv1d"):
+        model = sequence_model(name)
+    elif name.startswith("deeplabv3"):
+        model = MainOutput(getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None))
+    elif name == "r2plus1d_18":
+        model = torchvision.models.video.r2plus1d_18(weights=None)
+    else:
+        model = getattr(torchvision.models, name)(weights=None, **({"aux_logits": False, "init_weights": True}
+                                                                 if name in ("googlenet", "inception_v3") else {}))
     with torch.no_grad():
         for parameter in model.parameters():
             if not parameter.any():
@@ -86,8 +130,7 @@ def onnx_file(name: str, model, image: np.ndarray, directory: Path, seed: int) -
 
 
 def run_model(name: str, args) -> dict:
-    size = MODELS[name]
-    image = np.random.default_rng(args.seed).standard_normal((1, 3, size, size)).astype(np.float32)
+    image = np.random.default_rng(args.seed).standard_normal(MODELS[name]).astype(np.float32)
     model = reference_model(name, args.seed)
     path = onnx_file(name, model, image, Path(args.onnx_dir), args.seed)
     session = onnxruntime.InferenceSession(str(path), ort_options(args.threads), providers=["CPUExecutionProvider"])
@@ -144,14 +187,14 @@ def main() -> int:
     print(f"machine : {cpu_model()}, {args.threads} thread(s); torch {torch.__version__}, "
           f"torchvision {torchvision.__version__}, onnxruntime {onnxruntime.__version__}")
     print(f"timing  : 3 untimed calls per route, then the median of {args.repeats} rounds of every route in turn (ms)\n")
-    print(f"{'model':<20} {'lazygrad':>9} {'ort':>8} {'torch':>8} {'lg/ort':>7} {'lg/torch':>8} "
+    print(f"{'model':<28} {'lazygrad':>9} {'ort':>8} {'torch':>8} {'lg/ort':>7} {'lg/torch':>8} "
           f"{'kernels':>8} {'first call':>10}  check")
     failed = False
     for name in names:
         result = run_model(name, args)
         ok = result["error"] <= TOLERANCE
         failed |= not ok
-        print(f"{name:<20} {result['lazygrad']:9.1f} {result['ort']:8.1f} {result['torch']:8.1f} "
+        print(f"{name:<28} {result['lazygrad']:9.1f} {result['ort']:8.1f} {result['torch']:8.1f} "
               f"{result['lazygrad'] / result['ort']:7.2f} {result['lazygrad'] / result['torch']:8.2f} "
               f"{result['kernels']:8d} {result['first']:9.1f}s  "
               f"{'OK' if ok else 'DIFFERS'} ({result['error']:.1e})", flush=True)
