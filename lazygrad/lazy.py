@@ -468,13 +468,13 @@ STORED_READ_WALK_NODES = 64
 
 
 def reads_stored_in(node: LazyBuffer, order: tuple[int, ...]) -> bool:
-    """Whether node's elementwise ops (through pads: a concatenation's operands) read some computed
-    value stored in `order` of node's axes (a convolution's channels-last output). The walk stops
-    after STORED_READ_WALK_NODES nodes."""
+    """Whether node's elementwise ops (through pads and shrinks: a concatenation's operands, a band
+    of a convolution's input) read some computed value stored in `order` of node's axes (a
+    convolution's channels-last output). The walk stops after STORED_READ_WALK_NODES nodes."""
     stack, seen = [node], set()
     while stack and len(seen) < STORED_READ_WALK_NODES:
         current = stack.pop()
-        while current.op is Ops.PAD and current.buffer is None:
+        while (current.op is Ops.PAD or current.op is Ops.SHRINK) and current.buffer is None:
             current = current.srcs[0]
         if id(current) in seen:
             continue

@@ -205,7 +205,7 @@ def _windowed_product(x: Tensor, weight: Tensor, stride, dilation, groups: int) 
             needed = (columns - 1) * stride[-1] + dilation[-1] * (kernel[-1] - 1) + 1
             x = x.pad(((0, 0),) * (x.ndim - 1) + ((0, needed - x.shape[-1]),))
             windows = pool_windows(x, kernel, stride, dilation)
-        if _reads_channels_last_values(x):
+        if _reads_channels_last_values(x) or (math.prod(kernel) > 1 and _computed_channels_last(x)):
             stored = _channels_last_padded(x, dims, strided=False)  # (N, *padded, C), a copy
             windows = pool_windows(stored.permute((0, 1 + dims) + tuple(range(1, 1 + dims))), kernel, stride, dilation)
             result = _output_channels_last_product(windows, weight, channels_innermost=True)
@@ -310,7 +310,7 @@ CHANNELS_LAST_MIN_WINDOW = 512
 # each output position takes TILED_COLUMNS_MIN_WORK multiply-adds or more (`_tiled_columns`).
 TILED_COLUMNS_FROM = 32
 TILED_COLUMNS = 8
-TILED_COLUMNS_MIN_WORK = 4096
+TILED_COLUMNS_MIN_WORK = 8192
 
 
 def _tiled_columns(columns: int, work: int) -> int:
@@ -321,8 +321,9 @@ def _tiled_columns(columns: int, work: int) -> int:
     panel of output channels, each panel's weights loaded for one window value). 2 threads:
     SqueezeNet 1.0's first convolution, 3 -> 96 channels 7x7 with stride 2 (14,112 multiply-adds a
     position), 2.7 -> 1.5 ms with the copy of its input that the extra columns read, the model
-    6.4 -> 5.5 ms; Inception-v3's 1x1 convolution 64 -> 80 channels at 73x73 (5,120) 0.36 -> 0.32.
-    Its first convolution, 3 -> 32 channels 3x3 (864), took as long with the copy: left as it is."""
+    6.4 -> 5.5 ms. Inception-v3's 1x1 convolution 64 -> 80 channels at 73x73 (5,120) measured 0.36
+    -> 0.32 ms in one run and 0.15 -> 0.21 in another, its first convolution, 3 -> 32 channels 3x3
+    (864), as long with the copy: both are left as they are."""
     from lazygrad.codegen.opts import MATMUL_ROW_CHOICES, ODD_ROW_CHOICES
     if columns < TILED_COLUMNS_FROM or work < TILED_COLUMNS_MIN_WORK \
             or any(columns % rows == 0 for rows in MATMUL_ROW_CHOICES + ODD_ROW_CHOICES if rows >= 4):
@@ -750,6 +751,32 @@ def _without_padding_taps(weight: Tensor, sizes, pads, stride, dilation) -> tupl
     return weight.shrink(((0, weight.shape[0]), (0, weight.shape[1])) + tuple(keep)), tuple(new_pads)
 
 
+# A spatial dim of a convolution is split into bands of outputs (`_band_split`) where the taps that
+# meet the input leave out at least this share of its multiply-adds along that dim.
+BAND_MIN_SAVING = 0.2
+
+
+def _band_split(sizes, kernel, pads, stride, dilation) -> tuple[int, list[tuple[int, int]]] | None:
+    """(dim, output bands) to compute a convolution in, band by band, or None. Along each spatial dim
+    tap j meets the input for a range of outputs; where those ranges leave out BAND_MIN_SAVING of
+    that dim's taps and outputs, the outputs split at their ends, so that every band reads the
+    same taps, and each band's convolution drops the others (`_without_padding_taps`). DeepLabV3's
+    atrous pyramid at 40x40 (ResNet-50, output stride 8), 2048 -> 256 channels 3x3 with dilations
+    12, 24 and 36: 64%, 36% and 16% of its multiply-adds meet the input. The dim that leaves out
+    the most is split; the bands' own convolutions split the other."""
+    best = None
+    for dim, (size, k, (before, after), s, d) in enumerate(zip(sizes, kernel, pads, stride, dilation)):
+        outputs = (size + before + after - d * (k - 1) - 1) // s + 1
+        ranges = [(max(0, -(-(before - j * d) // s)), min(outputs, (before + size - 1 - j * d) // s + 1))
+                  for j in range(k)]
+        live = sum(max(0, end - start) for start, end in ranges)
+        saving = 1 - live / (k * outputs)
+        if saving >= BAND_MIN_SAVING - 1e-9 and (best is None or saving > best[0]):
+            cuts = sorted({0, outputs} | {min(max(edge, 0), outputs) for bounds in ranges for edge in bounds})
+            best = (saving, dim, [(start, end) for start, end in zip(cuts, cuts[1:]) if end > start])
+    return None if best is None or len(best[2]) < 2 else (best[1], best[2])
+
+
 @computes_in_float32
 def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dilation, groups) -> Tensor:
     x, unbatched = _batched(name, input, dims)
@@ -762,6 +789,22 @@ def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dil
                        dilation)
     weight, pads = _without_padding_taps(weight, x.shape[2:], pads, stride, dilation)
     kernel = weight.shape[2:]
+    split = None if Tensor.grad_enabled and (x.requires_grad or weight.requires_grad) else \
+        _band_split(x.shape[2:], kernel, pads, stride, dilation)
+    if split is not None:  # bands of outputs, each reading its own taps
+        dim, bands = split
+        parts = []
+        for start, end in bands:
+            before = pads[dim][0] - start * stride[dim]
+            after = (end - start - 1) * stride[dim] + (kernel[dim] - 1) * dilation[dim] + 1 - x.shape[2 + dim] - before
+            band_pads = pads[:dim] + ((before, after),) + pads[dim + 1:]  # negative where the input is cut
+            cropped = x.pad(((0, 0), (0, 0)) + tuple((min(lo, 0), min(hi, 0)) for lo, hi in band_pads))
+            parts.append(_convolution(name, dims, cropped, weight, None, stride,
+                                      tuple((max(lo, 0), max(hi, 0)) for lo, hi in band_pads), dilation, groups))
+        out = parts[0].cat(*parts[1:], dim=2 + dim)
+        if bias is not None:
+            out = out + bias.reshape((1, bias.shape[0]) + (1,) * dims)
+        return out.squeeze(0) if unbatched else out
     padded = x.pad(((0, 0), (0, 0)) + pads)  # stored with its zeros when large (schedule/fuse.py)
     if x.requires_grad and Tensor.grad_enabled and math.prod(kernel) > 1 and all(s == 1 for s in stride) \
             and all(before == after for before, after in pads):

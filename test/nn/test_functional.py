@@ -232,6 +232,9 @@ CONV2D_CASES = [
     # grouped with 16 and 24 output channels a group: channels last on CPU without gradients, in panels
     ((1, 8, 6, 7), (32, 4, 3, 3), 1, 1, 1, 2, True),
     ((2, 6, 7, 7), (72, 2, 3, 3), 2, 1, (1, 2), 3, False),
+    # dilated taps meeting the input at some outputs only: bands of outputs, each with its own taps
+    ((1, 4, 12, 13), (8, 4, 3, 3), 1, 6, 6, 1, True),
+    ((2, 4, 11, 9), (6, 2, 3, 3), 2, 5, (5, 3), 2, False),
     # 37 output columns (a prime), channels last on CPU: computed as 40, the last 3 read from zeros, cut off
     ((1, 3, 9, 79), (96, 3, 7, 7), 2, 0, 1, 1, True),
     ((1, 3, 6, 5), (4, 3, 3, 2), 1, ((1, 2), (0, 3)), 1, 1, True),  # (before, after) per dim (ONNX's pads)
@@ -377,16 +380,38 @@ def test_conv2d_forward_with_bias_is_one_kernel():
         assert np.isfinite(out.numpy()).all()
 
 
+def test_a_dilated_convolution_whose_taps_meet_the_input_at_some_outputs_runs_in_bands():
+    """DeepLabV3's dilation of 12 at 20x20: each outer tap meets the input at 8 of the 20 outputs
+    along its dim, so the outputs split into bands (nn/spatial.py `_band_split`), each reading only
+    the taps that meet it: 9 products of 36% of the multiply-adds of the whole one. A dilation of 2
+    stays one product. With a gradient to record, one product too. Values match numpy's."""
+    from lazygrad.schedule.fuse import create_schedule
+    draw = np.random.default_rng(14)
+    x, w = draw.standard_normal((1, 16, 20, 20), np.float32), draw.standard_normal((16, 16, 3, 3), np.float32)
+    for dilation, trained, products, terms in ((12, False, 9, True), (2, False, 1, None),
+                                               (12, True, 1, None)):
+        weight = Tensor(w, requires_grad=trained)
+        out = F.conv2d(Tensor(x), weight, padding=dilation, dilation=dilation)
+        kernels = [item.kernel for item in create_schedule([out.lazydata]) if item.kernel is not None
+                   and item.kernel.reduce_axes]
+        assert len(kernels) == products
+        if terms is not None:
+            multiply_adds = sum(math.prod(kernel.full_shape) for kernel in kernels)
+            assert multiply_adds == 20 * 20 * 16 * 16 * 9 * 36 // 100, multiply_adds
+        close(out, conv_reference(x, w, None, (1, 1), [(dilation, dilation)] * 2, (dilation, dilation), 1), atol=1e-3)
+
+
 def test_a_dilated_convolution_reaching_past_the_input_multiplies_only_the_taps_that_meet_it():
     """DeepLabV3's atrous pyramid at 20x20: 3x3 taps 24 apart, each past the input from every output
     but the center one, which reads the input unpadded (nn/spatial.py `_without_padding_taps`): the
-    product sums over the channels alone, one term in nine; at a dilation of 12 every tap meets the
-    input, and all nine stay. Values match numpy's convolution either way."""
+    product sums over the channels alone, one term in nine, with or without a gradient to record;
+    at a dilation of 2 every tap meets the input at every output, and all nine stay. Values match
+    numpy's convolution."""
     from lazygrad.schedule.fuse import create_schedule
     draw = np.random.default_rng(11)
     x, w = draw.standard_normal((1, 16, 20, 20), np.float32), draw.standard_normal((16, 16, 3, 3), np.float32)
-    for dilation, terms in ((24, 16), (12, 16 * 9)):
-        out = F.conv2d(Tensor(x), Tensor(w), padding=dilation, dilation=dilation)
+    for dilation, terms, trained in ((24, 16, False), (24, 16, True), (2, 16 * 9, False)):
+        out = F.conv2d(Tensor(x), Tensor(w, requires_grad=trained), padding=dilation, dilation=dilation)
         (kernel,) = [item.kernel for item in create_schedule([out.lazydata]) if item.kernel is not None
                      and item.kernel.reduce_axes]
         assert math.prod(kernel.full_shape[axis] for axis in kernel.reduce_axes) == terms, kernel.full_shape
