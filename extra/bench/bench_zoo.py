@@ -1,5 +1,5 @@
 """Models people run, beyond the four of bench_models.py: torchvision's architectures (classification,
-one segmentation and one video model) and two sequence models (a 2-layer GRU and a 1-D convolution
+two segmentation models and a video one) and two sequence models (a 2-layer GRU and a 1-D convolution
 stack, an audio model's front end) exported to ONNX by torch and run through lazygrad.onnx (called
 plainly, as a user would: from its fourth call OnnxModel replays the kernels its third launched),
 against ONNX Runtime and torch eager, on the CPU at a chosen thread count. Each model is batch 1 at
@@ -52,7 +52,7 @@ else:
 
 # name -> input shape: torchvision's classifiers (convolutions of many shapes: odd sizes, grouped,
 # depthwise, squeeze-and-excitation, dense concatenations, a flatten into large Linears; two vision
-# transformers), a segmentation model (dilated convolutions), a video one ((2+1)-D convolutions) and
+# transformers), two segmentation models (dilated convolutions), a video one ((2+1)-D convolutions) and
 # two sequence models (`sequence_model`)
 MODELS = {
     "resnet50": (1, 3, 224, 224), "densenet121": (1, 3, 224, 224), "googlenet": (1, 3, 224, 224),
@@ -61,7 +61,8 @@ MODELS = {
     "regnet_y_400mf": (1, 3, 224, 224), "convnext_tiny": (1, 3, 224, 224), "vit_b_16": (1, 3, 224, 224),
     "swin_t": (1, 3, 224, 224), "vgg11_bn": (1, 3, 224, 224), "squeezenet1_0": (1, 3, 224, 224),
     "resnext50_32x4d": (1, 3, 224, 224), "regnet_x_1_6gf": (1, 3, 224, 224),
-    "deeplabv3_mobilenet_v3_large": (1, 3, 320, 320), "r2plus1d_18": (1, 3, 16, 112, 112),
+    "deeplabv3_mobilenet_v3_large": (1, 3, 320, 320), "deeplabv3_resnet50": (1, 3, 320, 320),
+    "r2plus1d_18": (1, 3, 16, 112, 112),
     "gru": (1, 64, 256), "conv1d": (1, 80, 3000),
 }
 TOLERANCE = 1e-3
