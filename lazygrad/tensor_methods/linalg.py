@@ -496,13 +496,14 @@ def _strided_columns(w, m: int, k: int, n: int) -> bool:
 
 
 def _gathered_left(x, m: int, k: int, n: int) -> bool:
-    """Whether a CPU product of PANEL_MIN_PRODUCT multiply-adds or more, over at least
-    PANEL_MIN_ROWS_CONSTANT columns, reads its left operand in place with its k values apart (a
+    """Whether a CPU product of PANEL_MIN_PRODUCT multiply-adds or more, of fewer than
+    PANEL_MIN_ROWS_CONSTANT rows (a set of dot products over w's rows) and at least as many columns,
+    reads its left operand in place with its k values apart (a
     flatten of a channels-last activation: VGG's 512 x 7x7 into its first Linear, each value at a
     division and a remainder of its position): each column's dot product reads them so again, where
     a contiguous copy of m*k values lets every one stream them (VGG-11's 25088 -> 4096 layer at batch
     1, 2 threads: 89 -> 9 ms)."""
-    return device_kind(x.device) == "CPU" and n >= PANEL_MIN_ROWS_CONSTANT and m * k * n >= PANEL_MIN_PRODUCT \
+    return device_kind(x.device) == "CPU" and m < PANEL_MIN_ROWS_CONSTANT <= n and m * k * n >= PANEL_MIN_PRODUCT \
         and last_axis_strided(first_shard(x.lazydata))
 
 
