@@ -5,12 +5,13 @@ Tensors on the chosen device and looks up every node's operator in the table (re
 all unsupported operators are reported at once, before anything runs. Running walks the nodes in
 order and calls each operator. A node whose inputs are all known constants (initializers, Constant
 and Shape outputs, earlier folded nodes) runs once on the NPY device and its outputs become known
-constants (constant folding) when they are small or take no more bytes than its inputs (a weight
-sliced, concatenated or transposed: its kernels then read one plain buffer, where they computed the
-concatenation in every use: a GRU's gates, reordered from torch's, made each time step's kernel
-select between two weights, element by element); a larger result stays lazy, since a few bytes of
-model can ask for gigabytes (`ConstantOfShape([2**28])`) and an int8 weight's dequantized copy
-would take four times its bytes in every product that reads it. Nothing else is realized
+constants (constant folding) when they are small or take no more bytes than its inputs, up to
+FOLD_MAX_BYTES (a weight sliced, concatenated or transposed: its kernels then read one plain
+buffer, where they computed the concatenation in every use: a GRU's gates, reordered from torch's,
+made each time step's kernel select between two weights, element by element); a larger result
+stays lazy, since a few bytes of model can ask for gigabytes (`ConstantOfShape([2**28])`) and an
+int8 weight's dequantized copy would take four times its bytes in every product that reads it.
+Nothing else is realized
 except small inputs an operator needs as numbers (a Reshape's shape), so the result Tensors are lazy
 and fuse like any other.
 """
@@ -33,6 +34,9 @@ from lazygrad.realize import record_data_dependence
 from lazygrad.tensor import Tensor
 
 FOLD_LIMIT = 4096  # outputs of at most this many elements are folded whatever their inputs
+# Larger outputs are folded up to this many bytes (a fold keeps a host copy and a device copy beside
+# its inputs': a large model's transposed weights would double its memory)
+FOLD_MAX_BYTES = 64 << 20
 
 
 def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -264,23 +268,28 @@ class OnnxModel:
     def _fold(self, node, function, inputs: list, attributes: dict, opset: int, values: dict) -> list | None:
         """Run a node on the NPY device from its constant inputs; its outputs become known constants.
         None when its outputs hold more than FOLD_LIMIT elements and more bytes than its inputs
-        (small inputs can ask for a huge result): nothing has been computed then, and the node runs
+        (small inputs can ask for a huge result) or than FOLD_MAX_BYTES: nothing has been computed
+        then (the outputs are lazy until read), and the node runs
         lazily like any other. What a node folded to is kept for the same input values, so later
         runs compute nothing on NPY: under the jit, whose capture cannot replay work done without
         kernels, a model folding its quantization scales (ResNet-18 quantized by ONNX Runtime)
         replays instead of running plainly on every call. Kept with its Tensor on the model's
         device, which later runs read again rather than copying it anew."""
         arrays = [None if value is None else self.concrete(value) for value in inputs]
-        # the node by its bytes: iterating a protobuf's nodes may give new Python objects every run
-        key = (node.SerializeToString(), tuple(None if array is None else (array.dtype.str, array.shape,
-                                                                           array.tobytes()) for array in arrays))
+        # the node by its bytes: iterating a protobuf's nodes may give new Python objects every run;
+        # an initializer or an earlier fold, which lives as long as the model, by its identity
+        # (hashing a large weight's bytes on every run cost more than folding it)
+        lasting = self.initializer_constants.keys() | self.folded_constants.keys()
+        key = (node.SerializeToString(), tuple(
+            None if array is None else id(value) if id(value) in lasting else (array.dtype.str, array.shape, array.tobytes())
+            for value, array in zip(inputs, arrays)))
         if key not in self.folds:
             host_inputs = [None if array is None else self.constant(array, "NPY") for array in arrays]
             outputs = self._call(function, OpContext(self, node, opset, values, device="NPY"), host_inputs, attributes)
             tensors = [output for output in outputs if isinstance(output, Tensor)]
+            size = sum(output.numel() * output.dtype.itemsize for output in tensors)
             large = sum(output.numel() for output in tensors) > FOLD_LIMIT and \
-                sum(output.numel() * output.dtype.itemsize for output in tensors) > \
-                sum(array.nbytes for array in arrays if array is not None)
+                (size > sum(array.nbytes for array in arrays if array is not None) or size > FOLD_MAX_BYTES)
             self.folds[key] = None if large else [self._folded_constant(output.numpy()) if isinstance(output, Tensor)
                                                   else output for output in outputs]
         return self.folds[key]

@@ -142,7 +142,7 @@ def test_a_large_result_of_small_constants_stays_lazy_instead_of_being_folded():
     assert result.numpy() == 2 ** 22
 
 
-def test_large_results_of_constants_are_folded_when_they_take_no_more_bytes_than_their_inputs():
+def test_large_results_of_constants_are_folded_when_they_take_no_more_bytes_than_their_inputs(monkeypatch):
     """y = x @ Concat(a, b) with a and b initializers of 64 x 96 (a GRU's gates reordered from
     torch's): the concatenation is folded into one known constant, so the product's kernel reads a
     plain buffer, not a select between two weights at every element. An int8 weight dequantized takes
@@ -165,6 +165,13 @@ def test_large_results_of_constants_are_folded_when_they_take_no_more_bytes_than
         assert (128, 96) in known and (96, 64) not in known  # w folded, v not
         np.testing.assert_allclose(result.numpy(), data @ np.concatenate([a, b]) @ (q.astype(np.float32) * 0.5),
                                    rtol=1e-4, atol=1e-2)
+    import lazygrad.onnx.model as model_module
+    monkeypatch.setattr(model_module, "FOLD_MAX_BYTES", 128 * 96 * 4 - 1)  # w's bytes: beyond, w stays lazy
+    model = OnnxModel(model.proto, device="CPU")
+    result = model(x=data)["y"]
+    assert (128, 96) not in [array.shape for _, array in model.constants.values()]
+    np.testing.assert_allclose(result.numpy(), data @ np.concatenate([a, b]) @ (q.astype(np.float32) * 0.5),
+                               rtol=1e-4, atol=1e-2)
 
 
 def graph_of(nodes, initializers=()) -> onnx.ModelProto:
