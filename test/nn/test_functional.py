@@ -316,16 +316,20 @@ def test_conv2d_unbatched_input(device):
     close(out, conv_reference(x[None], w, b, (1, 1), [(1, 1)] * 2, (1, 1), 1)[0])
 
 
-@pytest.mark.parametrize("stride, padding, dilation, groups", [(1, 0, 1, 1), (2, 2, 3, 2), (1, "same", 2, 1)])
-def test_conv1d(stride, padding, dilation, groups, device):
-    x, w, b = randn(2, 4, 11), randn(6, 4 // groups, 3), randn(6)
+@pytest.mark.parametrize("stride, padding, dilation, groups, out_channels", [
+    (1, 0, 1, 1, 6), (2, 2, 3, 2, 6), (1, "same", 2, 1, 6),
+    (1, 6, 6, 1, 6),    # taps meeting the input at some outputs only: bands of outputs
+    (1, 1, 1, 2, 32)])  # 16 output channels a group: channels last on CPU
+def test_conv1d(stride, padding, dilation, groups, out_channels, device):
+    x, w, b = randn(2, 4, 11), randn(out_channels, 4 // groups, 3), randn(out_channels)
     pads = _same_pads((3,), (dilation,)) if padding == "same" else [(padding, padding)]
     out = F.conv1d(Tensor(x, device=device), Tensor(w, device=device), Tensor(b, device=device),
                    stride, padding, dilation, groups)
     close(out, conv_reference(x, w, b, (stride,), pads, (dilation,), groups))
 
 
-@pytest.mark.parametrize("stride, padding, dilation", [(1, 1, 1), ((2, 1, 2), (0, 1, 1), (1, 2, 1))])
+@pytest.mark.parametrize("stride, padding, dilation", [(1, 1, 1), ((2, 1, 2), (0, 1, 1), (1, 2, 1)),
+                                                     (1, (1, 5, 4), (1, 5, 4))])  # taps dropped and bands
 def test_conv3d(stride, padding, dilation, device):
     x, w, b = randn(1, 2, 5, 6, 5), randn(3, 2, 2, 3, 2), randn(3)
     stride3 = (stride,) * 3 if isinstance(stride, int) else stride
