@@ -801,7 +801,12 @@ def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dil
             cropped = x.pad(((0, 0), (0, 0)) + tuple((min(lo, 0), min(hi, 0)) for lo, hi in band_pads))
             parts.append(_convolution(name, dims, cropped, weight, None, stride,
                                       tuple((max(lo, 0), max(hi, 0)) for lo, hi in band_pads), dilation, groups))
-        out = parts[0].cat(*parts[1:], dim=2 + dim)
+        # stored once, in the order its bands are (channels last on the CPU): read in place, every
+        # element of a consumer tested every band's mask (DeepLabV3's concatenation of its pyramid
+        # after it, 4.4 ms)
+        order = (0,) + tuple(range(2, 2 + dims)) + (1,) if _computed_channels_last(parts[0]) else tuple(range(2 + dims))
+        out = parts[0].cat(*parts[1:], dim=2 + dim).permute(order).contiguous().permute(
+            tuple(order.index(axis) for axis in range(2 + dims)))
         if bias is not None:
             out = out + bias.reshape((1, bias.shape[0]) + (1,) * dims)
         return out.squeeze(0) if unbatched else out

@@ -387,8 +387,9 @@ def test_conv2d_forward_with_bias_is_one_kernel():
 def test_a_dilated_convolution_whose_taps_meet_the_input_at_some_outputs_runs_in_bands():
     """DeepLabV3's dilation of 12 at 20x20: each outer tap meets the input at 8 of the 20 outputs
     along its dim, so the outputs split into bands (nn/spatial.py `_band_split`), each reading only
-    the taps that meet it: 9 products of 36% of the multiply-adds of the whole one. A dilation of 2
-    stays one product. With a gradient to record, one product too. Values match numpy's."""
+    the taps that meet it: 9 products of 36% of the multiply-adds of the whole one, stored as one
+    value. A dilation of 2 stays one product. With a gradient to record, one product too. Values
+    match numpy's."""
     from lazygrad.schedule.fuse import create_schedule
     draw = np.random.default_rng(14)
     x, w = draw.standard_normal((1, 16, 20, 20), np.float32), draw.standard_normal((16, 16, 3, 3), np.float32)
@@ -402,6 +403,10 @@ def test_a_dilated_convolution_whose_taps_meet_the_input_at_some_outputs_runs_in
         if terms is not None:
             multiply_adds = sum(math.prod(kernel.full_shape) for kernel in kernels)
             assert multiply_adds == 20 * 20 * 16 * 16 * 9 * 36 // 100, multiply_adds
+            # the bands are stored as one value: what reads it tests no band's bounds
+            items = [item for item in create_schedule([out.relu().lazydata]) if item.kernel is not None]
+            loads = [node.arg[1] for node in items[-1].kernel.ast.walk() if node.op is Ops.LOAD]
+            assert len(loads) == 1 and all(view.mask is None for view in loads[0].views), loads
         close(out, conv_reference(x, w, None, (1, 1), [(dilation, dilation)] * 2, (dilation, dilation), 1), atol=1e-3)
 
 
