@@ -324,9 +324,10 @@ def _tiled_columns(columns: int, work: int) -> int:
     6.4 -> 5.5 ms. Inception-v3's 1x1 convolution 64 -> 80 channels at 73x73 (5,120) measured 0.36
     -> 0.32 ms in one run and 0.15 -> 0.21 in another, its first convolution, 3 -> 32 channels 3x3
     (864), as long with the copy: both are left as they are."""
+    if columns < TILED_COLUMNS_FROM or work < TILED_COLUMNS_MIN_WORK:
+        return columns
     from lazygrad.codegen.opts import MATMUL_ROW_CHOICES, ODD_ROW_CHOICES
-    if columns < TILED_COLUMNS_FROM or work < TILED_COLUMNS_MIN_WORK \
-            or any(columns % rows == 0 for rows in MATMUL_ROW_CHOICES + ODD_ROW_CHOICES if rows >= 4):
+    if any(columns % rows == 0 for rows in MATMUL_ROW_CHOICES + ODD_ROW_CHOICES if rows >= 4):
         return columns
     return -(-columns // TILED_COLUMNS) * TILED_COLUMNS
 
@@ -735,6 +736,8 @@ def _without_padding_taps(weight: Tensor, sizes, pads, stride, dilation) -> tupl
     the outputs o, and the input lies at [before, before + size): the taps whose span of positions
     meets it are a range, kept, with the padding cut by the dropped taps' extent (negative: the
     input is cropped)."""
+    if not any(before or after for before, after in pads):  # every tap reads the input (a 1x1 convolution)
+        return weight, pads
     keep, new_pads = [], []
     for size, k, (before, after), s, d in zip(sizes, weight.shape[2:], pads, stride, dilation):
         outputs = (size + before + after - d * (k - 1) - 1) // s + 1
@@ -751,9 +754,11 @@ def _without_padding_taps(weight: Tensor, sizes, pads, stride, dilation) -> tupl
     return weight.shrink(((0, weight.shape[0]), (0, weight.shape[1])) + tuple(keep)), tuple(new_pads)
 
 
-# A spatial dim of a convolution is split into bands of outputs (`_band_split`) where the taps that
-# meet the input leave out at least this share of its multiply-adds along that dim.
+# A dilated spatial dim of a convolution, of BAND_MIN_OUTPUTS outputs or more, is split into bands of
+# outputs (`_band_split`) where the taps that meet the input leave out at least BAND_MIN_SAVING of its
+# multiply-adds along that dim (an undilated one on a small map would become kernels of an output or two).
 BAND_MIN_SAVING = 0.2
+BAND_MIN_OUTPUTS = 8
 
 
 def _band_split(sizes, kernel, pads, stride, dilation) -> tuple[int, list[tuple[int, int]]] | None:
@@ -767,6 +772,8 @@ def _band_split(sizes, kernel, pads, stride, dilation) -> tuple[int, list[tuple[
     best = None
     for dim, (size, k, (before, after), s, d) in enumerate(zip(sizes, kernel, pads, stride, dilation)):
         outputs = (size + before + after - d * (k - 1) - 1) // s + 1
+        if d == 1 or k == 1 or outputs < BAND_MIN_OUTPUTS:
+            continue
         ranges = [(max(0, -(-(before - j * d) // s)), min(outputs, (before + size - 1 - j * d) // s + 1))
                   for j in range(k)]
         live = sum(max(0, end - start) for start, end in ranges)
@@ -775,6 +782,26 @@ def _band_split(sizes, kernel, pads, stride, dilation) -> tuple[int, list[tuple[
             cuts = sorted({0, outputs} | {min(max(edge, 0), outputs) for bounds in ranges for edge in bounds})
             best = (saving, dim, [(start, end) for start, end in zip(cuts, cuts[1:]) if end > start])
     return None if best is None or len(best[2]) < 2 else (best[1], best[2])
+
+
+def _in_bands(name: str, x: Tensor, weight: Tensor, stride, pads, dilation, groups: int, dim: int,
+              bands: list[tuple[int, int]]) -> Tensor:
+    """The convolution of x (N, C, *spatial) as one convolution per band of outputs along `dim`
+    (`_band_split`), each of the input's part its taps read, concatenated. Stored once, in the order
+    its bands are (channels last on the CPU): read in place, every element of a consumer tested every
+    band's bounds (DeepLabV3's concatenation of its pyramid after it, 4.4 ms)."""
+    dims, kernel = x.ndim - 2, weight.shape[2:]
+    parts = []
+    for start, end in bands:
+        before = pads[dim][0] - start * stride[dim]
+        after = (end - start - 1) * stride[dim] + (kernel[dim] - 1) * dilation[dim] + 1 - x.shape[2 + dim] - before
+        band_pads = pads[:dim] + ((before, after),) + pads[dim + 1:]  # negative where the input is cut
+        cropped = x.pad(((0, 0), (0, 0)) + tuple((min(lo, 0), min(hi, 0)) for lo, hi in band_pads))
+        parts.append(_convolution(name, dims, cropped, weight, None, stride,
+                                  tuple((max(lo, 0), max(hi, 0)) for lo, hi in band_pads), dilation, groups))
+    order = (0,) + tuple(range(2, 2 + dims)) + (1,) if _computed_channels_last(parts[0]) else tuple(range(2 + dims))
+    return parts[0].cat(*parts[1:], dim=2 + dim).permute(order).contiguous().permute(
+        tuple(order.index(axis) for axis in range(2 + dims)))
 
 
 @computes_in_float32
@@ -791,27 +818,10 @@ def _convolution(name: str, dims: int, input, weight, bias, stride, padding, dil
     kernel = weight.shape[2:]
     split = None if Tensor.grad_enabled and (x.requires_grad or weight.requires_grad) else \
         _band_split(x.shape[2:], kernel, pads, stride, dilation)
-    if split is not None:  # bands of outputs, each reading its own taps
-        dim, bands = split
-        parts = []
-        for start, end in bands:
-            before = pads[dim][0] - start * stride[dim]
-            after = (end - start - 1) * stride[dim] + (kernel[dim] - 1) * dilation[dim] + 1 - x.shape[2 + dim] - before
-            band_pads = pads[:dim] + ((before, after),) + pads[dim + 1:]  # negative where the input is cut
-            cropped = x.pad(((0, 0), (0, 0)) + tuple((min(lo, 0), min(hi, 0)) for lo, hi in band_pads))
-            parts.append(_convolution(name, dims, cropped, weight, None, stride,
-                                      tuple((max(lo, 0), max(hi, 0)) for lo, hi in band_pads), dilation, groups))
-        # stored once, in the order its bands are (channels last on the CPU): read in place, every
-        # element of a consumer tested every band's mask (DeepLabV3's concatenation of its pyramid
-        # after it, 4.4 ms)
-        order = (0,) + tuple(range(2, 2 + dims)) + (1,) if _computed_channels_last(parts[0]) else tuple(range(2 + dims))
-        out = parts[0].cat(*parts[1:], dim=2 + dim).permute(order).contiguous().permute(
-            tuple(order.index(axis) for axis in range(2 + dims)))
-        if bias is not None:
-            out = out + bias.reshape((1, bias.shape[0]) + (1,) * dims)
-        return out.squeeze(0) if unbatched else out
     padded = x.pad(((0, 0), (0, 0)) + pads)  # stored with its zeros when large (schedule/fuse.py)
-    if x.requires_grad and Tensor.grad_enabled and math.prod(kernel) > 1 and all(s == 1 for s in stride) \
+    if split is not None:
+        out = _in_bands(name, x, weight, stride, pads, dilation, groups, *split)
+    elif x.requires_grad and Tensor.grad_enabled and math.prod(kernel) > 1 and all(s == 1 for s in stride) \
             and all(before == after for before, after in pads):
         # x's gradient is the transposed convolution of the output's: a convolution of the same
         # size, where op by op it is a product the size of the windows, then their fold

@@ -279,9 +279,9 @@ class OnnxModel:
         # the node by its bytes: iterating a protobuf's nodes may give new Python objects every run;
         # an initializer or an earlier fold, which lives as long as the model, by its identity
         # (hashing a large weight's bytes on every run cost more than folding it)
-        lasting = self.initializer_constants.keys() | self.folded_constants.keys()
         key = (node.SerializeToString(), tuple(
-            None if array is None else id(value) if id(value) in lasting else (array.dtype.str, array.shape, array.tobytes())
+            None if array is None else id(value) if id(value) in self.initializer_constants
+            or id(value) in self.folded_constants else (array.dtype.str, array.shape, array.tobytes())
             for value, array in zip(inputs, arrays)))
         if key not in self.folds:
             host_inputs = [None if array is None else self.constant(array, "NPY") for array in arrays]

@@ -408,6 +408,12 @@ def test_a_dilated_convolution_whose_taps_meet_the_input_at_some_outputs_runs_in
             loads = [node.arg[1] for node in items[-1].kernel.ast.walk() if node.op is Ops.LOAD]
             assert len(loads) == 1 and all(view.mask is None for view in loads[0].views), loads
         close(out, conv_reference(x, w, None, (1, 1), [(dilation, dilation)] * 2, (dilation, dilation), 1), atol=1e-3)
+    # undilated on a 3x3 map, its corner taps meet the input at 2 of 3 outputs: one product, not 9 bands
+    small = x[:, :, :3, :3].copy()
+    out = F.conv2d(Tensor(small), Tensor(w), padding=1)
+    assert len([item for item in create_schedule([out.lazydata]) if item.kernel is not None
+                and item.kernel.reduce_axes]) == 1
+    close(out, conv_reference(small, w, None, (1, 1), [(1, 1)] * 2, (1, 1), 1), atol=1e-3)
 
 
 def test_a_dilated_convolution_reaching_past_the_input_multiplies_only_the_taps_that_meet_it():
