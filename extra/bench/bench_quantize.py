@@ -12,9 +12,13 @@ none) the test accuracy of both. The int8 side also runs
 the kernels that quantize its input (a max |x| and a rounding) and dequantize its output.
 
 With --onnx (needs the bench extra), a float ONNX model with fixed input shapes is quantized by ONNX
-Runtime's `quantize_dynamic` (int8 weights; ConvInteger, MatMulInteger, DynamicQuantizeLinear) and
-both files run through lazygrad.onnx (jitted) and ONNX Runtime, alternated call by call: each
-one's median time and lazygrad's largest difference from ONNX Runtime's output.
+Runtime twice: by `quantize_dynamic` (int8 weights; ConvInteger, MatMulInteger, DynamicQuantizeLinear)
+and by `quantize_static` in QDQ form (QuantizeLinear and DequantizeLinear around each product, uint8
+activations calibrated on 4 random inputs, int8 weights per channel: what lazygrad.onnx rewrites,
+onnx/qdq.py), and the three files run through lazygrad.onnx (jitted) and ONNX Runtime, alternated
+call by call: each one's median time and lazygrad's largest difference from ONNX Runtime's output
+(a static model's outputs are quantized: a difference of one step where a value lies on a rounding
+boundary, float sums against ONNX Runtime's).
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))           # lazygrad from the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))           # extra/, for train_digits
+sys.path.insert(0, str(Path(__file__).resolve().parent))               # extra/bench/, for bench_models
 
 KERNEL_LINE = re.compile(r"^  (?P<name>\S+)\s.*?\s(?P<ms>[\d.]+) ms\s")
 
@@ -78,20 +83,34 @@ def onnx_rows(path: str, repeats: int) -> None:
     import tempfile
 
     import onnxruntime
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    from bench_models import ort_options
 
     import lazygrad
     from lazygrad import Tensor
     from lazygrad.jit import jit
     from lazygrad.onnx import OnnxModel
-    quantized = str(Path(tempfile.mkdtemp()) / "int8.onnx")
+    directory = Path(tempfile.mkdtemp())
+    quantized, static = str(directory / "int8.onnx"), str(directory / "int8_qdq.onnx")
     quantize_dynamic(path, quantized, weight_type=QuantType.QInt8, op_types_to_quantize=["Conv", "MatMul", "Gemm"])
+    info = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).get_inputs()[0]
+
+    class RandomInputs(CalibrationDataReader):
+        def __init__(self):
+            self.seeds = iter(range(1, 5))
+
+        def get_next(self):
+            seed = next(self.seeds, None)
+            return None if seed is None else \
+                {info.name: np.random.default_rng(seed).standard_normal(info.shape).astype(np.float32)}
+    quantize_static(path, static, RandomInputs(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)
     print(f"\n{'onnx model':<22} {'lazygrad ms':>11} {'ORT ms':>8} {'ratio':>6} {'max |diff|':>10}")
-    for label, file in (("float32", path), ("int8 (ORT-quantized)", quantized)):
-        options = onnxruntime.SessionOptions()
-        threads = os.environ.get("OMP_NUM_THREADS")
-        if threads:
-            options.intra_op_num_threads = int(threads)
+    for label, file in (("float32", path), ("int8 (ORT dynamic)", quantized), ("int8 (ORT static, QDQ)", static)):
+        # ONNX Runtime's workers idle without spinning, which took the cores from lazygrad's next call
+        # (ResNet-50 in float32: 43 ms right after ONNX Runtime's run, 17 alone)
+        options = ort_options(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
         session = onnxruntime.InferenceSession(file, options, providers=["CPUExecutionProvider"])
         model = OnnxModel(file, device="CPU")
         info = session.get_inputs()[0]

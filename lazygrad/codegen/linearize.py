@@ -305,7 +305,7 @@ class _Emitter:
         operands = [names[src] for src in node.srcs]
         if all(operand not in self.widths for operand in operands):
             return self.scalar_expression(node, operands, lanes[0]), 1
-        if node.op not in renderer.vector_ops:  # lane by lane, each lane's op on its operands' lanes
+        if not renderer.computes_on_vectors(node.op, node.srcs[0].dtype, node.dtype):  # lane by lane, each lane's op on its operands' lanes
             values = [self.scalar_expression(node, [self.lane_operand(operand, src.dtype, lane) for operand, src
                                                     in zip(operands, node.srcs)], indexer)
                       for lane, indexer in enumerate(lanes)]
@@ -580,17 +580,36 @@ def vector_dtype(kernel: Kernel, renderer, skip: frozenset = frozenset()) -> DTy
     nodes = [node for node in kernel.ast.walk() if node.op not in (Ops.SINK, Ops.STORE) and node not in skip]
     # masks (comparisons, and the selects they steer) may be vectors too where the renderer says so
     masks = {node for node in nodes if node.dtype == dtypes.bool and (lanewise or node.op in operations)}
-    kinds = {node.dtype for node in nodes if node not in masks}
-    # several dtypes of one width where the renderer has vectors of each (C: an int32 product's
-    # float32 epilogue, its CAST computed lane by lane): their vectors have the same lanes
     together = getattr(renderer, "vector_dtypes", {})
+    kinds = {node.dtype for node in nodes if node not in masks} - _carried_dtypes(kernel, nodes, together)
+    # several dtypes of one width where the renderer has vectors of each (C: an int32 product's
+    # float32 epilogue): their vectors have the same lanes
     if len(kinds) > 1 and not (kinds <= set(together) and len({dtype.itemsize for dtype in kinds}) == 1 and lanewise):
         return None
     if not kinds or any(store.srcs[0] in masks for store in kernel.stores):
         return None
+    if any(dtype.itemsize < 4 and dtype in together for dtype in kinds):
+        return None  # a narrow integer computed on (compared, selected): its masks would have other lanes
     if any(node.op not in LEAF_OPS and node.op not in operations and (node.is_reduce or not lanewise) for node in nodes):
         return None  # a reduce's accumulator is updated with the vector op itself
     return max(kinds, key=lambda dtype: dtype.is_float)  # the one, or the float of an integer product's epilogue
+
+
+def _carried_dtypes(kernel: Kernel, nodes: list[KernelNode], together) -> set:
+    """Integer dtypes narrower than 4 bytes (a quantized uint8 or int8) that the kernel only reads,
+    converts to and from and stores, never computes on, where the renderer has vectors of them: a
+    quantize-dequantize pair's round trip through uint8, a quantized value stored or read back. Their
+    vectors have the lanes of the kernel's 4-byte values, fewer bytes (C's __builtin_convertvector
+    between the two); on them a comparison would give a mask of other lanes, so none may be compared.
+    Where they made a kernel scalar, MobileNetV2 quantized to QDQ form ran its quantize-dequantize
+    pairs of padded activations at 9 GFLOP/s."""
+    narrow = {node.dtype for node in nodes if node.dtype in together and node.dtype.itemsize < 4}
+    for node in itertools.chain(nodes, kernel.stores):
+        for src in node.srcs:
+            if src.dtype in narrow and not (node.op is Ops.STORE or node.op is Ops.CAST and node.dtype in together
+                                            and node.dtype.itemsize == 4):
+                narrow.discard(src.dtype)
+    return {dtype for dtype in narrow if all(node.op in (Ops.LOAD, Ops.CAST) for node in nodes if node.dtype == dtype)}
 
 
 def _vector_width(kernel: Kernel, renderer, upcast_axes: list[int], plain: bool, lanes_at,

@@ -1199,7 +1199,7 @@ def _panels_of_padded_columns(kernel: Kernel, trackers, renderer) -> list[Opt]:
     return [Opt("UPCAST", last, shape[last]), Opt("UPCAST", varying[0], shape[varying[0]])]
 
 
-def _byte_dot_operands(kernel: Kernel) -> tuple[KernelNode, KernelNode, KernelNode] | None:
+def byte_dot_operands(kernel: Kernel) -> tuple[KernelNode, KernelNode, KernelNode] | None:
     """(the reduce, the uint8 load, the int8 load) of a kernel whose one reduce is an int32 sum of
     uint8 by int8 products (each operand a load cast to int32): lazygrad.quantize's products."""
     reduces = [node for node in kernel.ast.walk() if node.is_reduce]
@@ -1220,7 +1220,7 @@ def byte_dot_product(kernel: Kernel) -> bool:
     loop into AVX-512 VNNI's vpdpbusd, four products added to a lane per instruction, where a
     register tile would keep it scalar (256 x 1024 by 1024 x 1024, one thread: 2.7 ms, 196 GOP/s;
     float32's tile 4.6 ms; as a tile of int32 products 5.7 ms)."""
-    operands = _byte_dot_operands(kernel)
+    operands = byte_dot_operands(kernel)
     if operands is None or len(kernel.reduce_axes) != 1:
         return False
     axis = kernel.reduce_axes[0]
@@ -1236,7 +1236,7 @@ BYTE_DOT_MAX_PIXELS = 8
 def _byte_dot_steps(kernel: Kernel) -> tuple[dict, dict] | None:
     """How the uint8 and the int8 load of a byte dot product kernel move along each axis, when
     neither has a mask to test (None otherwise)."""
-    operands = _byte_dot_operands(kernel)
+    operands = byte_dot_operands(kernel)
     if operands is None:
         return None
     probe = _probe(kernel.full_shape)

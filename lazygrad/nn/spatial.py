@@ -1017,14 +1017,32 @@ def byte_dot_conv2d(input: Tensor, weight: Tensor, stride=1, padding=0, dilation
     else:
         spatial = _conv_padding(name, padding, kernel, stride, dilation)
     pads = ((0, 0), (0, 0)) + spatial
-    stored = input.contiguous()
-    if isinstance(padding_value, Tensor):  # a value known when the kernel runs
+    unpadded = not any(before or after for before, after in spatial)
+    _check_windows_fit(name, input.shape, tuple(size + before + after for size, (before, after)
+                                                 in zip(input.shape[2:], spatial)), kernel, dilation)
+    if _computed_channels_last(input):
+        # (a quantization of the last convolution's output, computed channels last): stored channels
+        # last as it is computed, and read in place where nothing is padded; it had been stored channels
+        # first and copied back (1024 channels at 14x14: 0.62 ms, the convolution 0.07)
+        stored = input.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+        if unpadded and channels % 4 == 0:
+            return _byte_dot_products(stored.permute(0, 2, 3, 1), weight, stride, dilation, name)
+    else:
+        stored = input.contiguous()
+    if unpadded:
+        padded = stored
+    elif isinstance(padding_value, Tensor):  # a value known when the kernel runs
         inside = Tensor.ones(*input.shape, dtype=dtypes.bool, device=input.device).pad(pads)
         padded = inside.where(stored.pad(pads), padding_value.reshape(()).cast(dtypes.uint8))
     else:
         padded = stored.pad(pads, value=padding_value)
-    _check_windows_fit(name, input.shape, padded.shape[2:], kernel, dilation)
     channels_last = padded.pad(((0, 0), (0, -channels % 4), (0, 0), (0, 0))).permute(0, 2, 3, 1).contiguous()
+    return _byte_dot_products(channels_last, weight, stride, dilation, name)
+
+
+def _byte_dot_products(channels_last: Tensor, weight: Tensor, stride, dilation, name: str) -> Tensor:
+    """byte_dot_conv2d's sums over an input stored (N, H, W, C) with C a multiple of 4, padded."""
+    out_channels, channels, *kernel = weight.shape
     windows = pool_windows(channels_last.permute(0, 3, 1, 2), kernel, stride, dilation)  # (N, C, OH, OW, kh, kw)
     batch, quads, rows, columns = windows.shape[0], windows.shape[1] // 4, windows.shape[2], windows.shape[3]
     windows = windows.reshape(batch, quads, 4, rows, columns, *kernel).permute(0, 3, 4, 5, 6, 1, 2)

@@ -25,6 +25,7 @@ import onnx
 from lazygrad.dtype import STORAGE_FLOATS, DType, dtypes
 from lazygrad.onnx.functions import expand, function_schema, missing_in_function, type_proto_of
 from lazygrad.onnx.order import ordered_model
+from lazygrad.onnx.qdq import fuse_qdq
 from lazygrad.onnx.proto import (UnsupportedError, ValueInfo, attribute_value, describe_value, elem_type_name,
                                  elem_type_of_dtype, is_supported_elem_type, load_model_proto, onnx_numpy,
                                  tensor_to_numpy, to_carrier)
@@ -91,7 +92,7 @@ class OnnxModel:
         UnsupportedError (all of them in one message) unless strict=False, which only lists them in
         `unsupported()`."""
         proto, self.base_dir = load_model_proto(model)
-        self.proto = ordered_model(proto)
+        self.proto = fuse_qdq(ordered_model(proto))
         self.device = Tensor.zeros(1, device=device).device
         self.opsets = {("" if op.domain == "ai.onnx" else op.domain): op.version for op in self.proto.opset_import}
         graph = self.proto.graph

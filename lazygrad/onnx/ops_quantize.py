@@ -1,4 +1,5 @@
-"""Quantization ONNX operators: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul, QLinearConv.
+"""Quantization ONNX operators: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul, QLinearConv,
+and the two that onnx/qdq.py rewrites a QDQ model's pairs into, FakeQuantize and DequantizedConv.
 
 Registered in registry.OPERATORS; model.py calls them. Scales and zero points are per tensor, per
 axis (1-D along `axis`) or per block (`block_size` along `axis`); they are broadcast to the input's
@@ -14,6 +15,7 @@ from lazygrad.onnx.ops_conv import integer_convolution
 from lazygrad.onnx.ops_nn import integer_matmul
 from lazygrad.onnx.ops_cast import FLOAT_FORMATS, cast_to
 from lazygrad.onnx.proto import dtype_of, elem_type_of_dtype
+from lazygrad.onnx.qdq import FUSED_DOMAIN
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
 
@@ -77,6 +79,36 @@ def dequantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size=0, outp
         shifted = shifted - broadcast_parameter(zero_point, x.shape, axis, block_size).cast(dtypes.float32)
     result = shifted * scale.cast(dtypes.float32)
     return result.cast(dtype_of(output_dtype) if output_dtype else scale.dtype)
+
+
+@onnx_op("FakeQuantize", domain=FUSED_DOMAIN)
+def fake_quantize(ctx, x, scale, zero_point=None, axis=1):
+    """DequantizeLinear(QuantizeLinear(x, scale, zero_point), scale, zero_point) (qdq.py): a float32
+    x and scale compute round(x / scale), clamped to the range less the zero point, times the scale,
+    the same numbers; others quantize and dequantize as written."""
+    elem_type = elem_type_of_dtype(zero_point.dtype) if zero_point is not None else TensorProto.UINT8
+    if x.dtype != dtypes.float32 or scale.dtype != dtypes.float32:
+        quantized = quantize_linear(ctx, x, scale, zero_point, axis)
+        return dequantize_linear(ctx, quantized, scale, zero_point, axis)
+    scale = broadcast_parameter(scale, x.shape, axis, 0)
+    low, high = INTEGER_RANGES[elem_type]
+    if zero_point is not None:
+        zero_point = broadcast_parameter(zero_point, x.shape, axis, 0).cast(dtypes.float32)
+        low, high = low - zero_point, high - zero_point
+    return (x / scale).round().clamp(low, high) * scale
+
+
+@onnx_op("DequantizedConv", domain=FUSED_DOMAIN)
+def dequantized_conv(ctx, x, x_scale, x_zero_point, w, w_scale, bias=None, **attributes):
+    """Conv(DequantizeLinear(x, x_scale, x_zero_point), DequantizeLinear(w, w_scale), bias) (qdq.py):
+    the int32 sums of the quantized values' products, times both scales (w_scale one or one per
+    output channel), plus the bias."""
+    accumulated = integer_convolution(ctx, x, x_zero_point, w, None, **attributes)
+    scale = x_scale.reshape(()).cast(dtypes.float32) * w_scale.cast(dtypes.float32).reshape(-1, *([1] * (x.ndim - 2)))
+    result = accumulated.cast(dtypes.float32) * scale
+    if bias is not None:
+        result = result + bias.cast(dtypes.float32).reshape(-1, *([1] * (x.ndim - 2)))
+    return result.cast(x_scale.dtype)
 
 
 @onnx_op("DynamicQuantizeLinear")

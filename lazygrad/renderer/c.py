@@ -32,7 +32,7 @@ import functools
 import math
 
 from lazygrad.dtype import dtypes
-from lazygrad.ops import OpDef
+from lazygrad.ops import OpDef, Ops
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer, define_once, exp2_helper, pick, taylor_steps
 from lazygrad.renderer.loop_program import Element, LoopProgram
@@ -125,16 +125,18 @@ HELPERS = {
     "lg_bf16_to_float(": BF16_TO_FLOAT,
     "lg_float_to_bf16(": FLOAT_TO_BF16,
 }
-# The float32 and int32 vectors of the lane counts CPUs have (renderer/c.py CRenderer.vector_width): one
+# The vectors of VECTOR_DTYPES of the lane counts CPUs have (renderer/c.py CRenderer.vector_width): one
 # type for values, one for memory accesses, aligned to its element; and the masks comparisons make.
-def _vector_types(ctype: str, name: str, lanes: int) -> str:
+def _vector_types(ctype: str, name: str, lanes: int, size: int = 4) -> str:
     mask = define_once(f"typedef int lg_mask{lanes} __attribute__((vector_size({4 * lanes})));")
-    return (f"typedef {ctype} {name}{lanes} __attribute__((vector_size({4 * lanes})));\n"
-            f"typedef {ctype} {name}{lanes}_unaligned __attribute__((vector_size({4 * lanes}), aligned(4)));\n{mask}")
+    return (f"typedef {ctype} {name}{lanes} __attribute__((vector_size({size * lanes})));\n"
+            f"typedef {ctype} {name}{lanes}_unaligned __attribute__((vector_size({size * lanes}), aligned({size})));\n{mask}")
 
 
 HELPERS.update({f"lg_float{lanes}": _vector_types("float", "lg_float", lanes) for lanes in (4, 8, 16)})
 HELPERS.update({f"lg_int{lanes}": _vector_types("int", "lg_int", lanes) for lanes in (4, 8, 16)})
+HELPERS.update({f"lg_uchar{lanes}": _vector_types("unsigned char", "lg_uchar", lanes, 1) for lanes in (4, 8, 16)})
+HELPERS.update({f"lg_schar{lanes}": _vector_types("signed char", "lg_schar", lanes, 1) for lanes in (4, 8, 16)})
 # bools as they lie in memory, one byte each, for a vector load that widens them into a mask
 HELPERS.update({f"lg_bool{lanes}_unaligned": f"typedef unsigned char lg_bool{lanes}_unaligned "
                  f"__attribute__((vector_size({lanes}), aligned(1)));" for lanes in (4, 8, 16)})
@@ -219,8 +221,9 @@ MASKED_LOAD_ATTRIBUTE = '__attribute__((optimize("no-tree-loop-vectorize"))) '
 # The dtypes a tile's copies are written as C vector types for (CRenderer.vector_width), with their names:
 # float32 everywhere, int32 for integer products (lazygrad.quantize, ONNX's ConvInteger): as separate
 # scalars gcc packed ResNet-18's int32 convolutions into vectors for some kernels only (6.4 GOP/s for
-# the others, against 84 where it did).
-VECTOR_DTYPES = {dtypes.float32: "lg_float", dtypes.int32: "lg_int"}
+# the others, against 84 where it did); uint8 and int8 for quantized values converted to and from
+# those (linearize._carried_dtypes), with as many lanes, a quarter of the bytes.
+VECTOR_DTYPES = {dtypes.float32: "lg_float", dtypes.int32: "lg_int", dtypes.uint8: "lg_uchar", dtypes.int8: "lg_schar"}
 
 
 def parallel_loops(loops, threads: int) -> int:
@@ -318,8 +321,18 @@ class CRenderer(CStyleRenderer):
     def render_broadcast(self, dtype, width: int, value: str) -> str:
         return self.render_vector(dtype, [value] * width)
 
+    def computes_on_vectors(self, op: OpDef, src_dtype, dtype) -> bool:
+        """The vector ops, and a CAST between vector types (not from or to a mask, whose true lanes
+        are -1): __builtin_convertvector, lane by lane as C's conversion, one or two instructions
+        (a quantized uint8 to float32: a widening and a conversion)."""
+        if op is Ops.CAST:
+            return src_dtype in VECTOR_DTYPES and dtype in VECTOR_DTYPES
+        return super().computes_on_vectors(op, src_dtype, dtype)
+
     def render_vector_op(self, op: OpDef, src_dtypes, dtype, operands: list[str], width: int) -> str:
         assert dtype in VECTOR_DTYPES or dtype == dtypes.bool, f"{op} on {dtype.name} vectors is not rendered"
+        if op is Ops.CAST:
+            return f"__builtin_convertvector({operands[0]}, {VECTOR_DTYPES[dtype]}{width})"
         return super().render_vector_op(op, src_dtypes, dtype, operands, width)
 
     def render_vector_fma(self, dtype, width: int, left: str, right: str, accumulator: str) -> str:

@@ -160,6 +160,11 @@ class CStyleRenderer(FloorSyntax):
         vector entry in one of this renderer's dialects; see vector_width."""
         return frozenset(op for op in OPS.values() if any(dialect in op.vector for dialect in self.dialects))
 
+    def computes_on_vectors(self, op: OpDef, src_dtype: DType, dtype: DType) -> bool:
+        """Whether linearize writes `op` on vectors as one expression (render_vector_op), not lane by
+        lane: the ops of `vector_ops`."""
+        return op in self.vector_ops
+
     def type_name(self, dtype: DType) -> str:
         return self.type_names.get(dtype, dtype.c_name)
 

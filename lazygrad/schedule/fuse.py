@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from lazygrad.codegen.axes import merge_dims
 from lazygrad.codegen.kernel import Kernel, KernelNode
 from lazygrad.codegen.linearize import SHORT_WINDOW
-from lazygrad.codegen.opts import matmul_tile, steps_along, validity_varies_along
+from lazygrad.codegen.opts import byte_dot_operands, matmul_tile, steps_along, validity_varies_along
 from lazygrad.dependency_order import dependency_order
 from lazygrad.dtype import STORAGE_FLOATS, dtypes
 from lazygrad.lazy import LazyBuffer, stored_out_of_order
@@ -98,6 +98,12 @@ PARAMETER_VALUE_MAX_NODES = 64
 # every position (`_store_out_of_order_reads`).
 OUT_OF_ORDER_STORE_MIN_ELEMENTS = 1 << 14
 GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes a PAD's padding
+# A path's `under_reduce` inside a reduce to one value: its loop runs on one thread, one element at a
+# time. A value other kernels read too, of this many elements or more, that costs more than a few ops
+# (`worth_storing`) is stored once rather than recomputed there: lazygrad.quantize's max |x| of a
+# convolution's output, its int32 sums rescaled, took 0.26 ms for 200 x 16 x 8 x 8, 0.04 reading it.
+SERIAL_REDUCE = "SERIAL_REDUCE"
+SERIAL_SHARED_STORE_MIN_ELEMENTS = 1 << 14
 
 
 class ScheduleItem:
@@ -483,7 +489,8 @@ class _FusionPlan:
     def _source_paths(node: LazyBuffer, paths: set[tuple]) -> list[tuple[LazyBuffer, tuple]]:
         """The paths on from a node computed in the kernel to its sources."""
         if _is_reduce(node):  # the kernel's one reduce: its source runs in the reduce loop
-            return [(node.srcs[0], (False, True, False, _vectorizes_outputs(node)))]
+            under = SERIAL_REDUCE if node.numel() == 1 else True
+            return [(node.srcs[0], (False, under, False, _vectorizes_outputs(node)))]
         if node.op is Ops.TAKE:  # (it starts its kernel) a reduce below it is stored, not fused
             return [(src, (False,) + path[1:]) for src in node.srcs for path in paths]
         if node.op.kind == MOVEMENT:
@@ -512,6 +519,9 @@ class _FusionPlan:
                 self.declined.append(node)
             elif any(through_expand for _, _, through_expand, _ in paths) \
                     and (self.worth_storing_parameter_value(node) or self.worth_storing_broadcast(node)):
+                return True
+            if reader == _SHARED and node.numel() >= SERIAL_SHARED_STORE_MIN_ELEMENTS \
+                    and any(under_reduce is SERIAL_REDUCE for _, under_reduce, _, _ in paths) and self.worth_storing(node):
                 return True
             return reader == _SHARED and self.worth_storing_shared(node)
         if node.op is Ops.PAD:
@@ -987,14 +997,19 @@ def _chain_reduces(items: list[ScheduleItem]) -> list[ScheduleItem]:
 def _gets_register_tile(kernel: Kernel) -> bool:
     """Whether the default opts give this one-reduce kernel a matmul's register tile. Merged side by
     side with another reduce it would have none: three projections of one input (attention's Q, K
-    and V) ran at 2 GFLOP/s as one kernel, against a tile's 40 or more each."""
-    return bool(matmul_tile(merge_dims(kernel)))
+    and V) ran at 2 GFLOP/s as one kernel, against a tile's 40 or more each. So too int32 sums of
+    uint8 by int8 products, which get VNNI's tile or loops of their own (codegen/opts.py byte_dot_tile,
+    byte_dot_product): a quantized ResNet-50's 1x1 convolution chained after the projection it is
+    added to ran at 11 GOP/s, 25 ms, against 500-1000 GOP/s apart."""
+    return bool(matmul_tile(merge_dims(kernel))) or byte_dot_operands(kernel) is not None
 
 
 def _tiled_product(kernel: Kernel) -> bool:
     """Whether every reduce of the kernel sums products of two loads (a matmul, a convolution) and
     the default opts give it a register tile. A softmax's sum or a variance, which a tile may fit
     too (a broadcast mask or mean stays put along an axis), chains as before."""
+    if byte_dot_operands(kernel) is not None:
+        return True
     reduces = [node for node in kernel.ast.walk() if node.is_reduce]
     return all(node.op is Ops.SUM and node.srcs[0].op is Ops.MUL
                and all(src.op is Ops.LOAD for src in node.srcs[0].srcs) for node in reduces) \

@@ -474,3 +474,33 @@ def test_values_masks_pick_that_stay_put_along_a_long_last_axis_leave_the_loop_v
     assert not linearize(merge_dims(kernel), CRenderer()).select_only_loads
     expected = (np.where(first == np.arange(256), g1, 0) + np.where(second == np.arange(256), g2, 0)) * 2
     np.testing.assert_array_equal(picked.numpy(), expected)
+
+
+def test_a_quantize_dequantize_round_trip_is_written_as_vectors():
+    """A padded channels-last value quantized to uint8 and back (an ONNX model's QDQ pair before a
+    depthwise convolution): the uint8 values ride along as vectors of as many lanes and a quarter of the
+    bytes, converted with __builtin_convertvector (linearize._carried_dtypes); the kernel was scalar."""
+    x = realized((1, 8, 8, 32))
+    quantized = ((x / 0.05).round() + 7).clamp(0, 255).cast(dtypes.uint8)
+    result = ((quantized.cast(dtypes.float32) - 7) * 0.05).pad(((0, 0), (1, 1), (1, 1), (0, 0)))
+    for lanes in (8, 16):
+        renderer, program = program_of(result, lanes, "E_")
+        source = renderer.render_program(program)
+        assert program.vector_width == lanes
+        assert "__builtin_convertvector(" in source and f"lg_uchar{lanes}" in source
+    rounded = np.clip(np.round(x.numpy() / np.float32(0.05)) + 7, 0, 255)
+    expected = np.pad((rounded - 7) * np.float32(0.05), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    np.testing.assert_array_equal(result.numpy(), expected)
+
+
+def test_a_narrow_integer_computed_on_stays_scalar():
+    """uint8 values selected by a mask (a padding with a zero point known when the kernel runs): a
+    comparison or select of uint8 vectors would give masks of other lanes than the float32 ones, so
+    the kernel keeps scalar copies (vector lanes of uint8 made gcc refuse the source)."""
+    values = np.random.default_rng(2).integers(0, 256, (1, 8, 8, 32)).astype(np.uint8)
+    zero_point = Tensor(np.array(131, np.uint8)).realize()
+    inside = Tensor.ones(1, 8, 8, 32, dtype=dtypes.bool).pad(((0, 0), (1, 1), (1, 1), (0, 0)))
+    result = inside.where(Tensor(values).realize().pad(((0, 0), (1, 1), (1, 1), (0, 0))), zero_point)
+    for lanes in (8, 16):
+        assert program_of(result, lanes, "E_")[1].vector_width == 1
+    np.testing.assert_array_equal(result.numpy(), np.pad(values, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=131))

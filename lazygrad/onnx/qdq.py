@@ -1,0 +1,124 @@
+"""Rewrites a quantized model's QDQ form into the operators that run it fast; called by model.py when
+a model loads, after the nodes are put in order.
+
+ONNX Runtime's static quantizer (and torch's quantization-aware export) writes a quantized model as
+its float graph with QuantizeLinear and DequantizeLinear around each product: a Conv reads
+DequantizeLinear(x_q) and DequantizeLinear(w_q) of a uint8 activation and an int8 weight. Run as
+written, every product is a float product of dequantized values and every activation takes a trip
+through uint8 and back. Two rewrites, both exact:
+
+- a Conv of a dequantized uint8 activation (one scale) and a dequantized int8 weight (zero point 0,
+  one scale or one per output channel, one group, 2-D) becomes `DequantizedConv` on the quantized
+  values: the int32 sums of uint8-by-int8 products (ops_conv.integer_convolution, VNNI's dot
+  products where the CPU has them) times the two scales, plus the bias;
+- a DequantizeLinear of a QuantizeLinear's result with the same scale and zero point becomes
+  `FakeQuantize` of the float input: round(x / scale) clamped to the quantized range less the zero
+  point, times the scale, the same numbers without the conversions.
+
+The DequantizeLinear and QuantizeLinear nodes stay where other nodes read them; what no node reads
+is never computed (results are lazy). The rewritten nodes are in the domain FUSED_DOMAIN.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+FUSED_DOMAIN = "lazygrad"
+# the zero point's types whose range FakeQuantize clamps to (ops_quantize.INTEGER_RANGES)
+INTEGER_TYPES = (TensorProto.UINT8, TensorProto.INT8, TensorProto.UINT16, TensorProto.INT16)
+
+
+def fuse_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model, or a copy whose main graph has the rewrites above (the caller's proto is never
+    changed)."""
+    graph = model.graph
+    constants = {tensor.name: tensor for tensor in graph.initializer}
+    constants.update({node.output[0]: attribute.t for node in graph.node if node.op_type == "Constant"
+                         for attribute in node.attribute if attribute.name == "value"})
+    producers = {name: node for node in graph.node for name in node.output}
+    convolutions = [_dequantized_conv(node, producers, constants) for node in graph.node]
+    # a quantized value a product reads is stored anyway: its float readers dequantize it
+    read_quantized = {convolution.input[0] for convolution in convolutions if convolution is not None}
+    rewritten = [convolution or _fake_quantize(node, producers, constants, read_quantized)
+                 for node, convolution in zip(graph.node, convolutions)]
+    if all(node is None for node in rewritten):
+        return model
+    fused = onnx.ModelProto()
+    fused.CopyFrom(model)
+    nodes = [new or old for new, old in zip(rewritten, model.graph.node)]
+    del fused.graph.node[:]
+    fused.graph.node.extend(nodes)
+    if not any(opset.domain == FUSED_DOMAIN for opset in fused.opset_import):
+        fused.opset_import.append(onnx.helper.make_opsetid(FUSED_DOMAIN, 1))
+    return fused
+
+
+def _attributes(node: onnx.NodeProto) -> dict:
+    return {attribute.name: onnx.helper.get_attribute_value(attribute) for attribute in node.attribute}
+
+
+def _is_plain(node: onnx.NodeProto | None, op_type: str) -> bool:
+    """Whether node is a QuantizeLinear or DequantizeLinear of the default domain, per tensor or per
+    axis, to or from the type of its zero point."""
+    if node is None or node.op_type != op_type or node.domain not in ("", "ai.onnx"):
+        return False
+    attributes = _attributes(node)
+    return not any(attributes.get(name, 0) for name in ("block_size", "output_dtype", "precision"))
+
+
+def _dequantize_of(name: str, producers: dict) -> onnx.NodeProto | None:
+    node = producers.get(name)
+    return node if _is_plain(node, "DequantizeLinear") else None
+
+
+def _input(node: onnx.NodeProto, index: int) -> str:
+    return node.input[index] if index < len(node.input) else ""
+
+
+def _constant(name: str, constants: dict) -> np.ndarray | None:
+    return numpy_helper.to_array(constants[name]) if name in constants else None
+
+
+def _dequantized_conv(node: onnx.NodeProto, producers: dict, constants: dict) -> onnx.NodeProto | None:
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or _attributes(node).get("group", 1) != 1:
+        return None
+    activation, weight = (_dequantize_of(_input(node, index), producers) for index in (0, 1))
+    if activation is None or weight is None or weight.input[0] not in constants:
+        return None
+    w = constants[weight.input[0]]
+    if w.data_type != TensorProto.INT8 or len(w.dims) != 4:
+        return None
+    activation_scale, activation_zero = _constant(activation.input[1], constants), _input(activation, 2)
+    if activation_scale is None or activation_scale.size != 1:
+        return None
+    if activation_zero and constants.get(activation_zero, TensorProto()).data_type != TensorProto.UINT8:
+        return None  # its type is uint8 only when the zero point says so (or there is none)
+    weight_scale, weight_zero = _constant(weight.input[1], constants), _input(weight, 2)
+    axis = _attributes(weight).get("axis", 1)
+    if weight_scale is None or weight_scale.size != 1 and not (axis in (0, -4) and weight_scale.size == w.dims[0]):
+        return None  # a scale that varies along what the products sum cannot be taken out of the sums
+    if weight_zero and not (weight_zero in constants and not _constant(weight_zero, constants).any()):
+        return None
+    inputs = [activation.input[0], activation.input[1], activation_zero, weight.input[0], weight.input[1],
+              _input(node, 2)]
+    return onnx.helper.make_node("DequantizedConv", inputs, list(node.output), name=node.name,
+                                 domain=FUSED_DOMAIN, **_attributes(node))
+
+
+def _fake_quantize(node: onnx.NodeProto, producers: dict, constants: dict, read_quantized: set) -> onnx.NodeProto | None:
+    if not _is_plain(node, "DequantizeLinear") or node.input[0] in read_quantized:
+        return None
+    quantize = producers.get(node.input[0])
+    if not _is_plain(quantize, "QuantizeLinear"):
+        return None
+    q_attributes = _attributes(quantize)
+    if q_attributes.get("axis", 1) != _attributes(node).get("axis", 1):
+        return None
+    scale, zero = _input(quantize, 1), _input(quantize, 2)
+    if scale != _input(node, 1) or zero != _input(node, 2):
+        return None
+    if zero and constants.get(zero, TensorProto()).data_type not in INTEGER_TYPES:
+        return None  # a float8 or 4-bit quantization, or a zero point computed in the graph
+    return onnx.helper.make_node("FakeQuantize", [quantize.input[0], scale, zero], list(node.output),
+                                 name=node.name, domain=FUSED_DOMAIN, axis=q_attributes.get("axis", 1))
