@@ -44,13 +44,29 @@ def quantized_type(ctx, zero_point, output_dtype) -> int:
     return output_dtype or TensorProto.UINT8
 
 
+# 1.5 * 2^23: a float32 below 2^22 in magnitude plus this has no fraction bits left, so the addition
+# rounds it to an integer, ties to even, and subtracting it back is exact
+ROUNDING_SHIFT = 12582912.0
+
+
+def rounded_for_range(scaled: Tensor, elem_type: int) -> Tensor:
+    """scaled rounded half to even, for a result the caller clamps to elem_type's range. A float32,
+    for a range within 2^16 of 0, adds and subtracts ROUNDING_SHIFT: exact below 2^22 in magnitude,
+    within 1 of the value beyond, which the clamp takes to the same end. Two additions where round()
+    takes about a dozen ops (a quantized ResNet-50's epilogues, three roundings in some)."""
+    low, high = INTEGER_RANGES[elem_type]
+    if scaled.dtype != dtypes.float32 or high - low > 1 << 16:
+        return scaled.round()
+    return (scaled + ROUNDING_SHIFT) - ROUNDING_SHIFT
+
+
 def quantize(x: Tensor, scale: Tensor, zero_point, elem_type: int, saturate: bool = True) -> Tensor:
     scaled = x / scale
     if elem_type in FLOAT_FORMATS:
         if zero_point is not None and elem_type == TensorProto.FLOAT4E2M1:
             scaled = scaled + zero_point
         return cast_to(scaled, elem_type, saturate)
-    rounded = scaled.round()
+    rounded = rounded_for_range(scaled, elem_type)
     if zero_point is not None:
         rounded = rounded + zero_point.cast(rounded.dtype)
     low, high = INTEGER_RANGES[elem_type]
@@ -95,7 +111,7 @@ def fake_quantize(ctx, x, scale, zero_point=None, axis=1):
     if zero_point is not None:
         zero_point = broadcast_parameter(zero_point, x.shape, axis, 0).cast(dtypes.float32)
         low, high = low - zero_point, high - zero_point
-    return (x / scale).round().clamp(low, high) * scale
+    return rounded_for_range(x / scale, elem_type).clamp(low, high) * scale
 
 
 @onnx_op("DequantizedConv", domain=FUSED_DOMAIN)

@@ -109,13 +109,15 @@ def test_a_dequantized_convolution_sums_the_quantized_values(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_fake_quantize_is_quantize_then_dequantize_bit_for_bit(device):
     """DQ(Q(x)) with the same scale and zero point (per tensor; per channel along axis 1, int8 and
-    uint8) is FakeQuantize: the same float32 numbers, ties to even and values past the range included."""
+    uint8) is FakeQuantize: the same float32 numbers, ties to even and values past the range (and past
+    2^22 steps, and infinities) included."""
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((3, 4, 5)) * 4).astype(np.float32)
     scale = np.array([0.5, 0.25, 0.125, 1.0], np.float32)
     x[:, :, 0] = scale.reshape(1, -1) * np.array([0.5, 1.5, 2.5, -0.5], np.float32).reshape(1, -1)  # ties
     x[0, :, 1] = 1000.0
     x[1, :, 1] = -1000.0
+    x[2, :, 1:4] = [3e7, -np.inf, np.inf]  # past 2^22 steps, where the rounding's shift is no longer exact
     for zero_type, zero, (low, high) in ((np.int8, [-3, 0, 5, 127], (-128, 127)), (np.uint8, [0, 9, 128, 255], (0, 255))):
         zero = np.array(zero, zero_type)
         nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
