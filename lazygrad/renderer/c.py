@@ -332,7 +332,12 @@ class CRenderer(CStyleRenderer):
     def render_vector_op(self, op: OpDef, src_dtypes, dtype, operands: list[str], width: int) -> str:
         assert dtype in VECTOR_DTYPES or dtype == dtypes.bool, f"{op} on {dtype.name} vectors is not rendered"
         if op is Ops.CAST:
-            return f"__builtin_convertvector({operands[0]}, {VECTOR_DTYPES[dtype]}{width})"
+            value, source = operands[0], src_dtypes[0]
+            if source.is_float != dtype.is_float and min(source.itemsize, dtype.itemsize) < 4:
+                # between float32 and a byte through int32: gcc 12 converts a float vector to bytes (or
+                # back) one lane at a time, 16 scalar conversions, and through int32 in two instructions
+                value = f"__builtin_convertvector({value}, lg_int{width})"
+            return f"__builtin_convertvector({value}, {VECTOR_DTYPES[dtype]}{width})"
         return super().render_vector_op(op, src_dtypes, dtype, operands, width)
 
     def render_vector_fma(self, dtype, width: int, left: str, right: str, accumulator: str) -> str:
