@@ -12,13 +12,14 @@ none) the test accuracy of both. The int8 side also runs
 the kernels that quantize its input (a max |x| and a rounding) and dequantize its output.
 
 With --onnx (needs the bench extra), a float ONNX model with fixed input shapes is quantized by ONNX
-Runtime twice: by `quantize_dynamic` (int8 weights; ConvInteger, MatMulInteger, DynamicQuantizeLinear)
-and by `quantize_static` in QDQ form (QuantizeLinear and DequantizeLinear around each product, uint8
-activations calibrated on 4 random inputs, int8 weights per channel: what lazygrad.onnx rewrites,
-onnx/qdq.py), and the three files run through lazygrad.onnx (jitted) and ONNX Runtime, alternated
-call by call: each one's median time and lazygrad's largest difference from ONNX Runtime's output
-(a static model's outputs are quantized: a difference of one step where a value lies on a rounding
-boundary, float sums against ONNX Runtime's).
+Runtime three times: by `quantize_dynamic` (int8 weights; ConvInteger, MatMulInteger,
+DynamicQuantizeLinear) and by `quantize_static` in QDQ form (QuantizeLinear and DequantizeLinear
+around each product, uint8 activations calibrated on 4 random inputs, int8 weights per channel: what
+lazygrad.onnx rewrites, onnx/qdq.py) and in QOperator form (QLinearConv, and ONNX Runtime's own
+QLinearAdd, QGemm and others: onnx/ops_qlinear.py), and the four files run through lazygrad.onnx
+(jitted) and ONNX Runtime, alternated call by call: each one's median time and lazygrad's largest
+difference from ONNX Runtime's output (a static model's outputs are quantized: a difference of one
+step where a value lies on a rounding boundary, float sums against ONNX Runtime's).
 """
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ def onnx_rows(path: str, repeats: int) -> None:
     from lazygrad.jit import jit
     from lazygrad.onnx import OnnxModel
     directory = Path(tempfile.mkdtemp())
-    quantized, static = str(directory / "int8.onnx"), str(directory / "int8_qdq.onnx")
+    quantized, static, operators = (str(directory / name) for name in ("int8.onnx", "int8_qdq.onnx", "int8_qop.onnx"))
     quantize_dynamic(path, quantized, weight_type=QuantType.QInt8, op_types_to_quantize=["Conv", "MatMul", "Gemm"])
     info = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).get_inputs()[0]
 
@@ -104,10 +105,12 @@ def onnx_rows(path: str, repeats: int) -> None:
             seed = next(self.seeds, None)
             return None if seed is None else \
                 {info.name: np.random.default_rng(seed).standard_normal(info.shape).astype(np.float32)}
-    quantize_static(path, static, RandomInputs(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, per_channel=True)
-    print(f"\n{'onnx model':<22} {'lazygrad ms':>11} {'ORT ms':>8} {'ratio':>6} {'max |diff|':>10}")
-    for label, file in (("float32", path), ("int8 (ORT dynamic)", quantized), ("int8 (ORT static, QDQ)", static)):
+    for file, form in ((static, QuantFormat.QDQ), (operators, QuantFormat.QOperator)):
+        quantize_static(path, file, RandomInputs(), quant_format=form, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, per_channel=True)
+    print(f"\n{'onnx model':<30} {'lazygrad ms':>11} {'ORT ms':>8} {'ratio':>6} {'max |diff|':>10}")
+    for label, file in (("float32", path), ("int8 (ORT dynamic)", quantized), ("int8 (ORT static, QDQ)", static),
+                        ("int8 (ORT static, QOperator)", operators)):
         # ONNX Runtime's workers idle without spinning, which took the cores from lazygrad's next call
         # (ResNet-50 in float32: 43 ms right after ONNX Runtime's run, 17 alone)
         options = ort_options(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
@@ -128,7 +131,7 @@ def onnx_rows(path: str, repeats: int) -> None:
                 times["lazygrad"].append(middle - start)
                 times["ort"].append(time.perf_counter() - middle)
         ours, theirs = statistics.median(times["lazygrad"]), statistics.median(times["ort"])
-        print(f"{label:<22} {ours * 1e3:>11.2f} {theirs * 1e3:>8.2f} {ours / theirs:>6.2f} "
+        print(f"{label:<30} {ours * 1e3:>11.2f} {theirs * 1e3:>8.2f} {ours / theirs:>6.2f} "
               f"{float(np.abs(result - expected).max()):>10.2e}", flush=True)
 
 

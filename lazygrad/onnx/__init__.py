@@ -11,7 +11,7 @@ proto.py reads protobuf pieces; `python -m lazygrad.onnx` is __main__.py. Needs 
 """
 # importing the operator modules registers their operators
 from lazygrad.onnx import (ops_cast, ops_control, ops_conv, ops_elementwise, ops_grid, ops_indexing,  # noqa: F401
-                           ops_misc, ops_nn, ops_quantize, ops_random, ops_reduce, ops_resize, ops_rnn, ops_roi,
+                           ops_misc, ops_nn, ops_qlinear, ops_quantize, ops_random, ops_reduce, ops_resize, ops_rnn, ops_roi,
                            ops_shape, ops_spectral)
 from lazygrad.onnx.model import OnnxModel
 from lazygrad.onnx.proto import UnsupportedError, ValueInfo

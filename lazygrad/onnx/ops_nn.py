@@ -26,7 +26,7 @@ def integer_matmul(ctx, x, x_zero_point, y, y_zero_point) -> Tensor:
     x_zero_point times each column's sum; any other is a matmul of the centered operands."""
     if x.dtype == dtypes.uint8 and y.dtype == dtypes.int8 and y.ndim == 2 \
             and (x_zero_point is None or x_zero_point.numel() == 1) \
-            and (y_zero_point is None or ctx.known_scalar(y_zero_point) == 0):
+            and ctx.known_zeros(y_zero_point):
         sums = F.byte_dot_linear(x, y.T.contiguous())
         if x_zero_point is None:
             return sums

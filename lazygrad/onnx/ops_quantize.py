@@ -137,13 +137,16 @@ def dynamic_quantize_linear(ctx, x):
 
 
 def requantize(accumulated: Tensor, multiplier: Tensor, zero_point, like: Tensor, declared) -> Tensor:
-    result = accumulated.cast(dtypes.float64) * multiplier.cast(dtypes.float64)
+    """The int32 sums times the multiplier (the input scales over the output's, computed from the
+    constants in float64 and rounded once), in float32 as ONNX Runtime computes it: in float64 the
+    sums' tile kept no vectors and a QOperator ResNet-50 ran 340 ms."""
+    result = accumulated.cast(dtypes.float32) * multiplier.cast(dtypes.float32)
     if zero_point is not None:
-        result = result + zero_point.cast(dtypes.float64)
+        result = result + zero_point.cast(dtypes.float32)
     elem_type = declared if declared is not None else elem_type_of_dtype(zero_point.dtype if zero_point is not None
                                                                            else like.dtype)
     low, high = INTEGER_RANGES[elem_type]
-    return result.round().clamp(low, high).cast(dtype_of(elem_type))
+    return rounded_for_range(result, elem_type).clamp(low, high).cast(dtype_of(elem_type))
 
 
 @onnx_op("QLinearMatMul")

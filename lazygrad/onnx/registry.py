@@ -84,6 +84,10 @@ class OpContext:
             return None
         return self.numpy(tensor).reshape(-1)[0].item()
 
+    def known_zeros(self, tensor: Tensor | None) -> bool:
+        """Whether tensor is absent or a known constant of zeros (a zero point per channel, all 0)."""
+        return tensor is None or self.runner.is_known(tensor) and not self.numpy(tensor).any()
+
     def declared_type(self, index: int) -> int | None:
         """The ONNX element type the model declares for the node's index-th input, if it does."""
         if index >= len(self.node.input):
