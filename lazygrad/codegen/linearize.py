@@ -305,7 +305,8 @@ class _Emitter:
         operands = [names[src] for src in node.srcs]
         if all(operand not in self.widths for operand in operands):
             return self.scalar_expression(node, operands, lanes[0]), 1
-        if not renderer.computes_on_vectors(node.op, node.srcs[0].dtype, node.dtype):  # lane by lane, each lane's op on its operands' lanes
+        # lane by lane where the renderer has no vector form: each lane's op on its operands' lanes
+        if not renderer.computes_on_vectors(node.op, node.srcs[0].dtype, node.dtype):
             values = [self.scalar_expression(node, [self.lane_operand(operand, src.dtype, lane) for operand, src
                                                     in zip(operands, node.srcs)], indexer)
                       for lane, indexer in enumerate(lanes)]

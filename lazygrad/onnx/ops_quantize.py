@@ -132,7 +132,7 @@ def dynamic_quantize_linear(ctx, x):
     low, high = x.min().minimum(0), x.max().maximum(0)
     scale = (high - low) / 255
     zero_point = (0 - low / scale).round().clamp(0, 255)
-    y = ((x / scale).round() + zero_point).clamp(0, 255).cast(dtypes.uint8)
+    y = (rounded_for_range(x / scale, TensorProto.UINT8) + zero_point).clamp(0, 255).cast(dtypes.uint8)
     return y, scale.cast(x.dtype), zero_point.cast(dtypes.uint8)
 
 
