@@ -891,10 +891,12 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
             if shape[stored[0]] <= STORED_ROW_UPCAST_MAX and steps.get(stored[0], 0) is None:
                 return [panel, Opt("UPCAST", stored[0], shape[stored[0]])]
             if amount == line and steps[across[0]] == 1 and shape[across[0]] % line == 0 \
-                    and shape[stored[0]] % line == 0 and math.prod(shape) >= TRANSPOSED_TILE_MIN_ELEMENTS:
+                    and shape[stored[0]] % line == 0 and math.prod(shape) >= TRANSPOSED_TILE_MIN_ELEMENTS \
+                    and line * line // 2 <= MAX_UPCAST:  # not bytes: a 64 x 64 tile is too many outputs
                 # a plain copy's lanes a whole line; a computed value's half of one (its loads' vectors spill)
                 loads = sum(node.op is Ops.LOAD for node in kernel.ast.walk())
-                return [Opt("UPCAST", across[0], line), Opt("UPCAST", stored[0] + 1, line if loads == 1 else line // 2)]
+                lanes = line if loads == 1 and line * line <= MAX_UPCAST else line // 2
+                return [Opt("UPCAST", across[0], line), Opt("UPCAST", stored[0] + 1, lanes)]
             if amount <= STORED_ROW_UPCAST_MAX and amount % 8 == 0 and _scalar_unless_tiled(kernel):
                 # whole vectors along the pass instead of a loop gcc would leave scalar
                 return [Opt("UPCAST", across[0], amount)]

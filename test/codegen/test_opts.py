@@ -759,6 +759,16 @@ def test_a_max_pool_reading_channels_last_values_in_nchw_order_takes_its_channel
     np.testing.assert_array_equal(pooled.numpy(), windows)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.float16, np.float32, np.int64])
+def test_a_large_transposed_copy_of_every_item_size_runs(dtype):
+    """The tile of lines is for lines of at most 16 values: a line of 64 bytes (an int8 weight of 2048 x
+    512 copied transposed for ONNX's MatMulInteger) or 32 halves would make a tile of more outputs
+    than a kernel may have (OptError: the transformer quantized by ONNX Runtime failed to run); those
+    keep the PANEL."""
+    values = np.random.default_rng(6).integers(-100, 100, (2048, 512)).astype(dtype)
+    np.testing.assert_array_equal(Tensor(values).realize().T.contiguous().numpy(), values.T)
+
+
 def test_of_two_transposed_reads_the_one_walking_an_outer_axis_gets_the_panel():
     """A residual sum of a Winograd convolution's output (its 2x2 output planes outermost, each
     tile row contiguous: near the stored order) and a channels-last one (contiguous along the
