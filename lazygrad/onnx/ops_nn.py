@@ -34,7 +34,8 @@ def integer_matmul(ctx, x, x_zero_point, y, y_zero_point) -> Tensor:
         if x_zero_point is None:
             return sums
         column_sums = y.cast(dtypes.int32)._reduce(Ops.SUM, 0, False, "MatMulInteger")
-        return sums - x_zero_point.reshape(()).cast(dtypes.int32) * column_sums
+        known = ctx.known_scalar(x_zero_point)  # a number in the kernel where it can be (ops_conv's reason)
+        return sums - (x_zero_point.reshape(()).cast(dtypes.int32) if known is None else int(known)) * column_sums
     x = x.cast(dtypes.int32) - (0 if x_zero_point is None else x_zero_point.cast(dtypes.int32))
     y = y.cast(dtypes.int32) - (0 if y_zero_point is None else y_zero_point.cast(dtypes.int32))
     return (x @ y).cast(dtypes.int32)

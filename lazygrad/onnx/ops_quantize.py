@@ -1,5 +1,5 @@
 """Quantization ONNX operators: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul, QLinearConv,
-and the two that onnx/qdq.py rewrites a QDQ model's pairs into, FakeQuantize and DequantizedConv.
+and those onnx/qdq.py rewrites a QDQ model's pairs into: FakeQuantize, DequantizedConv, DequantizedGemm.
 
 Registered in registry.OPERATORS; model.py calls them. Scales and zero points are per tensor, per
 axis (1-D along `axis`) or per block (`block_size` along `axis`); they are broadcast to the input's
@@ -37,6 +37,19 @@ def broadcast_parameter(parameter: Tensor, shape: tuple, axis: int, block_size: 
     return repeated.shrink(tuple((0, shape[d]) if d == axis else None for d in range(len(shape))))
 
 
+def parameter(ctx, value: Tensor, shape: tuple, axis: int, block_size: int):
+    """broadcast_parameter's Tensor, or the number of a known one-element constant (an initializer):
+    a constant in the kernels rather than a load. A uint8 zero point loaded inside a loop kept gcc
+    from vectorizing it (a quantized transformer's runs of quantize-dequantize pairs, 10 divisions an
+    element one at a time: 1 ms for 128 x 512)."""
+    number = ctx.known_scalar(value)
+    return number if number is not None else broadcast_parameter(value, shape, axis, block_size)
+
+
+def _as_float(value):
+    return value.cast(dtypes.float32) if isinstance(value, Tensor) else value
+
+
 def quantized_type(ctx, zero_point, output_dtype) -> int:
     if zero_point is not None:
         declared = ctx.declared_type(2)
@@ -68,7 +81,7 @@ def quantize(x: Tensor, scale: Tensor, zero_point, elem_type: int, saturate: boo
         return cast_to(scaled, elem_type, saturate)
     rounded = rounded_for_range(scaled, elem_type)
     if zero_point is not None:
-        rounded = rounded + zero_point.cast(rounded.dtype)
+        rounded = rounded + (zero_point.cast(rounded.dtype) if isinstance(zero_point, Tensor) else zero_point)
     low, high = INTEGER_RANGES[elem_type]
     return rounded.clamp(low, high).cast(dtype_of(elem_type))
 
@@ -77,24 +90,24 @@ def quantize(x: Tensor, scale: Tensor, zero_point, elem_type: int, saturate: boo
 def quantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size=0, output_dtype=0, saturate=1,
                     precision=0):
     elem_type = quantized_type(ctx, zero_point, output_dtype)
-    scale = broadcast_parameter(scale, x.shape, axis, block_size)
     if precision:
         x, scale = x.cast(dtype_of(precision)), scale.cast(dtype_of(precision))
     elif x.dtype != scale.dtype:
         x = x.cast(scale.dtype)
+    scale = parameter(ctx, scale, x.shape, axis, block_size)
     if zero_point is not None:
-        zero_point = broadcast_parameter(zero_point, x.shape, axis, block_size)
+        zero_point = parameter(ctx, zero_point, x.shape, axis, block_size)
     return quantize(x, scale, zero_point, elem_type, bool(saturate))
 
 
 @onnx_op("DequantizeLinear")
 def dequantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size=0, output_dtype=0):
-    scale = broadcast_parameter(scale, x.shape, axis, block_size)
+    result_dtype = dtype_of(output_dtype) if output_dtype else scale.dtype
     shifted = x.cast(dtypes.float32)
     if zero_point is not None and ctx.declared_type(0) not in FLOAT_FORMATS:
-        shifted = shifted - broadcast_parameter(zero_point, x.shape, axis, block_size).cast(dtypes.float32)
-    result = shifted * scale.cast(dtypes.float32)
-    return result.cast(dtype_of(output_dtype) if output_dtype else scale.dtype)
+        shifted = shifted - _as_float(parameter(ctx, zero_point, x.shape, axis, block_size))
+    result = shifted * _as_float(parameter(ctx, scale, x.shape, axis, block_size))
+    return result.cast(result_dtype)
 
 
 @onnx_op("FakeQuantize", domain=FUSED_DOMAIN)
@@ -106,10 +119,10 @@ def fake_quantize(ctx, x, scale, zero_point=None, axis=1):
     if x.dtype != dtypes.float32 or scale.dtype != dtypes.float32:
         quantized = quantize_linear(ctx, x, scale, zero_point, axis)
         return dequantize_linear(ctx, quantized, scale, zero_point, axis)
-    scale = broadcast_parameter(scale, x.shape, axis, 0)
+    scale = parameter(ctx, scale, x.shape, axis, 0)
     low, high = INTEGER_RANGES[elem_type]
     if zero_point is not None:
-        zero_point = broadcast_parameter(zero_point, x.shape, axis, 0).cast(dtypes.float32)
+        zero_point = _as_float(parameter(ctx, zero_point, x.shape, axis, 0))
         low, high = low - zero_point, high - zero_point
     return rounded_for_range(x / scale, elem_type).clamp(low, high) * scale
 
@@ -125,6 +138,23 @@ def dequantized_conv(ctx, x, x_scale, x_zero_point, w, w_scale, bias=None, **att
     if bias is not None:
         result = result + bias.cast(dtypes.float32).reshape(-1, *([1] * (x.ndim - 2)))
     return result.cast(x_scale.dtype)
+
+
+@onnx_op("DequantizedGemm", domain=FUSED_DOMAIN)
+def dequantized_gemm(ctx, a, a_scale, a_zero_point, b, b_scale, c=None, alpha=1.0, beta=1.0, transA=0, transB=0):
+    """Gemm(DequantizeLinear(a, a_scale, a_zero_point), DequantizeLinear(b, b_scale), c) (qdq.py; a
+    MatMul with its defaults): alpha times the int32 sums of the quantized values' products times both
+    scales (b_scale one or one per output column), plus beta times c."""
+    a = a.T if transA else a
+    b = b.T if transB else b
+    sums = integer_matmul(ctx, a, a_zero_point, b, None)
+    scale = a_scale.reshape(()).cast(dtypes.float32) * b_scale.cast(dtypes.float32).reshape(-1) * float(alpha)
+    result = sums.cast(dtypes.float32) * scale
+    if c is not None:
+        result = result + c.cast(dtypes.float32) * float(beta)
+    # stored: the products' kernel computes one output at a time (codegen/opts.py byte_dot_product),
+    # and the quantization after it, fused in, ran one element at a time too
+    return result.cast(a_scale.dtype).contiguous()
 
 
 @onnx_op("DynamicQuantizeLinear")

@@ -10,7 +10,9 @@ through uint8 and back. Two rewrites, both exact:
 - a Conv of a dequantized uint8 activation (one scale) and a dequantized int8 weight (zero point 0,
   one scale or one per output channel, one group, 2-D) becomes `DequantizedConv` on the quantized
   values: the int32 sums of uint8-by-int8 products (ops_conv.integer_convolution, VNNI's dot
-  products where the CPU has them) times the two scales, plus the bias;
+  products where the CPU has them) times the two scales, plus the bias; a Gemm or MatMul of such
+  an activation and a 2-D such weight (one scale, or one per output column) `DequantizedGemm`
+  (ops_nn.integer_matmul's byte dot products);
 - a DequantizeLinear of a QuantizeLinear's result with the same scale and zero point becomes
   `FakeQuantize` of the float input: round(x / scale) clamped to the quantized range less the zero
   point, times the scale, the same numbers without the conversions.
@@ -37,11 +39,11 @@ def fuse_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     constants.update({node.output[0]: attribute.t for node in graph.node if node.op_type == "Constant"
                          for attribute in node.attribute if attribute.name == "value"})
     producers = {name: node for node in graph.node for name in node.output}
-    convolutions = [_dequantized_conv(node, producers, constants) for node in graph.node]
+    products = [_dequantized_product(node, producers, constants) for node in graph.node]
     # a quantized value a product reads is stored anyway: its float readers dequantize it
-    read_quantized = {convolution.input[0] for convolution in convolutions if convolution is not None}
-    rewritten = [convolution or _fake_quantize(node, producers, constants, read_quantized)
-                 for node, convolution in zip(graph.node, convolutions)]
+    read_quantized = {product.input[0] for product in products if product is not None}
+    rewritten = [product or _fake_quantize(node, producers, constants, read_quantized)
+                 for node, product in zip(graph.node, products)]
     if all(node is None for node in rewritten):
         return model
     fused = onnx.ModelProto()
@@ -80,14 +82,33 @@ def _constant(name: str, constants: dict) -> np.ndarray | None:
     return numpy_helper.to_array(constants[name]) if name in constants else None
 
 
-def _dequantized_conv(node: onnx.NodeProto, producers: dict, constants: dict) -> onnx.NodeProto | None:
-    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or _attributes(node).get("group", 1) != 1:
+def _output_channel_axis(node: onnx.NodeProto, weight_dims) -> int | None:
+    """The weight's axis of output channels (the axis a per-channel scale may lie along and still
+    leave the sums) for the products rewritten: a one-group 2-D Conv's (K, C, kh, kw) weight, a
+    MatMul's or Gemm's 2-D one ((K, N), or (N, K) under transB); None for any other node."""
+    attributes = _attributes(node)
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Conv":
+        return 0 if attributes.get("group", 1) == 1 and len(weight_dims) == 4 else None
+    if node.op_type == "Gemm":
+        return (0 if attributes.get("transB", 0) else 1) if len(weight_dims) == 2 else None
+    if node.op_type == "MatMul":
+        return 1 if len(weight_dims) == 2 else None
+    return None
+
+
+def _dequantized_product(node: onnx.NodeProto, producers: dict, constants: dict) -> onnx.NodeProto | None:
+    """A Conv, Gemm or MatMul of a dequantized uint8 activation and a dequantized int8 weight, as
+    DequantizedConv or DequantizedGemm (a MatMul as a Gemm), or None."""
+    if node.op_type not in ("Conv", "Gemm", "MatMul"):
         return None
     activation, weight = (_dequantize_of(_input(node, index), producers) for index in (0, 1))
     if activation is None or weight is None or weight.input[0] not in constants:
         return None
     w = constants[weight.input[0]]
-    if w.data_type != TensorProto.INT8 or len(w.dims) != 4:
+    axis = _output_channel_axis(node, w.dims)
+    if w.data_type != TensorProto.INT8 or axis is None:
         return None
     activation_scale, activation_zero = _constant(activation.input[1], constants), _input(activation, 2)
     if activation_scale is None or activation_scale.size != 1:
@@ -95,15 +116,16 @@ def _dequantized_conv(node: onnx.NodeProto, producers: dict, constants: dict) ->
     if activation_zero and constants.get(activation_zero, TensorProto()).data_type != TensorProto.UINT8:
         return None  # its type is uint8 only when the zero point says so (or there is none)
     weight_scale, weight_zero = _constant(weight.input[1], constants), _input(weight, 2)
-    axis = _attributes(weight).get("axis", 1)
-    if weight_scale is None or weight_scale.size != 1 and not (axis in (0, -4) and weight_scale.size == w.dims[0]):
+    scale_axis = _attributes(weight).get("axis", 1) % len(w.dims)
+    if weight_scale is None or weight_scale.size != 1 and not (scale_axis == axis and weight_scale.size == w.dims[axis]):
         return None  # a scale that varies along what the products sum cannot be taken out of the sums
     if weight_zero and not (weight_zero in constants and not _constant(weight_zero, constants).any()):
         return None
     inputs = [activation.input[0], activation.input[1], activation_zero, weight.input[0], weight.input[1],
               _input(node, 2)]
-    return onnx.helper.make_node("DequantizedConv", inputs, list(node.output), name=node.name,
-                                 domain=FUSED_DOMAIN, **_attributes(node))
+    op_type = "DequantizedConv" if node.op_type == "Conv" else "DequantizedGemm"
+    return onnx.helper.make_node(op_type, inputs, list(node.output), name=node.name, domain=FUSED_DOMAIN,
+                                 **_attributes(node))
 
 
 def _fake_quantize(node: onnx.NodeProto, producers: dict, constants: dict, read_quantized: set) -> onnx.NodeProto | None:

@@ -232,3 +232,54 @@ def test_a_quantized_residual_block_keeps_each_product_in_its_own_kernel():
     total = fake(float_conv(r3d, "w2"), 0.05) + fake(float_conv(xd, "wp"), 0.04)  # a float32 Add, ties and all
     steps = np.abs(y.numpy() - fake(np.maximum(total, 0), 0.06)) / np.float32(0.06)
     assert steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() < 0.01
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_dequantized_gemm_and_matmul_sum_the_quantized_values(device):
+    """Gemm (transB, one weight scale per output column, a bias) and MatMul (weight (K, N), one scale
+    per column) between DequantizeLinear nodes become DequantizedGemm: the byte dot products of the
+    uint8 activation and the int8 weight, times both scales. Known zero points and scales are numbers
+    in the kernels: no kernel loads a one-byte zero point (one in a loop kept gcc from vectorizing it).
+    Within a step of numpy's float64 numbers."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    w_gemm = rng.integers(-127, 128, (24, 40)).astype(np.int8)
+    w_matmul = rng.integers(-127, 128, (24, 16)).astype(np.int8)
+    s_gemm = (rng.random(24) * 0.01 + 0.001).astype(np.float32)
+    s_matmul = (rng.random(16) * 0.01 + 0.001).astype(np.float32)
+    bias = rng.standard_normal(24).astype(np.float32)
+    initializers = [numpy_helper.from_array(value, name) for name, value in (
+        ("wg", w_gemm), ("sg", s_gemm), ("wm", w_matmul), ("sm", s_matmul), ("bias", bias),
+        ("s0", np.array(0.02, np.float32)), ("s1", np.array(0.05, np.float32)), ("s2", np.array(0.03, np.float32)),
+        ("z0", np.array(128, np.uint8)), ("z1", np.array(3, np.uint8)), ("z2", np.array(0, np.uint8)))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s0", "z0"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s0", "z0"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wg", "sg"], ["wgd"], axis=0),
+             helper.make_node("Gemm", ["xd", "wgd", "bias"], ["g"], transB=1),
+             helper.make_node("QuantizeLinear", ["g", "s1", "z1"], ["gq"]),
+             helper.make_node("DequantizeLinear", ["gq", "s1", "z1"], ["gd"]),
+             helper.make_node("DequantizeLinear", ["wm", "sm"], ["wmd"], axis=1),
+             helper.make_node("MatMul", ["gd", "wmd"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "s2", "z2"], ["mq"]),
+             helper.make_node("DequantizeLinear", ["mq", "s2", "z2"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq_gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 40])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)
+    model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), device=device)
+    assert model.op_histogram()["DequantizedGemm"] == 2 and "Gemm" not in model.op_histogram()
+    y = model(x=x)["y"]
+    if device == "CPU":
+        kernels = [item.kernel for item in create_schedule([y.lazydata]) if item.kernel is not None]
+        assert sum(dtypes.uint8 in kernel.buffer_dtypes and dtypes.int8 in kernel.buffer_dtypes
+                   for kernel in kernels if kernel.reduce_axes) == 2
+        assert not any(node.op.name == "LOAD" and node.dtype == dtypes.uint8
+                       and all(stride == 0 for view in node.arg[1].views for stride in view.strides)
+                       for kernel in kernels for node in kernel.ast.walk())
+
+    def fake(value, step, zero):
+        return (np.clip(np.round(np.float32(value) / np.float32(step)) + zero, 0, 255) - zero) * np.float32(step)
+    xd = fake(x, 0.02, 128).astype(np.float64)
+    g = xd @ (w_gemm.astype(np.float64) * s_gemm.reshape(-1, 1)).T + bias
+    gd = fake(g, 0.05, 3).astype(np.float64)
+    expected = fake(gd @ (w_matmul.astype(np.float64) * s_matmul.reshape(1, -1)), 0.03, 0)
+    steps = np.abs(y.numpy() - expected) / np.float32(0.03)
+    assert steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() < 0.02
