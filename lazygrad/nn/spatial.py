@@ -1026,7 +1026,7 @@ def byte_dot_conv2d(input: Tensor, weight: Tensor, stride=1, padding=0, dilation
         # first and copied back (1024 channels at 14x14: 0.62 ms, the convolution 0.07)
         stored = input.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
         if unpadded and channels % 4 == 0:
-            return _byte_dot_products(stored.permute(0, 2, 3, 1), weight, stride, dilation, name)
+            return byte_dot_channels_last(stored.permute(0, 2, 3, 1), weight, stride, dilation, name)
     else:
         stored = input.contiguous()
     if unpadded:
@@ -1037,11 +1037,12 @@ def byte_dot_conv2d(input: Tensor, weight: Tensor, stride=1, padding=0, dilation
     else:
         padded = stored.pad(pads, value=padding_value)
     channels_last = padded.pad(((0, 0), (0, -channels % 4), (0, 0), (0, 0))).permute(0, 2, 3, 1).contiguous()
-    return _byte_dot_products(channels_last, weight, stride, dilation, name)
+    return byte_dot_channels_last(channels_last, weight, stride, dilation, name)
 
 
-def _byte_dot_products(channels_last: Tensor, weight: Tensor, stride, dilation, name: str) -> Tensor:
-    """byte_dot_conv2d's sums over an input stored (N, H, W, C) with C a multiple of 4, padded."""
+def byte_dot_channels_last(channels_last: Tensor, weight: Tensor, stride, dilation, name: str) -> Tensor:
+    """byte_dot_conv2d's sums over an input stored (N, H, W, C) with C a multiple of 4, padded: the
+    register tile of uint8-by-int8 dot products (byte_dot_linear takes it for 32 rows or more)."""
     out_channels, channels, *kernel = weight.shape
     windows = pool_windows(channels_last.permute(0, 3, 1, 2), kernel, stride, dilation)  # (N, C, OH, OW, kh, kw)
     batch, quads, rows, columns = windows.shape[0], windows.shape[1] // 4, windows.shape[2], windows.shape[3]

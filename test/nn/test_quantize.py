@@ -3,6 +3,7 @@ summed in int32, against a numpy formulation of the same scheme on every device;
 accuracy and size; the jit; and integer convolutions, exact against float64."""
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -212,6 +213,24 @@ def test_an_input_scale_reads_the_stored_activation_not_the_sums_again():
     (second_scale,) = [kernel for kernel in kernels if kernel.full_shape == (64, 16, 8, 8)
                        and len(kernel.reduce_axes) == 4]
     assert dtypes.int32 not in second_scale.buffer_dtypes
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape, out_features", [((2, 40, 36), 10), ((64, 64), 48), ((40, 30), 20), ((8, 64), 16)])
+def test_byte_dot_linear_of_many_rows_takes_the_convolutions_register_tile(device, shape, out_features):
+    """32 rows or more, with in_features a multiple of 4: the rows as a 1x1 byte dot convolution's
+    positions, channels last, on its register tile (the product in 4-byte steps, 16 output channels a
+    vector); fewer rows, or in_features not a multiple of 4, plain loops. Exact against numpy either way."""
+    rng = np.random.default_rng(23)
+    rows = rng.integers(0, 256, shape).astype(np.uint8)
+    weight = rng.integers(-127, 128, (out_features, shape[-1])).astype(np.int8)
+    result = F.byte_dot_linear(Tensor(rows, device=device), Tensor(weight, device=device))
+    tiled = math.prod(shape[:-1]) >= 32 and shape[-1] % 4 == 0
+    if device == "CPU":
+        (product,) = [item.kernel for item in fuse.create_schedule([result.lazydata]) if item.kernel is not None
+                      and item.kernel.reduce_axes]
+        assert (product.full_shape[-1] == 4 and len(product.reduce_axes) >= 2) == tiled
+    np.testing.assert_array_equal(result.numpy(), rows.astype(np.int64) @ weight.astype(np.int64).T)
 
 
 def test_calibration_fixes_each_input_scale_and_larger_inputs_saturate():
