@@ -16,7 +16,7 @@ from __future__ import annotations
 from lazygrad.dtype import dtypes
 from lazygrad.onnx.ops_conv import average_pool
 from lazygrad.onnx.ops_nn import integer_matmul
-from lazygrad.onnx.ops_quantize import quantize
+from lazygrad.onnx.ops_quantize import as_float32, parameter, quantize
 from lazygrad.onnx.ops_reduce import softmax
 from lazygrad.onnx.proto import elem_type_of_dtype
 from lazygrad.onnx.registry import onnx_op
@@ -25,30 +25,37 @@ from lazygrad.tensor import Tensor
 MICROSOFT = "com.microsoft"
 
 
+def _per_tensor(ctx, value: Tensor | None):
+    """A per-tensor scale or zero point: its number where it is a known constant (ops_quantize.parameter's
+    reason), else the one-element Tensor as a scalar."""
+    return None if value is None else parameter(ctx, value, (), 0, 0)
+
+
 def _dequantized(ctx, x: Tensor, scale: Tensor, zero_point) -> Tensor:
     shifted = x.cast(dtypes.float32)
     if zero_point is not None:
-        shifted = shifted - zero_point.reshape(()).cast(dtypes.float32)
-    return shifted * scale.reshape(()).cast(dtypes.float32)
+        shifted = shifted - as_float32(_per_tensor(ctx, zero_point))
+    return shifted * as_float32(_per_tensor(ctx, scale))
 
 
-def _quantized(value: Tensor, scale: Tensor, zero_point, like: Tensor) -> Tensor:
+def _quantized(ctx, value: Tensor, scale: Tensor, zero_point, like: Tensor) -> Tensor:
     """value quantized with a per-tensor scale and zero point, to the zero point's type (else x's)."""
     elem_type = elem_type_of_dtype(zero_point.dtype if zero_point is not None else like.dtype)
-    return quantize(value.cast(dtypes.float32), scale.reshape(()).cast(dtypes.float32),
-                    None if zero_point is None else zero_point.reshape(()), elem_type)
+    return quantize(value.cast(dtypes.float32), as_float32(_per_tensor(ctx, scale)), _per_tensor(ctx, zero_point),
+                    elem_type)
 
 
 def _binary(function):
     def run(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
         value = function(_dequantized(ctx, a, a_scale, a_zero_point), _dequantized(ctx, b, b_scale, b_zero_point))
-        return _quantized(value, c_scale, c_zero_point, a)
+        return _quantized(ctx, value, c_scale, c_zero_point, a)
     return run
 
 
 def _unary(function):
     def run(ctx, x, x_scale, x_zero_point, y_scale, y_zero_point=None, **attributes):
-        return _quantized(function(_dequantized(ctx, x, x_scale, x_zero_point), **attributes), y_scale, y_zero_point, x)
+        return _quantized(ctx, function(_dequantized(ctx, x, x_scale, x_zero_point), **attributes), y_scale,
+                          y_zero_point, x)
     return run
 
 
@@ -76,21 +83,21 @@ def qlinear_softmax(ctx, x, x_scale, x_zero_point, y_scale, y_zero_point=None, a
         result = softmax(flat, axis).reshape(value.shape)
     else:
         result = softmax(value, axis)
-    return _quantized(result, y_scale, y_zero_point, x)
+    return _quantized(ctx, result, y_scale, y_zero_point, x)
 
 
 @onnx_op("QLinearGlobalAveragePool", domain=MICROSOFT)
 def qlinear_global_average_pool(ctx, x, x_scale, x_zero_point, y_scale, y_zero_point=None, channels_last=0):
     value = _channels_first(_dequantized(ctx, x, x_scale, x_zero_point), channels_last)
     pooled = value.mean(tuple(range(2, value.ndim)), keepdim=True)
-    return _quantized(_channels_back(pooled, channels_last), y_scale, y_zero_point, x)
+    return _quantized(ctx, _channels_back(pooled, channels_last), y_scale, y_zero_point, x)
 
 
 @onnx_op("QLinearAveragePool", domain=MICROSOFT)
 def qlinear_average_pool(ctx, x, x_scale, x_zero_point, y_scale, y_zero_point=None, channels_last=0, **attributes):
     value = _channels_first(_dequantized(ctx, x, x_scale, x_zero_point), channels_last)
     pooled = average_pool(ctx, value, **attributes)
-    return _quantized(_channels_back(pooled, channels_last), y_scale, y_zero_point, x)
+    return _quantized(ctx, _channels_back(pooled, channels_last), y_scale, y_zero_point, x)
 
 
 @onnx_op("QLinearConcat", domain=MICROSOFT)
@@ -101,7 +108,7 @@ def qlinear_concat(ctx, y_scale, y_zero_point, *inputs, axis):
                          f"Y_zero_point, got {len(inputs)} inputs")
     values = [_dequantized(ctx, *inputs[start:start + 3]) for start in range(0, len(inputs), 3)]
     joined = values[0].cat(*values[1:], dim=axis) if len(values) > 1 else values[0]
-    return _quantized(joined, y_scale, y_zero_point, inputs[0])
+    return _quantized(ctx, joined, y_scale, y_zero_point, inputs[0])
 
 
 @onnx_op("QGemm", domain=MICROSOFT)
@@ -112,7 +119,8 @@ def qgemm(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_sca
     point may be one per column."""
     a = a.T if transA else a
     b = b.T if transB else b
-    if b_zero_point is not None and b_zero_point.numel() > 1:  # per column: centered before the sums
+    if b_zero_point is not None and b_zero_point.numel() > 1 and not ctx.known_zeros(b_zero_point):
+        # per column and not all 0: centered before the sums (all 0, the byte dot products take it)
         b, b_zero_point = b.cast(dtypes.int32) - b_zero_point.cast(dtypes.int32).reshape(1, -1), None
     sums = integer_matmul(ctx, a, None if a_zero_point is None else a_zero_point.reshape(()), b, b_zero_point)
     if c is not None:

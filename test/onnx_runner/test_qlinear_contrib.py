@@ -58,6 +58,11 @@ def test_elementwise_and_pooling_operators_are_their_float_ones_between_quantiza
     order = ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "c_scale", "c_zero"]
     for op_type, expected in (("QLinearAdd", a_f + b_f), ("QLinearMul", a_f * b_f)):
         result = run(op_type, {"a": a, "b": b}, binary, out_type, device, order=order)
+        if device == "CPU":  # known scales and zero points are numbers in the kernel, not one-byte loads
+            assert not any(node.op.name == "LOAD" and node.dtype.itemsize == 1
+                           and all(stride == 0 for view in node.arg[1].views for stride in view.strides)
+                           for item in create_schedule([result.lazydata]) if item.kernel is not None
+                           for node in item.kernel.ast.walk())
         np.testing.assert_array_equal(result.numpy(), quantize(expected, 0.07, int(zero), dtype), err_msg=op_type)
     unary = {**scales(x_scale=0.05), "x_zero": zero, **scales(y_scale=0.004), "y_zero": zero}
     sigmoid = 1 / (1 + np.exp(-a_f.astype(np.float64)))
@@ -127,6 +132,10 @@ def test_qgemm_sums_the_quantized_values_with_its_int32_bias(device):
         constants = {**scales(a_scale=0.02), "a_zero": np.array(9, np.uint8), "b": b, "b_scale": b_scale,
                      "b_zero": b_zero, "c": c}
         floats = run("QGemm", {"a": a}, constants, TensorProto.FLOAT, device, alpha=0.5, transB=1)
+        if device == "CPU" and not b_zero.any():  # zero points of 0, one per column too: the byte dot products
+            products = [item.kernel for item in create_schedule([floats.lazydata]) if item.kernel is not None
+                        and item.kernel.reduce_axes]
+            assert any(dtypes.uint8 in kernel.buffer_dtypes and dtypes.int8 in kernel.buffer_dtypes for kernel in products)
         np.testing.assert_allclose(floats.numpy(), expected, rtol=1e-6)
         quantized = run("QGemm", {"a": a}, {**constants, **scales(y_scale=0.3), "y_zero": np.array(128, np.uint8)},
                         TensorProto.UINT8, device, alpha=0.5, transB=1)
