@@ -122,7 +122,7 @@ def qgemm(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_sca
     if b_zero_point is not None and b_zero_point.numel() > 1 and not ctx.known_zeros(b_zero_point):
         # per column and not all 0: centered before the sums (all 0, the byte dot products take it)
         b, b_zero_point = b.cast(dtypes.int32) - b_zero_point.cast(dtypes.int32).reshape(1, -1), None
-    sums = integer_matmul(ctx, a, None if a_zero_point is None else a_zero_point.reshape(()), b, b_zero_point)
+    sums = integer_matmul(ctx, a, a_zero_point, b, b_zero_point)
     if c is not None:
         sums = sums + c.cast(dtypes.int32)
     scale = a_scale.reshape(()).cast(dtypes.float32) * b_scale.cast(dtypes.float32).reshape(-1) * float(alpha)
@@ -130,6 +130,6 @@ def qgemm(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_sca
     if y_scale is None:
         return result
     zero_type = y_zero_point.dtype if y_zero_point is not None else dtypes.uint8
-    return quantize(result, y_scale.reshape(()).cast(dtypes.float32),
-                    None if y_zero_point is None else y_zero_point.reshape(()), elem_type_of_dtype(zero_type))
+    return quantize(result, as_float32(_per_tensor(ctx, y_scale)), _per_tensor(ctx, y_zero_point),
+                    elem_type_of_dtype(zero_type))
 

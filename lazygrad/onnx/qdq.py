@@ -5,7 +5,8 @@ ONNX Runtime's static quantizer (and torch's quantization-aware export) writes a
 its float graph with QuantizeLinear and DequantizeLinear around each product: a Conv reads
 DequantizeLinear(x_q) and DequantizeLinear(w_q) of a uint8 activation and an int8 weight. Run as
 written, every product is a float product of dequantized values and every activation takes a trip
-through uint8 and back. Two rewrites, both exact:
+through uint8 and back. Two rewrites, the first with the products' sums exact (where the float graph
+rounds them), the second giving the same numbers:
 
 - a Conv of a dequantized uint8 activation (one scale) and a dequantized int8 weight (zero point 0,
   one scale or one per output channel, one group, 2-D) becomes `DequantizedConv` on the quantized
