@@ -16,7 +16,8 @@ rounds them), the second giving the same numbers:
   (ops_nn.integer_matmul's byte dot products);
 - a DequantizeLinear of a QuantizeLinear's result with the same scale and zero point becomes
   `FakeQuantize` of the float input: round(x / scale) clamped to the quantized range less the zero
-  point, times the scale, the same numbers without the conversions.
+  point, times the scale, the same numbers without the conversions; where that input is already a
+  DequantizeLinear's with those parameters (through reshapes and transposes), an Identity.
 
 The DequantizeLinear and QuantizeLinear nodes stay where other nodes read them; what no node reads
 is never computed (results are lazy). The rewritten nodes are in the domain FUSED_DOMAIN.
@@ -143,5 +144,26 @@ def _fake_quantize(node: onnx.NodeProto, producers: dict, constants: dict, read_
         return None
     if zero and constants.get(zero, TensorProto()).data_type not in INTEGER_TYPES:
         return None  # a float8 or 4-bit quantization, or a zero point computed in the graph
+    if _on_the_grid(quantize.input[0], scale, zero, producers, constants):
+        return onnx.helper.make_node("Identity", [quantize.input[0]], list(node.output), name=node.name)
     return onnx.helper.make_node("FakeQuantize", [quantize.input[0], scale, zero], list(node.output),
                                  name=node.name, domain=FUSED_DOMAIN, axis=q_attributes.get("axis", 1))
+
+
+# Operators that move or reshape values without changing any
+VALUE_PRESERVING = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+
+
+def _on_the_grid(name: str, scale: str, zero: str, producers: dict, constants: dict) -> bool:
+    """Whether the value `name` is, through value-preserving operators only, a DequantizeLinear's with
+    the same one-element scale and zero point: each of its values is already an integer in range
+    times the scale, which quantizing and dequantizing again gives back exactly. ONNX Runtime's QDQ
+    form puts a pair around every Reshape and Transpose: a transformer's attention heads went through
+    four such round trips, ten divisions an element."""
+    value = _constant(scale, constants)
+    if value is None or value.size != 1:
+        return False
+    node = producers.get(name)
+    while node is not None and node.op_type in VALUE_PRESERVING and node.domain in ("", "ai.onnx"):
+        node = producers.get(node.input[0])
+    return _is_plain(node, "DequantizeLinear") and _input(node, 1) == scale and _input(node, 2) == zero

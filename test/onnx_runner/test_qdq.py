@@ -283,3 +283,36 @@ def test_a_dequantized_gemm_and_matmul_sum_the_quantized_values(device):
     expected = fake(gd @ (w_matmul.astype(np.float64) * s_matmul.reshape(1, -1)), 0.03, 0)
     steps = np.abs(y.numpy() - expected) / np.float32(0.03)
     assert steps.max() <= 1.0 + 1e-4 and (steps > 0.5).mean() < 0.02
+
+
+def test_a_round_trip_of_values_already_on_its_grid_is_an_identity():
+    """ONNX Runtime's QDQ form quantizes and dequantizes again around each Reshape and Transpose with
+    the same parameters: those values are already integers in range times the scale, so the pair
+    gives them back exactly and becomes an Identity; another scale keeps its FakeQuantize."""
+    rng = np.random.default_rng(10)
+    x = (rng.standard_normal((2, 6, 4)) * 3).astype(np.float32)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q0"]),
+             helper.make_node("DequantizeLinear", ["q0", "s", "z"], ["d0"]),
+             helper.make_node("Reshape", ["d0", "shape"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["d1"]),
+             helper.make_node("Transpose", ["d1"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("QuantizeLinear", ["t", "s", "z"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["y"]),
+             helper.make_node("QuantizeLinear", ["t", "s2", "z"], ["q3"]),
+             helper.make_node("DequantizeLinear", ["q3", "s2", "z"], ["y2"])]
+    initializers = [numpy_helper.from_array(np.array(0.07, np.float32), "s"),
+                    numpy_helper.from_array(np.array(0.05, np.float32), "s2"),
+                    numpy_helper.from_array(np.array(120, np.uint8), "z"),
+                    numpy_helper.from_array(np.array([2, 4, 6], np.int64), "shape")]
+    graph = helper.make_graph(nodes, "grid", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("y", "y2")],
+                              initializers)
+    model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
+    assert model.op_histogram()["Identity"] == 2 and model.op_histogram()["FakeQuantize"] == 2
+    result = model(x=x)
+    on_grid = dequantize(quantize(x, 0.07, 120, 0, 255), 0.07, 120).reshape(2, 4, 6).transpose(0, 2, 1)
+    np.testing.assert_array_equal(result["y"].numpy(), on_grid)
+    np.testing.assert_array_equal(result["y2"].numpy(), dequantize(quantize(on_grid, 0.05, 120, 0, 255), 0.05, 120))
+    # and as written: quantizing the grid's values again gives them back exactly
+    np.testing.assert_array_equal(dequantize(quantize(on_grid, 0.07, 120, 0, 255), 0.07, 120), on_grid)
