@@ -33,7 +33,10 @@ def integer_matmul(ctx, x, x_zero_point, y, y_zero_point) -> Tensor:
         sums = F.byte_dot_linear(x.contiguous(), y.T.contiguous())
         if x_zero_point is None:
             return sums
-        column_sums = y.cast(dtypes.int32)._reduce(Ops.SUM, 0, False, "MatMulInteger")
+        # stored: a value of the weight alone, kept between calls (parameter_values.py); fused into
+        # the products' epilogue it was summed again at every call, down strided columns (a classifier
+        # of 1280 x 1000: 0.16 ms of an 0.2 ms layer)
+        column_sums = y.cast(dtypes.int32)._reduce(Ops.SUM, 0, False, "MatMulInteger").contiguous()
         known = ctx.known_scalar(x_zero_point)  # a number in the kernel where it can be (ops_conv's reason)
         return sums - (x_zero_point.reshape(()).cast(dtypes.int32) if known is None else int(known)) * column_sums
     x = x.cast(dtypes.int32) - (0 if x_zero_point is None else x_zero_point.cast(dtypes.int32))

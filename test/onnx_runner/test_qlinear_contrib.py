@@ -195,6 +195,10 @@ def test_a_dynamically_quantized_matmul_reads_its_input_stored():
                   and item.kernel.reduce_axes and dtypes.int8 in item.kernel.buffer_dtypes and 16 in item.kernel.full_shape]
     # it reads the uint8 values (VNNI's dot products), not int32 copies of them, nor the floats they round
     assert dtypes.uint8 in product.buffer_dtypes and dtypes.float32 not in product.buffer_dtypes
+    # the weight's column sums (for the zero point) are a kernel of the weight alone, kept between calls,
+    # not summed again inside every call's epilogue
+    kernels = [item.kernel for item in create_schedule([result.lazydata]) if item.kernel is not None]
+    assert any(kernel.buffer_dtypes == (dtypes.int32, dtypes.int8) and kernel.reduce_axes for kernel in kernels)
     x = np.maximum(x, 0)
     low, high = min(x.min(), 0), max(x.max(), 0)
     scale = np.float32((high - low) / np.float32(255))
