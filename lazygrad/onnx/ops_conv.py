@@ -212,22 +212,18 @@ def integer_convolution(ctx, x, x_zero_point, w, w_zero_point, kernel_shape=None
         pairs, _ = spatial_padding(x.shape[2:], w.shape[2:], strides, dilations, pads, auto_pad)
         if x_zero_point is None:
             return F.byte_dot_conv2d(x, w, strides, pairs, dilations)
-        # a known zero point is a number in the kernels: a one-byte load in a loop keeps gcc from
-        # vectorizing it (a quantized ResNet-50's residual epilogues, 2.9 ms scalar at 56x56)
-        known = ctx.known_scalar(x_zero_point)
-        zero = x_zero_point.reshape(()) if known is None else int(known)
+        zero = ctx.number_or_scalar(x_zero_point)
         sums = F.byte_dot_conv2d(x, w, strides, pairs, dilations, padding_value=zero)
         weight_sums = w.cast(dtypes.int32)._reduce(Ops.SUM, (1, 2, 3), False, "ConvInteger").reshape(-1, 1, 1)
-        return sums - (zero.cast(dtypes.int32) if known is None else zero) * weight_sums
+        return sums - (zero.cast(dtypes.int32) if isinstance(zero, Tensor) else int(zero)) * weight_sums
     bytes_ = (dtypes.uint8, dtypes.int8)
     if group > 1 and x.dtype in bytes_ and w.dtype in bytes_ and math.prod(w.shape[1:]) * 255 * 255 < 1 << 24:
         # a grouped convolution of few terms a sum (a depthwise one's 9): every partial sum of centered
         # bytes is an integer float32 holds exactly, so the float convolution (direct: Winograd takes
         # one group only) is exact, on its tiles: MobileNetV2 quantized by ONNX Runtime (QOperator)
         # 4.8 -> 2.4 ms, its depthwise layers int32 convolutions before
-        known = ctx.known_scalar(x_zero_point)  # a number in the kernels, as for the byte dot products above
-        x = x.cast(dtypes.float32) - (known if known is not None else 0 if x_zero_point is None
-                                      else x_zero_point.cast(dtypes.float32))
+        zero = 0 if x_zero_point is None else ctx.number_or_scalar(x_zero_point)
+        x = x.cast(dtypes.float32) - (zero.cast(dtypes.float32) if isinstance(zero, Tensor) else zero)
         shift = 0 if ctx.known_zeros(w_zero_point) else \
             w_zero_point.cast(dtypes.float32).reshape(-1, *([1] * (w.ndim - 1)))
         centered = conv(ctx, x, w.cast(dtypes.float32) - shift, None, kernel_shape, strides, dilations, pads,

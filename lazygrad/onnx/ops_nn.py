@@ -37,8 +37,8 @@ def integer_matmul(ctx, x, x_zero_point, y, y_zero_point) -> Tensor:
         # the products' epilogue it was summed again at every call, down strided columns (a classifier
         # of 1280 x 1000: 0.16 ms of an 0.2 ms layer)
         column_sums = y.cast(dtypes.int32)._reduce(Ops.SUM, 0, False, "MatMulInteger").contiguous()
-        known = ctx.known_scalar(x_zero_point)  # a number in the kernel where it can be (ops_conv's reason)
-        return sums - (x_zero_point.reshape(()).cast(dtypes.int32) if known is None else int(known)) * column_sums
+        zero = ctx.number_or_scalar(x_zero_point)
+        return sums - (zero.cast(dtypes.int32) if isinstance(zero, Tensor) else int(zero)) * column_sums
     x = x.cast(dtypes.int32) - (0 if x_zero_point is None else x_zero_point.cast(dtypes.int32))
     y = y.cast(dtypes.int32) - (0 if y_zero_point is None else y_zero_point.cast(dtypes.int32))
     return (x @ y).cast(dtypes.int32)

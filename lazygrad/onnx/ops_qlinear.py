@@ -16,7 +16,7 @@ from __future__ import annotations
 from lazygrad.dtype import dtypes
 from lazygrad.onnx.ops_conv import average_pool
 from lazygrad.onnx.ops_nn import integer_matmul
-from lazygrad.onnx.ops_quantize import as_float32, parameter, quantize
+from lazygrad.onnx.ops_quantize import as_float32, quantize
 from lazygrad.onnx.ops_reduce import softmax
 from lazygrad.onnx.proto import elem_type_of_dtype
 from lazygrad.onnx.registry import onnx_op
@@ -26,9 +26,8 @@ MICROSOFT = "com.microsoft"
 
 
 def _per_tensor(ctx, value: Tensor | None):
-    """A per-tensor scale or zero point: its number where it is a known constant (ops_quantize.parameter's
-    reason), else the one-element Tensor as a scalar."""
-    return None if value is None else parameter(ctx, value, (), 0, 0)
+    """A per-tensor scale or zero point: its number where known, else a 0-d Tensor."""
+    return None if value is None else ctx.number_or_scalar(value)
 
 
 def _dequantized(ctx, x: Tensor, scale: Tensor, zero_point) -> Tensor:

@@ -38,10 +38,8 @@ def broadcast_parameter(parameter: Tensor, shape: tuple, axis: int, block_size: 
 
 
 def parameter(ctx, value: Tensor, shape: tuple, axis: int, block_size: int):
-    """broadcast_parameter's Tensor, or the number of a known one-element constant (an initializer):
-    a constant in the kernels rather than a load. A uint8 zero point loaded inside a loop kept gcc
-    from vectorizing it (a quantized transformer's runs of quantize-dequantize pairs, 10 divisions an
-    element one at a time: 1 ms for 128 x 512)."""
+    """broadcast_parameter's Tensor, or the number of a known one-element constant (an initializer;
+    OpContext.number_or_scalar's reason)."""
     number = ctx.known_scalar(value)
     return number if number is not None else broadcast_parameter(value, shape, axis, block_size)
 
@@ -175,7 +173,7 @@ def requantize(ctx, accumulated: Tensor, multiplier: Tensor, zero_point, like: T
     elem_type = declared if declared is not None else elem_type_of_dtype(zero_point.dtype if zero_point is not None
                                                                            else like.dtype)
     if zero_point is not None:
-        result = result + as_float32(parameter(ctx, zero_point, (), 0, 0))
+        result = result + as_float32(ctx.number_or_scalar(zero_point))
     low, high = INTEGER_RANGES[elem_type]
     return rounded_for_range(result, elem_type).clamp(low, high).cast(dtype_of(elem_type))
 
