@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from lazygrad.dtype import DType, dtypes
+from lazygrad.dtype import STORAGE_WIDE, DType, dtypes
 from lazygrad.renderer import narrow_floats
 from lazygrad.renderer.cstyle import CStyleRenderer
 from lazygrad.renderer.loop_program import LoopProgram
@@ -98,7 +98,7 @@ class CUDARenderer(CStyleRenderer):
         return f"__half2float(lg_bitcast(__half, {operand}))"
 
     def render_cast(self, src_dtype: DType, dtype: DType, operand: str) -> str:
-        if dtype == dtypes.float16:
+        if dtype == dtypes.float16 and src_dtype not in STORAGE_WIDE:  # int4 and uint4: render_storage_cast reads the nibble
             return f"lg_half_from_double({operand})" if src_dtype == dtypes.float64 else f"lg_half((float)({operand}))"
         return super().render_cast(src_dtype, dtype, operand)
 
