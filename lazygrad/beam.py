@@ -37,7 +37,7 @@ from lazygrad.codegen.opts import (
     candidate_opts,
     heuristic_opts,
 )
-from lazygrad.devices import get_device
+from lazygrad.devices import get_device, synchronize
 from lazygrad.devices.compile_pool import submit_compile
 from lazygrad.diskcache import cache_get, cache_key, cache_put
 from lazygrad.knobs import knobs
@@ -132,7 +132,7 @@ class KernelBench:
     on rotated copies of their buffers (`sets`, identical inputs), one copy per timed run."""
 
     def __init__(self, device_name: str, kernel: Kernel, renderer):
-        self.device = get_device(device_name)
+        self.device_name, self.device = device_name, get_device(device_name)
         self.kernel, self.renderer = kernel, renderer
         rng = np.random.default_rng(0)
         sizes = _buffer_sizes(kernel)
@@ -168,6 +168,7 @@ class KernelBench:
         buffers = self.sets[self.last_run]
         start = time.perf_counter()
         program(*buffers)
+        synchronize(self.device_name)  # a CUDA launch returns before its kernel has run
         return time.perf_counter() - start
 
     def source(self, opts) -> tuple[str, str]:

@@ -58,7 +58,7 @@ from collections import OrderedDict
 
 from lazygrad import realize as engine
 from lazygrad.complex_tensor import ComplexTensor
-from lazygrad.devices import get_device
+from lazygrad.devices import get_device, synchronize
 from lazygrad.knobs import knobs
 from lazygrad.lazy import PENDING_ASSIGNS, LazyBuffer
 from lazygrad.multi import MultiLazyBuffer, lazy_nodes
@@ -382,10 +382,12 @@ class _Replay:
 
 def _timed(function, arguments: list, described: tuple) -> float:
     """Runs one step of a replay, prints its DEBUG=2 line when it is a kernel, and returns its time."""
+    compiled, moved = described
     start = time.perf_counter()
     function(*arguments)
+    if compiled is not None:
+        synchronize(compiled.device)  # a CUDA launch returns before its kernel has run
     elapsed = time.perf_counter() - start
-    compiled, moved = described
     if compiled is not None:
         engine.print_launch(compiled.name, compiled, elapsed, moved)
     return elapsed

@@ -24,7 +24,7 @@ from lazygrad import derived_values
 from lazygrad.beam import beam_opts
 from lazygrad.codegen.kernel import Kernel, format_ast
 from lazygrad.codegen.linearize import kernel_source, rendered_pieces
-from lazygrad.devices import canonical_device, get_device
+from lazygrad.devices import canonical_device, get_device, synchronize
 from lazygrad.devices.compile_pool import CompileBatch
 from lazygrad.graph import write_graph
 from lazygrad.knobs import knobs
@@ -64,6 +64,7 @@ class CompiledKernel:
     name: str
     source: str
     program: object
+    device: str                 # the device it was compiled for and runs on
     global_size: tuple[int, ...]
     flops: int
     opts: tuple = ()            # the opts its loops were arranged with (codegen/opts.py)
@@ -191,8 +192,8 @@ def prepare_programs(device_name: str, kernels: list[Kernel]) -> None:
         batch.close()
         for key, kernel, rendered, future in started:
             program = _load(device, rendered, future.result())
-            _PROGRAMS[key] = CompiledKernel(rendered.name, rendered.source, program, rendered.global_size,
-                                            kernel.count_flops(), rendered.opts)
+            _PROGRAMS[key] = CompiledKernel(rendered.name, rendered.source, program, device_name,
+                                            rendered.global_size, kernel.count_flops(), rendered.opts)
     while len(_PROGRAMS) > max(LOADED_PROGRAMS, used + len(missing)):  # never one this schedule runs
         del _PROGRAMS[next(iter(_PROGRAMS))]
     if knobs.debug >= 1:
@@ -298,6 +299,8 @@ def _run_item(item: ScheduleItem, derived: bool = False) -> float:
     if timed:
         start = time.perf_counter()
     compiled.program(*buffers, *input_buffers)
+    if timed:
+        synchronize(device_name)  # a CUDA launch returns before its kernel has run
     elapsed = time.perf_counter() - start if timed else 0.0
     moved = 0
     for buffer in buffers:

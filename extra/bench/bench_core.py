@@ -40,6 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 from lazygrad import Tensor, derived_values, stats  # noqa: E402
+from lazygrad.devices import synchronize  # noqa: E402
 
 try:
     import torch
@@ -76,6 +77,7 @@ def time_lazygrad(build: Callable[[], Tensor], repeats: int) -> tuple[float, Ten
         derived_values.clear()  # every run computes all of it: no operand packed by an earlier run
         start = time.perf_counter()
         out.realize()
+        synchronize(out.device)  # a GPU's kernels run after realize returns
         times.append(time.perf_counter() - start)
     return statistics.median(times), out
 

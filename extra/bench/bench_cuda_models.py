@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import bench_models  # noqa: E402
 import lazygrad.nn  # noqa: E402
 from lazygrad import Tensor, stats  # noqa: E402
+from lazygrad.devices import synchronize  # noqa: E402
 from lazygrad.jit import jit  # noqa: E402
 from lazygrad.nn.state import load_state_dict  # noqa: E402
 
@@ -77,7 +78,7 @@ def run(name: str, repeats: int, kernels: int) -> str:
     stats.reset()
     jitted(*tensors).realize()
     launches = stats.kernels
-    ours = median_ms(lambda: jitted(*tensors).realize(), lambda: None, repeats)  # realize returns when done
+    ours = median_ms(lambda: jitted(*tensors).realize(), lambda: synchronize("CUDA"), repeats)
     reference = reference.cuda()
     torch_inputs = [torch.from_numpy(array).cuda() for array in inputs.values()]
     with torch.inference_mode():

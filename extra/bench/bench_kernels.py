@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_core import bench_copy, check, cpu_model, median_seconds  # noqa: E402
 from lazygrad import Context, Tensor, derived_values, stats  # noqa: E402
+from lazygrad.devices import synchronize  # noqa: E402
 
 try:
     import torch
@@ -72,6 +73,7 @@ def time_realize(build: Callable[[], Tensor], repeats: int) -> tuple[float, floa
     """(median seconds, seconds of the warm-up run, last result) of realizing fresh graphs."""
     start = time.perf_counter()
     out = build().realize()
+    synchronize(out.device)  # a GPU's kernels run after realize returns
     warmup = time.perf_counter() - start
     times = []
     for _ in range(repeats):
@@ -79,6 +81,7 @@ def time_realize(build: Callable[[], Tensor], repeats: int) -> tuple[float, floa
         derived_values.clear()  # every run computes all of it: no operand packed by an earlier run
         start = time.perf_counter()
         out.realize()
+        synchronize(out.device)
         times.append(time.perf_counter() - start)
     return statistics.median(times), warmup, out
 

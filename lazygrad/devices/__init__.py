@@ -2,7 +2,8 @@
 
 A compiled device has `alloc`, `compile_cached(source) -> binary` and `load(name, binary, n)`
 (the CPU also `cached(source)` and `compile_together([(name, source), ...])`: compile_pool.py);
-the NPY device instead has `run_graph(outputs)` and interprets the lazy graph with numpy.
+the NPY device instead has `run_graph(outputs)` and interprets the lazy graph with numpy. CUDA's
+launches return before their kernels finish; `synchronize(name)` waits for them.
 """
 from __future__ import annotations
 
@@ -41,6 +42,15 @@ def lead_device(device) -> str:
 def device_kind(device) -> str:
     """'CPU' for 'CPU' and 'CPU:1' (and for a sharded tensor whose first device is one)."""
     return lead_device(device).split(":")[0]
+
+
+def synchronize(name=None) -> None:
+    """Returns once every kernel launched on the device (default: DEV) has finished: what to call
+    before reading a clock after GPU work. A CUDA launch returns as soon as the kernel is queued; the
+    other devices finish each kernel before its call returns."""
+    device = get_device(canonical_device(name))
+    if hasattr(device, "synchronize"):  # CUDA's
+        device.synchronize()
 
 
 def get_device(name: str):

@@ -7,6 +7,11 @@ freed memory); `copyin(array)`, `numpy()` and `array` (a host copy) move data as
 Without a GPU the generated source can still be checked: `compile_to_ptx(source)` compiles it with
 `nvcc --ptx` when nvcc is installed, else with NVRTC through cupy. The tests use it.
 
+A launch returns once the kernel is queued on the GPU's stream, as PyTorch's do: later launches,
+copies in and reads back (`numpy()`) are ordered after it there, and a read waits for it. Timing
+waits for the kernels (`CUDADevice.synchronize`, `lazygrad.devices.synchronize("CUDA")`): a wait
+after every launch had left the GPU idle while Python prepared the next one.
+
 A kernel's first source line says how to launch it (`// launch: grid=<blocks> block=<threads>`,
 written by renderer/cuda.py); the cached "binary" is that launch size followed by the PTX. A kernel
 with work-groups (LOCAL, GROUP) has one block per group there, so `block` is its group size.
@@ -186,7 +191,7 @@ class CUDABuffer:
 
 
 class CUDAProgram:
-    """A loaded kernel: call it with buffers (outputs first); returns when the kernel has finished."""
+    """A loaded kernel: call it with buffers (outputs first); returns once the launch is queued."""
 
     def __init__(self, device: "CUDADevice", name: str, binary: bytes, argument_count: int):
         cupy = import_cupy()
@@ -206,7 +211,6 @@ class CUDAProgram:
         assert len(buffers) == self.argument_count
         with self.cupy_device:
             self.function((self.grid,), (self.block,), tuple(buffer.data for buffer in buffers))
-            self.cupy_device.synchronize()
 
 
 class CUDADevice:
@@ -230,6 +234,10 @@ class CUDADevice:
 
     def alloc(self, dtype: DType, size: int) -> CUDABuffer:
         return CUDABuffer(self.name, dtype, size, self.cupy_device)
+
+    def synchronize(self) -> None:
+        """Returns once every kernel launched on this GPU has finished."""
+        self.cupy_device.synchronize()
 
     def compile_cached(self, source: str) -> bytes:
         grid, block = launch_size(source)
