@@ -1,6 +1,6 @@
 """Models people run, beyond the four of bench_models.py: torchvision's architectures (classification,
-two segmentation models and a video one) and two sequence models (a 2-layer GRU and a 1-D convolution
-stack, an audio model's front end) exported to ONNX by torch and run through lazygrad.onnx (called
+two segmentation models and a video one), a YOLOv8-n style detector (zoo_detector.py) and two
+sequence models (a 2-layer GRU and a 1-D convolution stack, an audio model's front end) exported to ONNX by torch and run through lazygrad.onnx (called
 plainly, as a user would: from its fourth call OnnxModel replays the kernels its third launched),
 against ONNX Runtime and torch eager, on the CPU at a chosen thread count. Each model is batch 1 at
 its usual resolution, with seeded random weights (parameters torchvision initializes to zero, as
@@ -52,8 +52,8 @@ else:
 
 # name -> input shape: torchvision's classifiers (convolutions of many shapes: odd sizes, grouped,
 # depthwise, squeeze-and-excitation, dense concatenations, a flatten into large Linears; two vision
-# transformers), two segmentation models (dilated convolutions), a video one ((2+1)-D convolutions) and
-# two sequence models (`sequence_model`)
+# transformers), two segmentation models (dilated convolutions), a video one ((2+1)-D convolutions), a
+# detector (split-and-concatenate stages, upsampling, a decoding head) and two sequence models (`sequence_model`)
 MODELS = {
     "resnet50": (1, 3, 224, 224), "densenet121": (1, 3, 224, 224), "googlenet": (1, 3, 224, 224),
     "inception_v3": (1, 3, 299, 299), "squeezenet1_1": (1, 3, 224, 224), "shufflenet_v2_x1_0": (1, 3, 224, 224),
@@ -63,7 +63,7 @@ MODELS = {
     "resnext50_32x4d": (1, 3, 224, 224), "regnet_x_1_6gf": (1, 3, 224, 224),
     "deeplabv3_mobilenet_v3_large": (1, 3, 320, 320), "deeplabv3_resnet50": (1, 3, 320, 320),
     "r2plus1d_18": (1, 3, 16, 112, 112),
-    "gru": (1, 64, 256), "conv1d": (1, 80, 3000),
+    "gru": (1, 64, 256), "conv1d": (1, 80, 3000), "detector": (1, 3, 640, 640),
 }
 TOLERANCE = 1e-3
 
@@ -101,6 +101,9 @@ def reference_model(name: str, seed: int):
     torch.manual_seed(seed)
     if name in ("gru", "conv1d"):
         model = sequence_model(name)
+    elif name == "detector":
+        from zoo_detector import Detector
+        model = Detector()
     elif name.startswith("deeplabv3"):
         model = MainOutput(getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None))
     elif name == "r2plus1d_18":

@@ -757,6 +757,11 @@ PAGE_BYTES, PANEL_PAGES = 4096, 64
 # in 0.15-0.3 s where the PANEL's loop takes 0.04: smaller copies (a weight packed once, an inference
 # at batch 1) keep the PANEL.
 TRANSPOSED_TILE_MIN_ELEMENTS = 1 << 20
+# A read along an axis too long for a PANEL is a tile of lines where it reads this many rows or more
+# that share L1 sets (`_set_aliased_streams`): 32 to 80 channels of 160x160 back to channels last,
+# 0.25-2.0 ms in a plain loop, 0.13-0.38 as tiles. Without aliasing the plain loop won (16 x 64
+# channels of 56x56 in ResNet-18's training step, 0.77 ms; 1.08 as tiles).
+ALIASED_STREAMS_MIN = 32
 CACHE_LINE_BYTES = 64
 # An output row this short, gathered (a panel of a weight gradient's window columns, each from its own
 # channel and kernel position), is written whole in each step of `transposed_read_panel`'s pass: a
@@ -799,6 +804,14 @@ def _memory_accesses(kernel: Kernel) -> tuple[list[KernelNode], list[dict[int, i
     return accesses, load_strides(kernel, accesses, ops=(Ops.LOAD, Ops.STORE))
 
 
+def _set_aliased_streams(shape: tuple[int, ...], stored: int, steps: dict, access: KernelNode) -> bool:
+    """Whether a transposed read walks at least ALIASED_STREAMS_MIN input streams a multiple of a page
+    apart along the stored axis: each step of a plain loop then reads lines of one L1 set, more of
+    them than its ways (NCHW planes of 160x160, 100 KiB apart)."""
+    step = steps.get(stored)
+    return shape[stored] >= ALIASED_STREAMS_MIN and bool(step) and step * access.dtype.itemsize % PAGE_BYTES == 0
+
+
 def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     """For a kernel without a reduce that reads an input across its rows (a channels-last
     convolution's output, read back in NCHW order by its batch norm and relu; a matmul operand
@@ -817,7 +830,9 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
     a matmul operand packed into panels of at most ROW_PANEL_MAX rows, rows up to ROW_PANEL_READ_MAX long). Not
     when the pass would touch more than PANEL_PAGES pages a page or more apart (each output row,
     and each input read in the stored order, is one such page per step when its rows are 4 KiB or
-    more apart). ResNet-18 at batch 1 (its batch norms' per-channel values stored by the
+    more apart). An axis longer than TRANSPOSED_READ_MAX (a line dividing it) gets the plain loop,
+    which a PANEL of a line there ran slower than, unless its rows share L1 sets
+    (`_set_aliased_streams`): then the tile of lines below. ResNet-18 at batch 1 (its batch norms' per-channel values stored by the
     scheduler): the first batch norm and relu, 64 channels at 112x112 into the max pool's padded
     input, 1.37 with the whole axis -> 0.89 ms; 64 channels at 56x56 with an NCHW residual (two
     pages per channel) 0.93 without a PANEL -> 0.33 ms, and two convolutions' outputs added 1.01 ->
@@ -873,6 +888,7 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
         run = contiguous_run(kernel, access, across[0], steps[across[0]])
         line = CACHE_LINE_BYTES // access.dtype.itemsize
         stores = _whole_pass_stores(shape[across[0]], shape[stored[0]], line)
+        tile_only = False
         if 4 <= run < shape[across[0]]:
             amount = run
         elif stores is not None:  # the whole axis in one pass, each step storing whole lines (or halves)
@@ -882,6 +898,8 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
             amount = line
         elif shape[across[0]] <= TRANSPOSED_READ_MAX:
             amount = shape[across[0]]
+        elif shape[across[0]] % line == 0:  # a long axis: a tile of lines or nothing (see the docstring)
+            amount, tile_only = line, True
         else:
             continue
         paged = sum(abs(steps.get(across[0]) or 0) * other.dtype.itemsize >= PAGE_BYTES
@@ -891,12 +909,16 @@ def transposed_read_panel(kernel: Kernel) -> list[Opt]:
             if shape[stored[0]] <= STORED_ROW_UPCAST_MAX and steps.get(stored[0], 0) is None:
                 return [panel, Opt("UPCAST", stored[0], shape[stored[0]])]
             if amount == line and steps[across[0]] == 1 and shape[across[0]] % line == 0 \
-                    and shape[stored[0]] % line == 0 and math.prod(shape) >= TRANSPOSED_TILE_MIN_ELEMENTS \
+                    and shape[stored[0]] % line == 0 \
+                    and (_set_aliased_streams(shape, stored[0], steps, access) if tile_only
+                         else math.prod(shape) >= TRANSPOSED_TILE_MIN_ELEMENTS) \
                     and line * line // 2 <= MAX_UPCAST:  # not bytes: a 64 x 64 tile is too many outputs
                 # a plain copy's lanes a whole line; a computed value's half of one (its loads' vectors spill)
                 loads = sum(node.op is Ops.LOAD for node in kernel.ast.walk())
                 lanes = line if loads == 1 and line * line <= MAX_UPCAST else line // 2
                 return [Opt("UPCAST", across[0], line), Opt("UPCAST", stored[0] + 1, lanes)]
+            if tile_only:
+                continue
             if amount <= STORED_ROW_UPCAST_MAX and amount % 8 == 0 and _scalar_unless_tiled(kernel):
                 # whole vectors along the pass instead of a loop gcc would leave scalar
                 return [Opt("UPCAST", across[0], amount)]

@@ -97,6 +97,11 @@ PARAMETER_VALUE_MAX_NODES = 64
 # Parts this large that read out of order are stored before a kernel that computes an expensive op at
 # every position (`_store_out_of_order_reads`).
 OUT_OF_ORDER_STORE_MIN_ELEMENTS = 1 << 14
+# ... and one that costs more than this (op costs as in worth_storing), which the kernel would compute
+# out of its order, is stored whole instead (`_out_of_order_parts`): a sigmoid or SiLU (about 20) of
+# a channels-last convolution read NCHW, not a hard swish (about 10, one division), whose gathered
+# loop measured as fast as a stored copy at the sizes MobileNetV3 has (74K-89K elements).
+OUT_OF_ORDER_WHOLE_MIN_COST = 12
 GUARDED = "GUARDED"  # a marker among a node's pending views: a WHERE above zeroes a PAD's padding
 # A path's `under_reduce` inside a reduce to one value: its loop runs on one thread, one element at a
 # time. A value other kernels read too, of this many elements or more, that costs more than a few ops
@@ -368,7 +373,10 @@ class _FusionPlan:
             (`steps_along`: it gathers, or its step and bounds vary as through interleaved phases);
           * an expensive value padded along that axis (its bounds tests vary along the loop);
           * beside a source that gathers, a source that reads interleaved phases (a strided
-            convolution's input gradient beside a channels-last value: the loop order suits one).
+            convolution's input gradient beside a channels-last value: the loop order suits one);
+          * an expensive value (costing more than OUT_OF_ORDER_WHOLE_MIN_COST) that the kernel
+            would compute out of its own order (a SiLU over a channels-last product, the NCHW view
+            above it), whole, in place of the cheap parts below it: the kernel then copies it.
         `mixed_only` (a reduce, whose store is small): only where another value, not broadcast, is read
         in order, as a reduce reading everything in one order gets its loop order from opts
         (`transposed_reduce_tile`: an SE block's pool over a channels-last activation). The views are
@@ -379,6 +387,7 @@ class _FusionPlan:
         # (gathers, interleaves, expensive) per (node, pending views), sources first, without recursion
         found: dict[tuple, tuple[bool, bool, bool]] = {}
         parts: dict[int, LazyBuffer] = {}
+        wholes: dict[int, LazyBuffer] = {}  # expensive values the kernel reads out of order
         in_order = False  # some large stored value is read in order
         stack = [(value, (), None)]
         while stack:
@@ -410,6 +419,10 @@ class _FusionPlan:
                     continue
                 expensive = node.op.is_elementwise and _op_cost(node) > 1 and 2 * node.numel() >= positions
                 costly = expensive or any(result[2] for result in results)
+                if costly and node.op.is_elementwise and node.numel() >= OUT_OF_ORDER_STORE_MIN_ELEMENTS \
+                        and _read_order(_view(node.shape, pending))[0] \
+                        and self._recompute_cost_exceeds(node, OUT_OF_ORDER_WHOLE_MIN_COST):
+                    wholes[id(node)] = node
                 gathering = any(gathers and not interleaves for gathers, interleaves, _ in results)
                 for (src, _), (gathers, interleaves, src_costly) in zip(sources, results):
                     if not node.op.is_elementwise or src.numel() < OUT_OF_ORDER_STORE_MIN_ELEMENTS:
@@ -419,7 +432,20 @@ class _FusionPlan:
                 found[key] = (any(result[0] for result in results), any(result[1] for result in results), costly)
             else:
                 found[key] = (False, False, False)
-        return list(parts.values()) if in_order or not mixed_only else []
+        if not in_order and mixed_only:
+            return []
+        below = self._computed_below(list(wholes.values()))
+        return [part for part in (parts | wholes).values() if id(part) not in below]
+
+    def _computed_below(self, values: list[LazyBuffer]) -> set[int]:
+        """The ids of the nodes that the kernels storing `values` would compute below them."""
+        below, stack = set(), [src for value in values for src in value.srcs]
+        while stack:
+            node = stack.pop()
+            if id(node) not in below and not self.is_leaf(node):
+                below.add(id(node))
+                stack.extend(node.srcs)
+        return below
 
     def _reads_of(self, sources: list[LazyBuffer], reads: dict[int, set[int]]) -> set[int]:
         """The buffers a kernel reads to compute these sources: a stored one is one buffer."""

@@ -557,7 +557,10 @@ def test_a_transposed_read_runs_a_cache_line_of_its_rows_innermost():
     64-byte line of the input (opts.py transposed_read_panel): that loop runs innermost, each pass
     reading one line and writing into 16 output rows, whose lines fill over the next passes. An
     axis no line divides is taken whole. Not when a pass would touch more than 64 pages (the L1
-    TLB) or the axis is longer than 512. Padded for the next convolution (masked reads, which keep
+    TLB) or the axis is longer than 512: such an axis keeps the plain loop, or is a tile of lines
+    where it reads 32 rows or more a multiple of 4 KiB apart (they share L1 sets: a detector's 32
+    to 80 channels of 160x160 back to channels last, 0.25-2.0 ms in a plain loop, 0.13-0.37 as
+    tiles). Padded for the next convolution (masked reads, which keep
     gcc's loop vectorizer out), the pass is upcast instead: each step a vector (ResNet-18's 64
     channels at 56x56 into the padded input, kernel alone, 2 threads: 0.49 -> 0.12 ms)."""
     renderer = CRenderer(8, 16)
@@ -572,8 +575,17 @@ def test_a_transposed_read_runs_a_cache_line_of_its_rows_innermost():
     out, expected = channels_last_epilogue(24, 56, residual=False, padded=False)  # the whole 24, storing whole lines
     assert heuristic_opts(kernel_of(out), renderer) == [Opt("PANEL", 0, 24), Opt("UPCAST", 1, 16)]
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
-    x = Tensor(np.ones((64, 1024), np.float32))
+    x = Tensor(np.ones((16, 1024), np.float32))
     assert heuristic_opts(kernel_of(x.T + 1), renderer) == []  # 1024 rows: more lines than L1 holds
+    x = Tensor(np.ones((64, 1024), np.float32))  # 64 rows 4 KiB apart, sharing L1 sets: a tile of lines
+    assert heuristic_opts(kernel_of(x.T + 1), renderer) == [Opt("UPCAST", 0, 16), Opt("UPCAST", 2, 16)]
+    unaliased = Tensor(np.ones((16, 64, 56, 56), np.float32)).permute(0, 2, 3, 1).contiguous()
+    assert heuristic_opts(kernel_of(unaliased), renderer) == []  # planes 12 KiB apart, however large
+    for channels in (32, 48):  # 160x160 planes, 100 KiB apart: 819,200 and 1,228,800 elements
+        nchw = np.random.default_rng(channels).standard_normal((1, channels, 160, 160)).astype(np.float32)
+        out = Tensor(nchw).permute(0, 2, 3, 1).contiguous()
+        assert heuristic_opts(kernel_of(out), renderer) == [Opt("UPCAST", 0, 16), Opt("UPCAST", 2, 16)]
+        np.testing.assert_array_equal(out.numpy(), nchw.transpose(0, 2, 3, 1))
 
 
 def test_a_transposed_read_whose_stores_lie_pages_apart_runs_blocks_of_the_stored_axis_inside_its_panel():
