@@ -3,7 +3,8 @@
 Registered in registry.OPERATORS; model.py calls them. For each resized axis, `axis_weights`
 computes on the host an (output, input) matrix from the sizes alone (coordinate transformation,
 nearest rounding, linear or cubic coefficients, antialias, edge clamping); the data never leaves the
-device: nearest mode gathers with an index Tensor, the others multiply by the matrix.
+device: nearest mode selects its sources (`nn.spatial.select_along`: a view where they repeat each
+input, as an upsampling by an integer factor does, else a gather), the others multiply by the matrix.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import math
 import numpy as np
 
 from lazygrad.dtype import dtypes
+from lazygrad.nn.spatial import select_along
 from lazygrad.onnx.registry import onnx_op
 from lazygrad.tensor import Tensor
 
@@ -100,8 +102,7 @@ def axis_weights(in_size: int, out_size: int, scale: float, options: dict,
 
 def resample_axis(x: Tensor, axis: int, weights: np.ndarray, nearest: bool) -> Tensor:
     if nearest:
-        index = Tensor(weights.argmax(1).astype(np.int64), device=x.device)
-        return x[(slice(None),) * axis + (index,)]
+        return select_along(x, axis, weights.argmax(1))
     compute = x.dtype if x.dtype in (dtypes.float32, dtypes.float64) else dtypes.float32
     matrix = Tensor(weights.T.astype(compute.np), device=x.device)
     moved = x.cast(compute).transpose(axis, -1)

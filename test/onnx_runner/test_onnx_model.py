@@ -523,6 +523,29 @@ def test_a_pool_gets_the_kernels_of_the_same_pool_written_with_nn(op, nn_pool):
     np.testing.assert_allclose(result.numpy(), expected.numpy(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode, transform", [("nearest", "asymmetric"), ("nearest", "half_pixel")])
+def test_a_nearest_upsampling_by_an_integer_factor_is_a_view_its_reader_reads(mode, transform):
+    """A Resize by 2 in nearest mode (a detector's or a U-Net's upsampling) repeats each input: a view,
+    so the concatenation after it is one kernel reading the input, as the same ops written with nn
+    are; it was a gather kernel per axis (0.35 ms for 128 x 80 x 80 in a detector)."""
+    from lazygrad.nn import functional as F
+    rng = np.random.default_rng(2)
+    x_value, skip_value = rng.standard_normal((1, 8, 10, 12)).astype(np.float32), rng.standard_normal((1, 4, 20, 24)).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 12]),
+              helper.make_tensor_value_info("skip", TensorProto.FLOAT, [1, 4, 20, 24])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["up"], mode=mode, coordinate_transformation_mode=transform),
+             helper.make_node("Concat", ["up", "skip"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "upsample", inputs, outputs, [scales])
+    model = OnnxModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), device="CPU")
+    x, skip = Tensor(x_value), Tensor(skip_value)
+    result = model(x=x, skip=skip)["y"]
+    assert len(_schedule_of(result)) == len(_schedule_of(F.interpolate(x, scale_factor=2).cat(skip, dim=1))) == 1
+    expected = np.concatenate([x_value.repeat(2, axis=2).repeat(2, axis=3), skip_value], axis=1)
+    np.testing.assert_array_equal(result.numpy(), expected)
+
+
 def test_clip_bounds_given_as_initializers_are_constants_of_the_kernel():
     """ReLU6 exported as Clip(x, 0, 6) with initializer bounds: the bounds are numbers in the kernel,
     not buffers it loads (with loads, gcc left MobileNetV2's padded ReLU6 kernels scalar)."""
