@@ -298,6 +298,9 @@ def _reduce_source(kernel: Kernel) -> KernelNode | None:
 # 64x32x3x3: 7 ms with 28 x 8, 105 ms with no tile; 8x64x14x14 by 64x64x3x3: 3 ms with 14 x 8, 20 ms;
 # 1x512x7x7 by 512x512x3x3 (ResNet-18's last stage, AVX2, one thread): 82 ms without, 11 ms with 7 x 4.
 CONVOLUTION_VECTOR_CHOICES = tuple(range(32, 3, -1))
+# ... after whole AVX-512 vectors where those divide the axis: 80 channels took 20 lanes, a vector and
+# a quarter (Winograd's input transform of a detector's 80-channel head at 40x40: 0.58 ms, 0.23 as 16)
+WHOLE_VECTORS_FIRST = (32, 16)
 
 
 # Where the loads walk the vector axis only with a stride (a strided convolution: ResNet's and
@@ -347,8 +350,8 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
     and 7 does, MATMUL_ROW_CHOICES) by the widest of 32, 16, 8 (AVX-512: 32, 16, 24, 8)
     columns that fits beside them (with operands of LARGE_OPERAND_ELEMENTS or more, the widest
     vector first), else a convolution's width of 16 or more. A convolution
-    (several reduce axes) whose loads are plain gets 8 output channels by the widest run of columns
-    up to 32 that divides its rows (28 for 28 or 56 columns, 14 for 14; a run alone, as a depthwise
+    (several reduce axes) whose loads are plain gets 8 output channels by 32 or 16 columns where they
+    divide its rows, else the widest run up to 32 that does (28 for 28 or 56 columns, 14 for 14; a run alone, as a depthwise
     convolution's, takes whole vectors where they divide it, `_in_whole_vectors`), or, computed with its output
     channels last (nn/spatial.py), 16 output channels by 7 or 8 columns; one reading a padded input
     through its windows (masked loads) gets 16 columns by 16 output channels, which measured several
@@ -394,7 +397,7 @@ def matmul_tile(kernel: Kernel, renderer=None) -> list[Opt]:
         # 7 before 8: channels last, 16 output channels by 8 columns (16 accumulators) left no
         # register for the weight's vectors (AVX2, 2 threads, 1x64x56x56 by 64x64x3x3: 90 GFLOP/s
         # as 16 x 8, 112 as 16 x 7)
-        vector_choices, row_choices = CONVOLUTION_VECTOR_CHOICES, (7, 8, 6, 4, 2) + ODD_ROW_CHOICES
+        vector_choices, row_choices = WHOLE_VECTORS_FIRST + CONVOLUTION_VECTOR_CHOICES, (7, 8, 6, 4, 2) + ODD_ROW_CHOICES
     tile = _vector_and_row_tile(kernel, globals_, strides, vector_choices, row_choices, fits)
     if len(tile) == 2 and len(kernel.reduce_axes) == 1:
         tile = _with_second_row_axis(kernel, globals_, strides, tile, row_choices, fits)
