@@ -507,3 +507,20 @@ def test_a_narrow_integer_computed_on_stays_scalar():
     for lanes in (8, 16):
         assert program_of(result, lanes, "E_")[1].vector_width == 1
     np.testing.assert_array_equal(result.numpy(), np.pad(values, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=131))
+
+
+def test_a_short_max_reduce_takes_no_declared_simd_reduction():
+    """A max over rows of 16 or 33 contiguous floats is a plain loop: through the declared NaN-keeping
+    reduction (`lg_max_float`) gcc combined each row's lanes one by one, 24x slower for 16. A max
+    over one long row keeps the pragma (7x faster with it). Both keep a NaN, as numpy's max does."""
+    rng = np.random.default_rng(3)
+    for shape in ((64, 16), (64, 33), (1, 4096)):
+        values = rng.standard_normal(shape).astype(np.float32)
+        values[0, 3] = np.nan
+        values[-1, -1] = np.nan
+        result = Tensor(values).amax(-1)
+        (item,) = [item for item in create_schedule([result.lazydata]) if item.kernel is not None]
+        kernel, renderer = merge_dims(item.kernel), CRenderer()
+        source = renderer.render_program(linearize(kernel, renderer, opts=heuristic_opts(kernel, renderer)))
+        assert ("omp simd reduction(lg_max_float:" in source) == (shape[1] > 64), shape
+        np.testing.assert_array_equal(result.numpy(), values.max(-1))
