@@ -1403,8 +1403,9 @@ def _resample_axis(x: Tensor, axis: int, matrix: np.ndarray) -> Tensor:
     is_selection = bool(np.all(nonzero.sum(axis=1) == 1) and np.all(matrix[nonzero] == 1))
     if is_selection:
         sources = matrix.argmax(axis=1)
-        if is_view_selection(sources, in_size):
-            return select_along(x, axis, sources)
+        picked = _selection_view(x, axis, sources)
+        if picked is not None:
+            return picked
     trailing = (1,) * (x.ndim - axis - 1)
     values = x.unsqueeze(axis)  # (..., 1, in, ...) against the (out, in) matrix
     if not is_selection:
@@ -1413,35 +1414,28 @@ def _resample_axis(x: Tensor, axis: int, matrix: np.ndarray) -> Tensor:
     return mask.where(values, 0).sum(axis + 1).cast(x.dtype)  # sums of integers come back as int64
 
 
-def _slice_step(sources: np.ndarray) -> int | None:
-    """The step of sources that are a strided slice (start, start + step, ...), else None."""
-    step = int(sources[1] - sources[0]) if len(sources) > 1 else 1
-    return step if step >= 1 and np.array_equal(sources, sources[0] + step * np.arange(len(sources))) else None
-
-
-def _repeat_factor(sources: np.ndarray, in_size: int) -> int | None:
-    """How many times each index repeats in sources that are 0, 0, 1, 1, ... over in_size, else None."""
-    factor = len(sources) // in_size
-    return factor if factor * in_size == len(sources) and np.array_equal(sources, np.arange(len(sources)) // factor) else None
-
-
-def is_view_selection(sources: np.ndarray, in_size: int) -> bool:
-    return _slice_step(sources) is not None or _repeat_factor(sources, in_size) is not None
+def _selection_view(x: Tensor, axis: int, sources: np.ndarray) -> Tensor | None:
+    """x[..., sources, ...] along `axis` as a view where the sources are a strided slice or a repeat
+    (0, 0, 1, 1, ...: nearest upsampling by an integer factor), else None."""
+    count, in_size = len(sources), x.shape[axis]
+    step = int(sources[1] - sources[0]) if count > 1 else 1
+    if step >= 1 and np.array_equal(sources, sources[0] + step * np.arange(count)):
+        start = int(sources[0])
+        return x[(slice(None),) * axis + (slice(start, start + step * (count - 1) + 1, step),)]
+    factor = count // in_size
+    if factor * in_size == count and np.array_equal(sources, np.arange(count) // factor):
+        repeated = x.unsqueeze(axis + 1).expand(x.shape[:axis + 1] + (factor,) + x.shape[axis + 1:])
+        return repeated.reshape(x.shape[:axis] + (count,) + x.shape[axis + 1:])
+    return None
 
 
 def select_along(x: Tensor, axis: int, sources: np.ndarray) -> Tensor:
-    """x[..., sources, ...] along `axis` for indices known on the host (a resize's nearest sources):
-    a view where they are a strided slice or a repeat (nearest upsampling by an integer factor, which
-    then costs nothing of its own: its reader reads x), else a gather by a constant index Tensor."""
-    count, in_size = len(sources), x.shape[axis]
-    step = _slice_step(sources)
-    if step is not None:
-        start = int(sources[0])
-        return x[(slice(None),) * axis + (slice(start, start + step * (count - 1) + 1, step),)]
-    factor = _repeat_factor(sources, in_size)
-    if factor is not None:
-        repeated = x.unsqueeze(axis + 1).expand(x.shape[:axis + 1] + (factor,) + x.shape[axis + 1:])
-        return repeated.reshape(x.shape[:axis] + (count,) + x.shape[axis + 1:])
+    """x[..., sources, ...] along `axis` for indices known on the host (a resize's nearest sources): a
+    view where `_selection_view` finds one (its reader then reads x: upsampling costs no kernel of
+    its own), else a gather by a constant index Tensor."""
+    picked = _selection_view(x, axis, sources)
+    if picked is not None:
+        return picked
     return x[(slice(None),) * axis + (Tensor(sources.astype(np.int64), device=x.device),)]
 
 
